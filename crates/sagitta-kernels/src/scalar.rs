@@ -1,0 +1,182 @@
+//! Portable reference kernels.
+//!
+//! These are the ground truth that every SIMD implementation is tested
+//! against. They accumulate in fixed-width lanes so that LLVM can
+//! auto-vectorise them for the baseline target, and so that their rounding
+//! behaviour is close to the SIMD versions (which also use lane-wise partial
+//! sums).
+
+use half::f16;
+
+const LANES: usize = 16;
+
+/// Squared Euclidean distance.
+pub fn l2sq_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..LANES {
+            let d = x[i] - y[i];
+            acc[i] += d * d;
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        let d = x - y;
+        s += d * d;
+    }
+    s
+}
+
+/// Dot product.
+pub fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut acc = [0f32; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..LANES {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += x * y;
+    }
+    s
+}
+
+/// Returns (a·b, a·a, b·b).
+pub fn dot_norms_f32(a: &[f32], b: &[f32]) -> (f32, f32, f32) {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut ab = [0f32; LANES];
+    let mut aa = [0f32; LANES];
+    let mut bb = [0f32; LANES];
+    let mut ca = a.chunks_exact(LANES);
+    let mut cb = b.chunks_exact(LANES);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        for i in 0..LANES {
+            ab[i] += x[i] * y[i];
+            aa[i] += x[i] * x[i];
+            bb[i] += y[i] * y[i];
+        }
+    }
+    let (mut sab, mut saa, mut sbb) = (
+        ab.iter().sum::<f32>(),
+        aa.iter().sum::<f32>(),
+        bb.iter().sum::<f32>(),
+    );
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        sab += x * y;
+        saa += x * x;
+        sbb += y * y;
+    }
+    (sab, saa, sbb)
+}
+
+/// Cosine distance `1 - cos(a, b)`; 1.0 when either vector is zero.
+pub fn cos_f32(a: &[f32], b: &[f32]) -> f32 {
+    let (ab, aa, bb) = dot_norms_f32(a, b);
+    crate::cos_from_parts(ab, aa, bb)
+}
+
+fn widen(a: &[f16], out: &mut [f32; LANES]) {
+    for (o, x) in out.iter_mut().zip(a) {
+        *o = x.to_f32();
+    }
+}
+
+fn f16_blocks(a: &[f16], b: &[f16], mut f: impl FnMut(&[f32], &[f32])) {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    while i < n {
+        let m = (n - i).min(LANES);
+        let mut xa = [0f32; LANES];
+        let mut xb = [0f32; LANES];
+        widen(&a[i..i + m], &mut xa);
+        widen(&b[i..i + m], &mut xb);
+        f(&xa[..m], &xb[..m]);
+        i += m;
+    }
+}
+
+/// Squared Euclidean distance over half floats (accumulated in f32).
+pub fn l2sq_f16(a: &[f16], b: &[f16]) -> f32 {
+    let mut s = 0.0;
+    f16_blocks(a, b, |x, y| s += l2sq_f32(x, y));
+    s
+}
+
+/// Dot product over half floats (accumulated in f32).
+pub fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
+    let mut s = 0.0;
+    f16_blocks(a, b, |x, y| s += dot_f32(x, y));
+    s
+}
+
+/// Cosine distance over half floats.
+pub fn cos_f16(a: &[f16], b: &[f16]) -> f32 {
+    let (mut ab, mut aa, mut bb) = (0.0, 0.0, 0.0);
+    f16_blocks(a, b, |x, y| {
+        let (p, q, r) = dot_norms_f32(x, y);
+        ab += p;
+        aa += q;
+        bb += r;
+    });
+    crate::cos_from_parts(ab, aa, bb)
+}
+
+/// Squared Euclidean distance over i8 (exact, in integers).
+pub fn l2sq_i8(a: &[i8], b: &[i8]) -> f32 {
+    let mut s: i64 = 0;
+    for (x, y) in a.iter().zip(b) {
+        let d = i32::from(*x) - i32::from(*y);
+        s += i64::from(d * d);
+    }
+    s as f32
+}
+
+/// Dot product over i8 (exact, in integers).
+pub fn dot_i8(a: &[i8], b: &[i8]) -> f32 {
+    let mut s: i64 = 0;
+    for (x, y) in a.iter().zip(b) {
+        s += i64::from(i32::from(*x) * i32::from(*y));
+    }
+    s as f32
+}
+
+/// Cosine distance over i8.
+pub fn cos_i8(a: &[i8], b: &[i8]) -> f32 {
+    let (mut ab, mut aa, mut bb) = (0i64, 0i64, 0i64);
+    for (x, y) in a.iter().zip(b) {
+        let (x, y) = (i64::from(*x), i64::from(*y));
+        ab += x * y;
+        aa += x * x;
+        bb += y * y;
+    }
+    crate::cos_from_parts(ab as f32, aa as f32, bb as f32)
+}
+
+/// Number of differing bits between two packed bit strings.
+#[inline]
+pub fn hamming(a: &[u8], b: &[u8]) -> u32 {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[..n], &b[..n]);
+    let mut s = 0u32;
+    let mut ca = a.chunks_exact(8);
+    let mut cb = b.chunks_exact(8);
+    for (x, y) in (&mut ca).zip(&mut cb) {
+        let x = u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
+        let y = u64::from_le_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]);
+        s += (x ^ y).count_ones();
+    }
+    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
+        s += (x ^ y).count_ones();
+    }
+    s
+}

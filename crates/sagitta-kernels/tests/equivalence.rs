@@ -1,0 +1,119 @@
+//! Every available kernel table agrees with the scalar reference on random
+//! inputs of random lengths, including lengths that leave odd tails after
+//! the widest SIMD block.
+
+use proptest::prelude::*;
+use sagitta_kernels::{f16, nphd_encode, scalar, DType, Distance, Kernels, Metric};
+
+fn close(a: f32, b: f32, scale: f32) -> bool {
+    (a - b).abs() <= 1e-4 * scale.max(1.0)
+}
+
+fn floats(max_len: usize) -> impl Strategy<Value = (Vec<f32>, Vec<f32>)> {
+    (0..max_len).prop_flat_map(|n| {
+        (
+            prop::collection::vec(-4.0f32..4.0, n),
+            prop::collection::vec(-4.0f32..4.0, n),
+        )
+    })
+}
+
+fn bytes(max_len: usize) -> impl Strategy<Value = (Vec<u8>, Vec<u8>)> {
+    (0..max_len).prop_flat_map(|n| {
+        (
+            prop::collection::vec(any::<u8>(), n),
+            prop::collection::vec(any::<u8>(), n),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn f32_kernels_match_scalar((a, b) in floats(300)) {
+        let scale: f32 = a.iter().chain(&b).map(|x| x * x).sum::<f32>() + 1.0;
+        for k in Kernels::available() {
+            prop_assert!(close((k.l2sq_f32)(&a, &b), scalar::l2sq_f32(&a, &b), scale), "{} l2 len {}", k.isa, a.len());
+            prop_assert!(close((k.dot_f32)(&a, &b), scalar::dot_f32(&a, &b), scale), "{} dot len {}", k.isa, a.len());
+            prop_assert!(close((k.cos_f32)(&a, &b), scalar::cos_f32(&a, &b), 10.0), "{} cos len {}", k.isa, a.len());
+        }
+    }
+
+    #[test]
+    fn f16_kernels_match_scalar((a, b) in floats(300)) {
+        let a: Vec<f16> = a.iter().map(|&x| f16::from_f32(x)).collect();
+        let b: Vec<f16> = b.iter().map(|&x| f16::from_f32(x)).collect();
+        let scale: f32 = a.iter().chain(&b).map(|x| x.to_f32() * x.to_f32()).sum::<f32>() + 1.0;
+        for k in Kernels::available() {
+            prop_assert!(close((k.l2sq_f16)(&a, &b), scalar::l2sq_f16(&a, &b), scale), "{} l2 len {}", k.isa, a.len());
+            prop_assert!(close((k.dot_f16)(&a, &b), scalar::dot_f16(&a, &b), scale), "{} dot len {}", k.isa, a.len());
+            prop_assert!(close((k.cos_f16)(&a, &b), scalar::cos_f16(&a, &b), 10.0), "{} cos len {}", k.isa, a.len());
+        }
+    }
+
+    #[test]
+    fn i8_kernels_are_exact((a, b) in bytes(300)) {
+        let a: Vec<i8> = a.iter().map(|&x| x as i8).collect();
+        let b: Vec<i8> = b.iter().map(|&x| x as i8).collect();
+        for k in Kernels::available() {
+            prop_assert_eq!((k.l2sq_i8)(&a, &b), scalar::l2sq_i8(&a, &b), "{} l2 len {}", k.isa, a.len());
+            prop_assert_eq!((k.dot_i8)(&a, &b), scalar::dot_i8(&a, &b), "{} dot len {}", k.isa, a.len());
+            prop_assert!(close((k.cos_i8)(&a, &b), scalar::cos_i8(&a, &b), 1.0), "{} cos len {}", k.isa, a.len());
+        }
+    }
+
+    #[test]
+    fn hamming_is_exact((a, b) in bytes(200)) {
+        let naive: u32 = a.iter().zip(&b).map(|(x, y)| (x ^ y).count_ones()).sum();
+        for k in Kernels::available() {
+            prop_assert_eq!((k.hamming)(&a, &b), naive, "{} len {}", k.isa, a.len());
+        }
+    }
+
+    #[test]
+    fn nphd_uses_the_shorter_prefix(a in prop::collection::vec(any::<u8>(), 1..=32), b in prop::collection::vec(any::<u8>(), 1..=32)) {
+        let (mut sa, mut sb) = ([0u8; 33], [0u8; 33]);
+        nphd_encode(&a, 32, &mut sa).unwrap();
+        nphd_encode(&b, 32, &mut sb).unwrap();
+        let m = a.len().min(b.len());
+        let bits: u32 = a[..m].iter().zip(&b[..m]).map(|(x, y)| (x ^ y).count_ones()).sum();
+        let want = bits as f32 / (8 * m) as f32;
+        for k in Kernels::available() {
+            let d = Distance::with_kernels(&k, Metric::Nphd, DType::B1, false).unwrap();
+            prop_assert_eq!(d.eval(&sa, &sb), want, "{}", k.isa);
+            prop_assert_eq!(d.eval(&sb, &sa), want, "{} symmetric", k.isa);
+        }
+    }
+}
+
+#[test]
+fn cosine_of_zero_vector_is_one() {
+    for k in Kernels::available() {
+        assert_eq!((k.cos_f32)(&[0.0; 7], &[1.0; 7]), 1.0);
+        assert_eq!((k.cos_i8)(&[0; 40], &[3; 40]), 1.0);
+    }
+}
+
+#[test]
+fn nphd_rejects_bad_lengths() {
+    let mut out = [0u8; 33];
+    assert!(nphd_encode(&[], 32, &mut out).is_err());
+    assert!(nphd_encode(&[0u8; 33], 32, &mut out).is_err());
+    assert!(nphd_encode(&[1u8; 8], 32, &mut out).is_ok());
+    assert_eq!(out[0], 8);
+}
+
+#[test]
+fn unsupported_pairs_are_errors() {
+    assert!(Distance::new(Metric::Hamming, DType::F32, false).is_err());
+    assert!(Distance::new(Metric::L2, DType::B1, false).is_err());
+}
+
+#[test]
+fn active_isa_is_the_best_available() {
+    let best = Kernels::available()[0].isa;
+    if std::env::var("SAGITTA_ISA").is_err() {
+        assert_eq!(sagitta_kernels::isa(), best);
+    }
+}
