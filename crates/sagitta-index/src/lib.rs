@@ -1,1 +1,89 @@
-//! placeholder
+//! # sagitta-index
+//!
+//! In-memory indexes behind one read trait ([`IndexRead`]) and one write
+//! trait ([`IndexWrite`]):
+//!
+//! * **Flat**: exact scan, multi-threaded over query batches; the recall
+//!   oracle every other index is measured against.
+//! * **HNSW**: hierarchical navigable small-world graph with concurrent
+//!   inserts, tombstone deletes, upserts and filtered search.
+//!
+//! Indexes see vectors only as storage bytes compared by a
+//! [`sagitta_kernels::Distance`]; graph search is written once against
+//! [`GraphView`] so sealed, memory-mapped segments (in `sagitta-store`)
+//! reuse it unchanged. Filters arrive as a [`Bitset`] of allowed slots.
+//!
+//! This crate depends only on `sagitta-kernels`; it knows nothing of files.
+
+mod bitset;
+mod error;
+mod graph;
+mod index;
+mod scratch;
+mod space;
+mod storage;
+mod topk;
+
+pub use bitset::{AtomicBitset, Bitset};
+pub use error::{IndexError, Result};
+pub use graph::GraphView;
+pub use index::{
+    HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite, SearchOptions, MAX_LEVEL,
+    MAX_SLOTS,
+};
+pub use sagitta_kernels::{DType, Metric};
+pub use space::{Space, VectorRef, VECTOR_ALIGN};
+pub use topk::Neighbor;
+
+/// Search a graph given by any [`GraphView`] (used by sealed segments).
+pub mod search {
+    use super::*;
+    use sagitta_kernels::Distance;
+
+    /// Reusable per-thread search state; keep one per thread and reuse it.
+    #[derive(Debug, Default)]
+    pub struct SearchScratch(pub(crate) scratch::Scratch);
+
+    impl SearchScratch {
+        /// Encodes `query` into the scratch's aligned query buffer and runs
+        /// `f` with the encoded bytes and the rest of the scratch.
+        pub fn with_query<R>(
+            &mut self,
+            space: &Space,
+            query: VectorRef<'_>,
+            f: impl FnOnce(&[u8], &mut SearchScratch) -> R,
+        ) -> Result<R> {
+            let stride = space.stride();
+            space.encode(query, self.0.query_buf(stride))?;
+            let q = self.0.take_query();
+            let r = f(scratch::query_bytes(&q, stride), self);
+            self.0.put_query(q);
+            Ok(r)
+        }
+    }
+
+    /// HNSW search with an optional filter of allowed slots.
+    pub fn knn<G: GraphView + ?Sized>(
+        g: &G,
+        dist: &Distance,
+        q: &[u8],
+        k: usize,
+        ef: usize,
+        filter: Option<&Bitset>,
+        s: &mut SearchScratch,
+    ) -> Vec<Neighbor> {
+        graph::knn(g, dist, q, k, ef, filter, &mut s.0)
+    }
+
+    /// Exact search over the live slots (those in `filter`, if given).
+    pub fn exact<G: GraphView + ?Sized>(
+        g: &G,
+        dist: &Distance,
+        q: &[u8],
+        k: usize,
+        filter: Option<&Bitset>,
+        s: &mut SearchScratch,
+    ) -> Vec<Neighbor> {
+        graph::exact(g, dist, q, k, filter, &mut s.0)
+    }
+}

@@ -259,3 +259,17 @@ pub(crate) fn cos_from_parts(ab: f32, aa: f32, bb: f32) -> f32 {
     }
     (1.0 - ab / denom.sqrt()).clamp(0.0, 2.0)
 }
+
+/// Hints the CPU to bring the cache line at `p` into L1 (no-op where the
+/// architecture has no stable prefetch intrinsic).
+#[inline(always)]
+pub fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch is SSE (baseline on x86_64) and never faults, even
+    // for invalid addresses.
+    unsafe {
+        core::arch::x86_64::_mm_prefetch::<{ core::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}

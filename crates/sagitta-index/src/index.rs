@@ -1,0 +1,934 @@
+//! [`Index`]: the mutable in-memory index, Flat or HNSW.
+//!
+//! Both kinds share one slot store: vectors at a fixed stride (64-byte
+//! aligned buffer), slot → key, a key → slot map, and tombstones. HNSW adds
+//! its links: level-0 lists in one flat array of fixed-width records
+//! `[count, n_0, .., n_{2M-1}]` (one cache-friendly stride per node), and
+//! upper-level lists allocated per node only for the few nodes above
+//! level 0.
+//!
+//! ## Concurrency
+//! Every operation holds a shared lock on the [`Store`] for its duration;
+//! only growth (doubling the capacity) takes it exclusively. Inserts from
+//! many threads proceed in parallel: a slot is claimed under the key-map
+//! mutex, its vector written by the claiming thread alone, then linked
+//! under per-node locks (hnswlib's scheme). Link entries are atomics with
+//! Release stores / Acquire loads, so a reader that finds a slot in a list
+//! also sees its vector. Exact scans only read slots whose `ready` bit is
+//! set.
+//!
+//! ## Deletes and upserts
+//! A delete sets a tombstone bit and forgets the key; the node stays in the
+//! graph so it keeps routing searches, and is never returned. An upsert is
+//! a delete of the old slot plus an insert into a new slot. Space is
+//! reclaimed when a segment is rewritten (compaction, later issue).
+
+use crate::bitset::AtomicBitset;
+use crate::graph::{self, GraphView};
+use crate::scratch::{query_bytes, Scratch, ScratchPool};
+use crate::storage::SlotBuf;
+use crate::topk::{Cand, Neighbor};
+use crate::{Bitset, IndexError, Result, Space, VectorRef};
+use parking_lot::{Mutex, RwLock, RwLockReadGuard};
+use rayon::prelude::*;
+use sagitta_kernels::Distance;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
+/// Most slots an index holds (slots are u32; one value is reserved).
+pub const MAX_SLOTS: usize = u32::MAX as usize - 1;
+/// Highest HNSW level a node may get.
+pub const MAX_LEVEL: usize = 15;
+
+/// Which structure answers searches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IndexKind {
+    /// Exact scan over every vector: the recall oracle.
+    Flat,
+    /// Hierarchical navigable small-world graph.
+    Hnsw,
+}
+
+/// HNSW construction and search parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HnswParams {
+    /// Links per node on upper levels (level 0 has `2 * m`).
+    pub m: usize,
+    /// Beam width while inserting.
+    pub ef_construction: usize,
+    /// Default beam width while searching (at least k is used).
+    pub ef_search: usize,
+    /// With a filter allowing at most this fraction of the slots, search
+    /// scans the allowed slots exactly instead of walking the graph.
+    pub exact_filter_ratio: f64,
+    /// Seed of the level assignment (levels are a hash of seed and slot,
+    /// so builds are reproducible).
+    pub seed: u64,
+}
+
+impl Default for HnswParams {
+    fn default() -> Self {
+        HnswParams {
+            m: 16,
+            ef_construction: 128,
+            ef_search: 64,
+            exact_filter_ratio: 0.02,
+            seed: 0x5A61_7474_6100,
+        }
+    }
+}
+
+impl HnswParams {
+    fn validate(&self) -> Result<()> {
+        let bad = |name, value: String, reason| {
+            Err(IndexError::InvalidParameter {
+                name,
+                value,
+                reason,
+            })
+        };
+        if !(2..=256).contains(&self.m) {
+            return bad("m", self.m.to_string(), "must be in 2..=256");
+        }
+        if self.ef_construction == 0 || self.ef_construction > 1 << 16 {
+            return bad(
+                "ef_construction",
+                self.ef_construction.to_string(),
+                "must be in 1..=65536",
+            );
+        }
+        if self.ef_search == 0 || self.ef_search > 1 << 16 {
+            return bad(
+                "ef_search",
+                self.ef_search.to_string(),
+                "must be in 1..=65536",
+            );
+        }
+        if !(0.0..=1.0).contains(&self.exact_filter_ratio) {
+            return bad(
+                "exact_filter_ratio",
+                self.exact_filter_ratio.to_string(),
+                "must be in [0, 1]",
+            );
+        }
+        Ok(())
+    }
+
+    /// Links per node on level 0.
+    pub fn m0(&self) -> usize {
+        self.m * 2
+    }
+}
+
+/// Per-search options.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SearchOptions<'a> {
+    /// Beam width override (HNSW); `None` uses the index default.
+    pub ef: Option<usize>,
+    /// Slots that may be returned; `None` allows all.
+    pub filter: Option<&'a Bitset>,
+    /// Force an exact scan even on an HNSW index.
+    pub exact: bool,
+}
+
+/// Read side of every index: mutable in-memory ones and sealed segments.
+pub trait IndexRead: Send + Sync {
+    /// Dimensions, metric, storage type.
+    fn space(&self) -> Space;
+    /// Live (searchable) vectors.
+    fn len(&self) -> usize;
+    /// Whether the index holds no live vector.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// Whether `key` is live.
+    fn contains(&self, key: u64) -> bool;
+    /// The slot holding `key`, for building filter bitmaps.
+    fn slot_of(&self, key: u64) -> Option<u32>;
+    /// Number of slots a filter bitmap must cover.
+    fn slot_count(&self) -> usize;
+    /// A filter bitmap allowing exactly the given keys (missing keys are
+    /// ignored).
+    fn filter_for_keys(&self, keys: &[u64]) -> Bitset {
+        let mut b = Bitset::new(self.slot_count());
+        for &k in keys {
+            if let Some(s) = self.slot_of(k) {
+                b.insert(s as usize);
+            }
+        }
+        b
+    }
+    /// The stored bytes of `key`'s vector (as encoded by [`Space::encode`]).
+    fn get_raw(&self, key: u64) -> Option<Vec<u8>>;
+    /// The k nearest live vectors to `query`.
+    fn search(
+        &self,
+        query: VectorRef<'_>,
+        k: usize,
+        opts: &SearchOptions<'_>,
+    ) -> Result<Vec<Neighbor>>;
+    /// Searches many queries in parallel (rayon); results in query order.
+    fn search_batch(
+        &self,
+        queries: &[VectorRef<'_>],
+        k: usize,
+        opts: &SearchOptions<'_>,
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        queries
+            .par_iter()
+            .map(|q| self.search(*q, k, opts))
+            .collect()
+    }
+    /// The stored vector of `key` decoded to floats (float dtypes only).
+    fn get(&self, key: u64) -> Option<Vec<f32>> {
+        self.get_raw(key)
+            .and_then(|b| self.space().decode_floats(&b))
+    }
+}
+
+/// Write side: only mutable indexes implement it.
+pub trait IndexWrite: IndexRead {
+    /// Inserts a new key; [`IndexError::DuplicateKey`] if it exists.
+    fn add(&self, key: u64, v: VectorRef<'_>) -> Result<()>;
+    /// Inserts or replaces.
+    fn upsert(&self, key: u64, v: VectorRef<'_>) -> Result<()>;
+    /// Deletes; returns whether the key was live.
+    fn remove(&self, key: u64) -> bool;
+}
+
+/// Multiplicative hashing for u64 keys (keys are ours to hash, no need for
+/// a DoS-resistant hasher inside one process).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(0x517c_c1b7_2722_0a95);
+        }
+    }
+    fn write_u64(&mut self, k: u64) {
+        let x = (k ^ (k >> 33)).wrapping_mul(0xff51_afd7_ed55_8ccd);
+        self.0 = x ^ (x >> 29);
+    }
+}
+
+type KeyMap = HashMap<u64, u32, BuildHasherDefault<KeyHasher>>;
+
+/// The capacity-bound part of an index, replaced wholesale on growth.
+struct Store {
+    vectors: SlotBuf,
+    keys: Box<[AtomicU64]>,
+    ready: AtomicBitset,
+    deleted: AtomicBitset,
+    /// Slots claimed so far.
+    used: AtomicUsize,
+    links: Option<Links>,
+}
+
+struct Links {
+    stride0: usize,
+    level0: Box<[AtomicU32]>,
+    upper: Box<[OnceLock<Box<[AtomicU32]>>]>,
+    levels: Box<[AtomicU8]>,
+    locks: Box<[Mutex<()>]>,
+    /// (entry slot, top level); `None` while empty.
+    entry: RwLock<Option<(u32, usize)>>,
+}
+
+impl Links {
+    fn new(capacity: usize, m0: usize) -> Self {
+        let stride0 = 1 + m0;
+        Links {
+            stride0,
+            level0: (0..capacity * stride0).map(|_| AtomicU32::new(0)).collect(),
+            upper: (0..capacity).map(|_| OnceLock::new()).collect(),
+            levels: (0..capacity).map(|_| AtomicU8::new(0)).collect(),
+            locks: (0..capacity).map(|_| Mutex::new(())).collect(),
+            entry: RwLock::new(None),
+        }
+    }
+
+    fn grown(&self, capacity: usize, m0: usize, used: usize) -> Self {
+        let new = Links::new(capacity, m0);
+        for (d, s) in new
+            .level0
+            .iter()
+            .zip(self.level0.iter())
+            .take(used * self.stride0)
+        {
+            d.store(s.load(Ordering::Acquire), Ordering::Relaxed);
+        }
+        for (i, u) in self.upper.iter().enumerate().take(used) {
+            if let Some(lists) = u.get() {
+                let copy: Box<[AtomicU32]> = lists
+                    .iter()
+                    .map(|a| AtomicU32::new(a.load(Ordering::Acquire)))
+                    .collect();
+                let _ = new.upper[i].set(copy);
+            }
+        }
+        for (d, s) in new.levels.iter().zip(self.levels.iter()).take(used) {
+            d.store(s.load(Ordering::Acquire), Ordering::Relaxed);
+        }
+        *new.entry.write() = *self.entry.read();
+        new
+    }
+
+    /// The atomics holding `[count, n..]` of `slot` at `level`.
+    #[inline]
+    fn list(&self, level: usize, slot: u32, m: usize) -> Option<&[AtomicU32]> {
+        if level == 0 {
+            let at = slot as usize * self.stride0;
+            self.level0.get(at..at + self.stride0)
+        } else {
+            let lists = self.upper.get(slot as usize)?.get()?;
+            let at = (level - 1) * (1 + m);
+            lists.get(at..at + 1 + m)
+        }
+    }
+}
+
+fn read_list(list: &[AtomicU32], out: &mut Vec<u32>) {
+    out.clear();
+    let n = (list[0].load(Ordering::Acquire) as usize).min(list.len() - 1);
+    out.extend(list[1..=n].iter().map(|a| a.load(Ordering::Acquire)));
+}
+
+fn write_list(list: &[AtomicU32], items: &[u32]) {
+    let n = items.len().min(list.len() - 1);
+    for (a, &v) in list[1..=n].iter().zip(items) {
+        a.store(v, Ordering::Release);
+    }
+    list[0].store(n as u32, Ordering::Release);
+}
+
+impl Store {
+    fn new(space: &Space, capacity: usize, links: Option<usize>) -> Self {
+        Store {
+            vectors: SlotBuf::new(space.stride(), capacity),
+            keys: (0..capacity).map(|_| AtomicU64::new(0)).collect(),
+            ready: AtomicBitset::new(capacity),
+            deleted: AtomicBitset::new(capacity),
+            used: AtomicUsize::new(0),
+            links: links.map(|m0| Links::new(capacity, m0)),
+        }
+    }
+
+    fn capacity(&self) -> usize {
+        self.vectors.capacity()
+    }
+
+    fn grown(&self, capacity: usize, m0: usize) -> Self {
+        let used = self.used.load(Ordering::Acquire);
+        Store {
+            vectors: self.vectors.grown(capacity, used),
+            keys: (0..capacity)
+                .map(|i| AtomicU64::new(self.keys.get(i).map_or(0, |k| k.load(Ordering::Acquire))))
+                .collect(),
+            ready: self.ready.grown(capacity),
+            deleted: self.deleted.grown(capacity),
+            used: AtomicUsize::new(used),
+            links: self.links.as_ref().map(|l| l.grown(capacity, m0, used)),
+        }
+    }
+}
+
+/// A borrowed store seen as a graph.
+#[derive(Clone, Copy)]
+struct Graph<'a> {
+    store: &'a Store,
+    m: usize,
+}
+
+impl GraphView for Graph<'_> {
+    fn slot_count(&self) -> usize {
+        self.store
+            .used
+            .load(Ordering::Acquire)
+            .min(self.store.capacity())
+    }
+    #[inline]
+    fn vector(&self, slot: u32) -> &[u8] {
+        self.store.vectors.get(slot as usize)
+    }
+    fn key(&self, slot: u32) -> u64 {
+        self.store
+            .keys
+            .get(slot as usize)
+            .map_or(0, |k| k.load(Ordering::Acquire))
+    }
+    #[inline]
+    fn is_live(&self, slot: u32) -> bool {
+        self.store.ready.get(slot as usize) && !self.store.deleted.get(slot as usize)
+    }
+    fn entry_point(&self) -> Option<(u32, usize)> {
+        self.store.links.as_ref().and_then(|l| *l.entry.read())
+    }
+    #[inline]
+    fn neighbors(&self, level: usize, slot: u32, out: &mut Vec<u32>) {
+        match self
+            .store
+            .links
+            .as_ref()
+            .and_then(|l| l.list(level, slot, self.m))
+        {
+            Some(list) => read_list(list, out),
+            None => out.clear(),
+        }
+    }
+}
+
+/// A read guard over an index that implements [`GraphView`]; used to
+/// serialise the index into a segment file. Holds a shared lock: inserts
+/// that need to grow the index wait until it is dropped.
+pub struct IndexView<'a> {
+    store: RwLockReadGuard<'a, Store>,
+    m: usize,
+}
+
+impl std::fmt::Debug for IndexView<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IndexView")
+            .field("slots", &self.slot_count())
+            .finish()
+    }
+}
+
+impl IndexView<'_> {
+    fn graph(&self) -> Graph<'_> {
+        Graph {
+            store: &self.store,
+            m: self.m,
+        }
+    }
+
+    /// HNSW level of a slot (0 for Flat).
+    pub fn level(&self, slot: u32) -> usize {
+        self.store
+            .links
+            .as_ref()
+            .and_then(|l| l.levels.get(slot as usize))
+            .map_or(0, |x| usize::from(x.load(Ordering::Acquire)))
+    }
+
+    /// Whether the slot is tombstoned or was never published.
+    pub fn is_deleted(&self, slot: u32) -> bool {
+        !self.is_live(slot)
+    }
+}
+
+impl GraphView for IndexView<'_> {
+    fn slot_count(&self) -> usize {
+        self.graph().slot_count()
+    }
+    fn vector(&self, slot: u32) -> &[u8] {
+        self.store.vectors.get(slot as usize)
+    }
+    fn key(&self, slot: u32) -> u64 {
+        self.graph().key(slot)
+    }
+    fn is_live(&self, slot: u32) -> bool {
+        self.graph().is_live(slot)
+    }
+    fn entry_point(&self) -> Option<(u32, usize)> {
+        self.graph().entry_point()
+    }
+    fn neighbors(&self, level: usize, slot: u32, out: &mut Vec<u32>) {
+        self.graph().neighbors(level, slot, out)
+    }
+}
+
+/// The mutable in-memory index. See the module docs.
+pub struct Index {
+    space: Space,
+    kind: IndexKind,
+    params: HnswParams,
+    ef_search: AtomicUsize,
+    dist: Distance,
+    store: RwLock<Store>,
+    keymap: Mutex<KeyMap>,
+    live: AtomicUsize,
+    scratch: ScratchPool,
+}
+
+impl std::fmt::Debug for Index {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Index")
+            .field("space", &self.space)
+            .field("kind", &self.kind)
+            .field("params", &self.params)
+            .field("len", &self.len())
+            .finish()
+    }
+}
+
+const INITIAL_CAPACITY: usize = 1024;
+
+impl Index {
+    /// An exact (brute-force) index.
+    pub fn flat(space: Space) -> Result<Self> {
+        Self::new(space, IndexKind::Flat, HnswParams::default())
+    }
+
+    /// An HNSW index.
+    pub fn hnsw(space: Space, params: HnswParams) -> Result<Self> {
+        Self::new(space, IndexKind::Hnsw, params)
+    }
+
+    /// An index of either kind.
+    pub fn new(space: Space, kind: IndexKind, params: HnswParams) -> Result<Self> {
+        params.validate()?;
+        let dist = space.distance()?;
+        let links = (kind == IndexKind::Hnsw).then(|| params.m0());
+        Ok(Index {
+            space,
+            kind,
+            params,
+            ef_search: AtomicUsize::new(params.ef_search),
+            dist,
+            store: RwLock::new(Store::new(&space, INITIAL_CAPACITY, links)),
+            keymap: Mutex::new(KeyMap::default()),
+            live: AtomicUsize::new(0),
+            scratch: ScratchPool::default(),
+        })
+    }
+
+    /// The kind of index.
+    pub fn kind(&self) -> IndexKind {
+        self.kind
+    }
+
+    /// Construction parameters (ef_search as set at creation).
+    pub fn params(&self) -> HnswParams {
+        HnswParams {
+            ef_search: self.ef_search(),
+            ..self.params
+        }
+    }
+
+    /// The default search beam width.
+    pub fn ef_search(&self) -> usize {
+        self.ef_search.load(Ordering::Relaxed)
+    }
+
+    /// Changes the default search beam width.
+    pub fn set_ef_search(&self, ef: usize) -> Result<()> {
+        HnswParams {
+            ef_search: ef,
+            ..self.params
+        }
+        .validate()?;
+        self.ef_search.store(ef, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The distance function in use.
+    pub fn distance(&self) -> &Distance {
+        &self.dist
+    }
+
+    /// A read view (holds a shared lock; do not hold it across an insert
+    /// from the same thread that may need to grow the index).
+    pub fn view(&self) -> IndexView<'_> {
+        IndexView {
+            store: self.store.read(),
+            m: self.params.m,
+        }
+    }
+
+    /// Bytes of heap memory held by vectors and links (approximate).
+    pub fn memory_usage(&self) -> usize {
+        let s = self.store.read();
+        let cap = s.capacity();
+        let mut bytes = cap * (self.space.stride() + 8 + 1) + cap / 4;
+        if let Some(l) = &s.links {
+            bytes +=
+                l.level0.len() * 4 + cap * (std::mem::size_of::<OnceLock<Box<[AtomicU32]>>>() + 2);
+            bytes += l
+                .upper
+                .iter()
+                .filter_map(|u| u.get())
+                .map(|b| b.len() * 4)
+                .sum::<usize>();
+        }
+        bytes + self.keymap.lock().capacity() * 16
+    }
+
+    /// Makes room for `additional` more slots without growing later.
+    pub fn reserve(&self, additional: usize) -> Result<()> {
+        let want = self.slot_count().saturating_add(additional);
+        self.grow_to(want)
+    }
+
+    fn grow_to(&self, want: usize) -> Result<()> {
+        if want > MAX_SLOTS {
+            return Err(IndexError::Full(MAX_SLOTS));
+        }
+        let mut store = self.store.write();
+        if store.capacity() >= want {
+            return Ok(());
+        }
+        let cap = want.max(store.capacity() * 2).min(MAX_SLOTS);
+        *store = store.grown(cap, self.params.m0());
+        Ok(())
+    }
+
+    fn level_for(&self, slot: usize) -> usize {
+        // splitmix64 of (seed, slot) → uniform in (0, 1] → geometric level.
+        let mut z = self.params.seed ^ (slot as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^= z >> 31;
+        let u = ((z >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        let ml = 1.0 / (self.params.m as f64).ln();
+        ((-u.ln() * ml) as usize).min(MAX_LEVEL)
+    }
+
+    /// Claims a slot for `key` (and tombstones its previous slot when
+    /// `replace`), growing the index if needed.
+    fn insert(&self, key: u64, v: VectorRef<'_>, replace: bool) -> Result<()> {
+        let mut scratch = self.scratch.take();
+        let stride = self.space.stride();
+        let r = self
+            .space
+            .encode(v, scratch.query_buf(stride))
+            .and_then(|()| self.insert_encoded(key, &mut scratch, replace));
+        self.scratch.give(scratch);
+        r
+    }
+
+    fn insert_encoded(&self, key: u64, scratch: &mut Scratch, replace: bool) -> Result<()> {
+        loop {
+            let store = self.store.read();
+            let claimed = {
+                let mut keymap = self.keymap.lock();
+                let old = keymap.get(&key).copied();
+                if old.is_some() && !replace {
+                    return Err(IndexError::DuplicateKey(key));
+                }
+                let slot = store.used.load(Ordering::Acquire);
+                if slot >= store.capacity() {
+                    None
+                } else {
+                    store.used.store(slot + 1, Ordering::Release);
+                    keymap.insert(key, slot as u32);
+                    if let Some(old) = old {
+                        store.deleted.set(old as usize);
+                    } else {
+                        self.live.fetch_add(1, Ordering::AcqRel);
+                    }
+                    Some(slot)
+                }
+            };
+            let Some(slot) = claimed else {
+                let cap = store.capacity();
+                drop(store);
+                self.grow_to(cap + 1)?;
+                continue;
+            };
+            let q = scratch.take_query();
+            let qb = query_bytes(&q, self.space.stride());
+            store.keys[slot].store(key, Ordering::Release);
+            // SAFETY: `slot` was claimed above under the key-map lock by
+            // this thread alone and is not yet reachable by any reader.
+            unsafe { store.vectors.write(slot, qb) };
+            if let Some(links) = &store.links {
+                let g = Graph {
+                    store: &store,
+                    m: self.params.m,
+                };
+                self.link(&g, links, slot as u32, qb, scratch);
+            }
+            scratch.put_query(q);
+            store.ready.set(slot);
+            return Ok(());
+        }
+    }
+
+    fn link(&self, view: &Graph<'_>, links: &Links, slot: u32, q: &[u8], s: &mut Scratch) {
+        let m = self.params.m;
+        let level = self.level_for(slot as usize);
+        links.levels[slot as usize].store(level as u8, Ordering::Release);
+        if level > 0 {
+            let lists: Box<[AtomicU32]> = (0..level * (1 + m)).map(|_| AtomicU32::new(0)).collect();
+            let _ = links.upper[slot as usize].set(lists);
+        }
+        // Inserting above the current top takes the entry lock for the
+        // whole insert (rare: ~1/M of nodes reach level 1).
+        let mut entry_guard = None;
+        let entry = {
+            let e = *links.entry.read();
+            match e {
+                Some((_, top)) if level <= top => e,
+                _ => {
+                    let g = links.entry.write();
+                    let e = *g;
+                    entry_guard = Some(g);
+                    e
+                }
+            }
+        };
+        let Some((ep, top)) = entry else {
+            if let Some(mut g) = entry_guard {
+                *g = Some((slot, level));
+            }
+            return;
+        };
+        let dist = &self.dist;
+        let mut cur = Cand {
+            dist: dist.eval(q, view.vector(ep)),
+            slot: ep,
+        };
+        let mut neigh = std::mem::take(&mut s.neighbors);
+        for l in (level + 1..=top).rev() {
+            cur = graph::greedy(view, dist, q, cur, l, &mut neigh);
+        }
+        s.neighbors = neigh;
+        // Write all of the new node's own lists first and only then the
+        // reverse links: the node becomes reachable from the graph only
+        // once every one of its levels can be walked.
+        let mut eps = vec![cur];
+        let mut chosen: Vec<(usize, Vec<u32>)> = Vec::with_capacity(level.min(top) + 1);
+        for l in (0..=level.min(top)).rev() {
+            graph::search_layer(
+                view,
+                dist,
+                q,
+                &eps,
+                self.params.ef_construction,
+                l,
+                s,
+                |x| x != slot,
+            );
+            let mut cands = std::mem::take(&mut s.pool);
+            cands.clear();
+            cands.extend(s.results.drain());
+            cands.sort_unstable();
+            let mut selected = Vec::with_capacity(m);
+            graph::select_neighbors(view, dist, &cands, m, &mut selected);
+            if let Some(list) = links.list(l, slot, m) {
+                let _g = links.locks[slot as usize].lock();
+                write_list(list, &selected);
+            }
+            chosen.push((l, selected));
+            eps.clear();
+            eps.extend_from_slice(&cands);
+            s.pool = cands;
+        }
+        for (l, selected) in chosen {
+            let max = if l == 0 { self.params.m0() } else { m };
+            for n in selected {
+                self.add_link(view, links, n, slot, l, max, s);
+            }
+        }
+        if let Some(mut g) = entry_guard {
+            if level > top {
+                *g = Some((slot, level));
+            }
+        }
+    }
+
+    /// Adds `new` to `node`'s list at `level`, shrinking with the heuristic
+    /// when full.
+    #[allow(clippy::too_many_arguments)]
+    fn add_link(
+        &self,
+        view: &Graph<'_>,
+        links: &Links,
+        node: u32,
+        new: u32,
+        level: usize,
+        max: usize,
+        s: &mut Scratch,
+    ) {
+        let Some(list) = links.list(level, node, self.params.m) else {
+            return;
+        };
+        let _g = links.locks[node as usize].lock();
+        let mut cur = std::mem::take(&mut s.neighbors);
+        read_list(list, &mut cur);
+        if cur.contains(&new) {
+            s.neighbors = cur;
+            return;
+        }
+        if cur.len() < max {
+            let at = cur.len() + 1;
+            list[at].store(new, Ordering::Release);
+            list[0].store(at as u32, Ordering::Release);
+        } else {
+            let base = view.vector(node);
+            let mut cands: Vec<Cand> = cur
+                .iter()
+                .chain(std::iter::once(&new))
+                .map(|&x| Cand {
+                    dist: self.dist.eval(base, view.vector(x)),
+                    slot: x,
+                })
+                .collect();
+            cands.sort_unstable();
+            let mut keep = Vec::with_capacity(max);
+            graph::select_neighbors(view, &self.dist, &cands, max, &mut keep);
+            write_list(list, &keep);
+        }
+        s.neighbors = cur;
+    }
+
+    /// Adds many vectors using up to `threads` threads (all cores when 0).
+    /// Stops at the first error, which is returned; earlier rows stay added.
+    pub fn add_batch(&self, keys: &[u64], vectors: &[VectorRef<'_>], threads: usize) -> Result<()> {
+        if keys.len() != vectors.len() {
+            return Err(IndexError::InvalidParameter {
+                name: "keys",
+                value: keys.len().to_string(),
+                reason: "must have one key per vector",
+            });
+        }
+        self.reserve(keys.len())?;
+        let run = || {
+            keys.par_iter()
+                .zip(vectors.par_iter())
+                .try_for_each(|(&k, &v)| self.add(k, v))
+        };
+        if threads == 0 {
+            run()
+        } else {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|_| IndexError::InvalidParameter {
+                    name: "threads",
+                    value: threads.to_string(),
+                    reason: "could not start a thread pool",
+                })?
+                .install(run)
+        }
+    }
+
+    fn check_k(&self, k: usize) -> Result<()> {
+        let len = self.len();
+        if k == 0 {
+            return Err(IndexError::ZeroK(k));
+        }
+        if len == 0 {
+            return Err(IndexError::Empty);
+        }
+        if k > len {
+            return Err(IndexError::KTooLarge { k, len });
+        }
+        Ok(())
+    }
+}
+
+impl IndexRead for Index {
+    fn space(&self) -> Space {
+        self.space
+    }
+
+    fn len(&self) -> usize {
+        self.live.load(Ordering::Acquire)
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.keymap.lock().contains_key(&key)
+    }
+
+    fn slot_of(&self, key: u64) -> Option<u32> {
+        self.keymap.lock().get(&key).copied()
+    }
+
+    fn slot_count(&self) -> usize {
+        self.store.read().used.load(Ordering::Acquire)
+    }
+
+    fn get_raw(&self, key: u64) -> Option<Vec<u8>> {
+        let store = self.store.read();
+        let slot = *self.keymap.lock().get(&key)?;
+        if !store.ready.get(slot as usize) {
+            return None;
+        }
+        Some(store.vectors.get(slot as usize)[..self.space.vector_bytes()].to_vec())
+    }
+
+    fn search(
+        &self,
+        query: VectorRef<'_>,
+        k: usize,
+        opts: &SearchOptions<'_>,
+    ) -> Result<Vec<Neighbor>> {
+        self.check_k(k)?;
+        let mut s = self.scratch.take();
+        let stride = self.space.stride();
+        if let Err(e) = self.space.encode(query, s.query_buf(stride)) {
+            self.scratch.give(s);
+            return Err(e);
+        }
+        let q = s.take_query();
+        let qb = query_bytes(&q, stride);
+        let guard = self.store.read();
+        let view = Graph {
+            store: &guard,
+            m: self.params.m,
+        };
+        let slots = view.slot_count();
+        let result = match opts.filter {
+            Some(f) if f.len() < slots => Err(IndexError::FilterSize {
+                expected: slots,
+                got: f.len(),
+            }),
+            _ => {
+                let use_exact = self.kind == IndexKind::Flat
+                    || opts.exact
+                    || opts.filter.is_some_and(|f| {
+                        (f.count() as f64) <= self.params.exact_filter_ratio * slots as f64
+                    });
+                if use_exact {
+                    Ok(graph::exact(&view, &self.dist, qb, k, opts.filter, &mut s))
+                } else {
+                    let ef = opts.ef.unwrap_or_else(|| self.ef_search());
+                    Ok(graph::knn(
+                        &view,
+                        &self.dist,
+                        qb,
+                        k,
+                        ef,
+                        opts.filter,
+                        &mut s,
+                    ))
+                }
+            }
+        };
+        drop(guard);
+        s.put_query(q);
+        self.scratch.give(s);
+        result
+    }
+}
+
+impl IndexWrite for Index {
+    fn add(&self, key: u64, v: VectorRef<'_>) -> Result<()> {
+        self.insert(key, v, false)
+    }
+
+    fn upsert(&self, key: u64, v: VectorRef<'_>) -> Result<()> {
+        self.insert(key, v, true)
+    }
+
+    fn remove(&self, key: u64) -> bool {
+        let store = self.store.read();
+        let mut keymap = self.keymap.lock();
+        match keymap.remove(&key) {
+            Some(slot) => {
+                store.deleted.set(slot as usize);
+                self.live.fetch_sub(1, Ordering::AcqRel);
+                true
+            }
+            None => false,
+        }
+    }
+}

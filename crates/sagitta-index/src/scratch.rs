@@ -1,0 +1,100 @@
+//! Per-search scratch space, reused across queries so that the hot path
+//! does not allocate: a generation-tagged visited set, the two heaps of the
+//! beam search, a neighbour-list buffer and the encoded query.
+
+use crate::topk::Cand;
+use parking_lot::Mutex;
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+#[derive(Debug, Default)]
+pub(crate) struct Scratch {
+    visited: Vec<u16>,
+    generation: u16,
+    pub candidates: BinaryHeap<Reverse<Cand>>,
+    pub results: BinaryHeap<Cand>,
+    pub neighbors: Vec<u32>,
+    /// 8-byte aligned backing for the encoded query.
+    query: Vec<u64>,
+    pub pool: Vec<Cand>,
+}
+
+impl Scratch {
+    /// Starts a new search over `slots` slots: forgets visited marks in
+    /// O(1) (a new generation), clears the heaps, keeps their capacity.
+    pub fn reset(&mut self, slots: usize) {
+        if self.visited.len() < slots {
+            self.visited.resize(slots.next_power_of_two(), 0);
+        }
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            self.visited.fill(0);
+            self.generation = 1;
+        }
+        self.candidates.clear();
+        self.results.clear();
+    }
+
+    /// Marks `slot` visited; returns whether it was new.
+    #[inline]
+    pub fn visit(&mut self, slot: u32) -> bool {
+        let i = slot as usize;
+        if i >= self.visited.len() {
+            // Concurrent inserts can link slots claimed after `reset`.
+            self.visited.resize((i + 1).next_power_of_two(), 0);
+        }
+        let v = &mut self.visited[i];
+        if *v == self.generation {
+            false
+        } else {
+            *v = self.generation;
+            true
+        }
+    }
+
+    /// A zeroed, 8-byte aligned buffer of `len` bytes for the encoded query.
+    pub fn query_buf(&mut self, len: usize) -> &mut [u8] {
+        let words = len.div_ceil(8);
+        if self.query.len() < words {
+            self.query.resize(words, 0);
+        }
+        // SAFETY: the Vec<u64> holds at least `len` initialised bytes; u8
+        // has no alignment requirement and every bit pattern is valid.
+        unsafe { std::slice::from_raw_parts_mut(self.query.as_mut_ptr().cast::<u8>(), len) }
+    }
+
+    /// Takes the encoded query out of the scratch (so the rest of the
+    /// scratch can be borrowed mutably during the search).
+    pub fn take_query(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.query)
+    }
+
+    pub fn put_query(&mut self, q: Vec<u64>) {
+        self.query = q;
+    }
+}
+
+/// Views the first `len` bytes of an 8-byte aligned query buffer.
+pub(crate) fn query_bytes(q: &[u64], len: usize) -> &[u8] {
+    // SAFETY: `q` holds at least `len` bytes (it was sized by `query_buf`).
+    unsafe { std::slice::from_raw_parts(q.as_ptr().cast::<u8>(), len.min(q.len() * 8)) }
+}
+
+/// A pool of scratches, one taken per concurrent search.
+#[derive(Debug, Default)]
+pub(crate) struct ScratchPool {
+    free: Mutex<Vec<Scratch>>,
+}
+
+impl ScratchPool {
+    pub fn take(&self) -> Scratch {
+        self.free.lock().pop().unwrap_or_default()
+    }
+
+    pub fn give(&self, s: Scratch) {
+        let mut free = self.free.lock();
+        if free.len() < 256 {
+            free.push(s);
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! [`Space`]: dimensions, metric and storage type, and the one place where
+//! user vectors are validated and encoded into storage bytes.
+
+use crate::{IndexError, Result};
+use sagitta_kernels::{f16, nphd_encode, DType, Distance, Metric};
+
+/// Alignment of every stored vector (bytes). The stride is a multiple of it.
+pub const VECTOR_ALIGN: usize = 16;
+
+/// A vector as the user hands it over.
+#[derive(Debug, Clone, Copy)]
+pub enum VectorRef<'a> {
+    /// Float components, for f32 / f16 / i8 indexes.
+    F32(&'a [f32]),
+    /// Packed bits for a Hamming index (`ceil(dims / 8)` bytes), or a code
+    /// of 1..=dims/8 bytes for an NPHD index.
+    Bytes(&'a [u8]),
+}
+
+/// Shape and semantics of the vectors an index holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Space {
+    /// Components per vector (bits for binary indexes; the longest code in
+    /// bits for NPHD).
+    pub dims: usize,
+    /// Distance metric.
+    pub metric: Metric,
+    /// Storage type.
+    pub dtype: DType,
+}
+
+impl Space {
+    /// Validates the combination.
+    pub fn new(dims: usize, metric: Metric, dtype: DType) -> Result<Self> {
+        if dims == 0 || dims > 65_536 {
+            return Err(IndexError::InvalidParameter {
+                name: "dims",
+                value: dims.to_string(),
+                reason: "must be in 1..=65536",
+            });
+        }
+        if dtype == DType::B1 && dims % 8 != 0 {
+            return Err(IndexError::InvalidParameter {
+                name: "dims",
+                value: dims.to_string(),
+                reason: "binary vectors need a multiple of 8 bits",
+            });
+        }
+        if metric == Metric::Nphd && dims > 256 {
+            return Err(IndexError::InvalidParameter {
+                name: "dims",
+                value: dims.to_string(),
+                reason: "NPHD codes are at most 256 bits",
+            });
+        }
+        let space = Space {
+            dims,
+            metric,
+            dtype,
+        };
+        space.distance()?;
+        Ok(space)
+    }
+
+    /// Whether stored float vectors are normalised at insert (cosine over
+    /// f32 / f16): they then compare with a plain dot product, and `get`
+    /// returns the unit-length vector.
+    pub fn normalizes(&self) -> bool {
+        self.metric == Metric::Cos && matches!(self.dtype, DType::F32 | DType::F16)
+    }
+
+    /// The distance function for this space.
+    pub fn distance(&self) -> Result<Distance> {
+        Ok(Distance::new(self.metric, self.dtype, self.normalizes())?)
+    }
+
+    /// Meaningful bytes per vector.
+    pub fn vector_bytes(&self) -> usize {
+        self.dtype.bytes_per_vector(self.dims, self.metric)
+    }
+
+    /// Bytes between consecutive vectors in storage (aligned).
+    pub fn stride(&self) -> usize {
+        self.vector_bytes().next_multiple_of(VECTOR_ALIGN)
+    }
+
+    /// Validates `v` and writes its stored form into `out`
+    /// (`out.len() == self.stride()`, padding zeroed).
+    pub fn encode(&self, v: VectorRef<'_>, out: &mut [u8]) -> Result<()> {
+        out.fill(0);
+        match (v, self.dtype) {
+            (VectorRef::F32(x), DType::F32 | DType::F16 | DType::I8) => self.encode_floats(x, out),
+            (VectorRef::Bytes(b), DType::B1) => {
+                if self.metric == Metric::Nphd {
+                    nphd_encode(b, self.dims / 8, &mut out[..self.vector_bytes()])?;
+                } else {
+                    if b.len() != self.vector_bytes() {
+                        return Err(IndexError::Dimensions {
+                            expected: self.dims,
+                            got: b.len() * 8,
+                        });
+                    }
+                    out[..b.len()].copy_from_slice(b);
+                }
+                Ok(())
+            }
+            (VectorRef::F32(_), DType::B1) => Err(IndexError::WrongInputKind {
+                expected: "packed-bit bytes",
+                dtype: self.dtype,
+            }),
+            (VectorRef::Bytes(_), _) => Err(IndexError::WrongInputKind {
+                expected: "float",
+                dtype: self.dtype,
+            }),
+        }
+    }
+
+    fn encode_floats(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
+        if x.len() != self.dims {
+            return Err(IndexError::Dimensions {
+                expected: self.dims,
+                got: x.len(),
+            });
+        }
+        if let Some((index, &value)) = x.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(IndexError::NotFinite { index, value });
+        }
+        let scale = if self.metric == Metric::Cos {
+            let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
+            if norm > 0.0 {
+                1.0 / norm
+            } else {
+                1.0
+            }
+        } else {
+            1.0
+        };
+        match self.dtype {
+            DType::F32 => {
+                let scale = if self.normalizes() { scale } else { 1.0 };
+                for (o, v) in out.chunks_exact_mut(4).zip(x) {
+                    o.copy_from_slice(&(v * scale).to_ne_bytes());
+                }
+            }
+            DType::F16 => {
+                for (o, v) in out.chunks_exact_mut(2).zip(x) {
+                    o.copy_from_slice(&f16::from_f32(v * scale).to_ne_bytes());
+                }
+            }
+            DType::I8 => {
+                for (i, (o, v)) in out.iter_mut().zip(x).enumerate() {
+                    let q = if self.metric == Metric::Cos {
+                        // Cosine is scale invariant: map the unit vector onto
+                        // [-127, 127].
+                        (v * scale * 127.0).round()
+                    } else {
+                        if v.fract() != 0.0 || *v < -128.0 || *v > 127.0 {
+                            return Err(IndexError::OutOfRange {
+                                index: i,
+                                value: *v,
+                                metric: if self.metric == Metric::L2 {
+                                    "l2"
+                                } else {
+                                    "ip"
+                                },
+                            });
+                        }
+                        *v
+                    };
+                    *o = (q as i8) as u8;
+                }
+            }
+            DType::B1 => {
+                return Err(IndexError::WrongInputKind {
+                    expected: "packed-bit bytes",
+                    dtype: self.dtype,
+                })
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes stored bytes back into floats (float dtypes) for `get`.
+    pub fn decode_floats(&self, stored: &[u8]) -> Option<Vec<f32>> {
+        match self.dtype {
+            DType::F32 => Some(
+                stored[..self.vector_bytes()]
+                    .chunks_exact(4)
+                    .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            ),
+            DType::F16 => Some(
+                stored[..self.vector_bytes()]
+                    .chunks_exact(2)
+                    .map(|b| f16::from_ne_bytes([b[0], b[1]]).to_f32())
+                    .collect(),
+            ),
+            DType::I8 => Some(
+                stored[..self.dims]
+                    .iter()
+                    .map(|&b| f32::from(b as i8))
+                    .collect(),
+            ),
+            DType::B1 => None,
+        }
+    }
+}

@@ -1,0 +1,427 @@
+//! One conformance suite, run against every index kind and several
+//! metric / dtype pairs: results are checked against the Flat oracle (or
+//! against brute force computed here), and every bad input gets its typed
+//! error.
+
+use sagitta_index::{
+    Bitset, DType, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexWrite, Metric,
+    SearchOptions, Space, VectorRef,
+};
+use std::sync::Arc;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn data(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
+    let mut r = Rng(seed | 1);
+    // Clustered data: more like real embeddings than uniform noise.
+    let centers: Vec<Vec<f32>> = (0..16)
+        .map(|_| (0..dims).map(|_| r.f32()).collect())
+        .collect();
+    (0..n)
+        .map(|i| centers[i % 16].iter().map(|c| c + 0.35 * r.f32()).collect())
+        .collect()
+}
+
+fn build(kind: IndexKind, space: Space, rows: &[Vec<f32>]) -> Index {
+    let idx = Index::new(space, kind, HnswParams::default()).unwrap();
+    let keys: Vec<u64> = (0..rows.len() as u64).map(|k| k * 7 + 3).collect();
+    let vecs: Vec<VectorRef<'_>> = rows.iter().map(|r| VectorRef::F32(r)).collect();
+    idx.add_batch(&keys, &vecs, 0).unwrap();
+    idx
+}
+
+fn recall(oracle: &[Vec<u64>], got: &[Vec<u64>]) -> f64 {
+    let mut hit = 0;
+    let mut total = 0;
+    for (o, g) in oracle.iter().zip(got) {
+        total += o.len();
+        hit += g.iter().filter(|k| o.contains(k)).count();
+    }
+    hit as f64 / total as f64
+}
+
+fn keys_of(idx: &Index, qs: &[Vec<f32>], k: usize, opts: &SearchOptions<'_>) -> Vec<Vec<u64>> {
+    qs.iter()
+        .map(|q| {
+            idx.search(VectorRef::F32(q), k, opts)
+                .unwrap()
+                .iter()
+                .map(|n| n.key)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn flat_matches_brute_force_exactly() {
+    let space = Space::new(24, Metric::L2, DType::F32).unwrap();
+    let rows = data(500, 24, 1);
+    let flat = build(IndexKind::Flat, space, &rows);
+    for q in data(20, 24, 99) {
+        let mut want: Vec<(f32, u64)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                (
+                    r.iter()
+                        .zip(&q)
+                        .map(|(a, b)| (a - b) * (a - b))
+                        .sum::<f32>(),
+                    i as u64 * 7 + 3,
+                )
+            })
+            .collect();
+        want.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let got = flat
+            .search(VectorRef::F32(&q), 10, &SearchOptions::default())
+            .unwrap();
+        let got_keys: Vec<u64> = got.iter().map(|n| n.key).collect();
+        let want_keys: Vec<u64> = want[..10].iter().map(|w| w.1).collect();
+        assert_eq!(got_keys, want_keys);
+        for (g, w) in got.iter().zip(&want) {
+            assert!((g.distance - w.0).abs() < 1e-3 * w.0.max(1.0));
+        }
+    }
+}
+
+#[test]
+fn hnsw_recall_against_flat_for_each_metric_and_dtype() {
+    for (metric, dtype) in [
+        (Metric::Cos, DType::F32),
+        (Metric::L2, DType::F32),
+        (Metric::Ip, DType::F32),
+        (Metric::Cos, DType::F16),
+        (Metric::Cos, DType::I8),
+    ] {
+        let space = Space::new(32, metric, dtype).unwrap();
+        let rows = data(3000, 32, 2);
+        let qs = data(100, 32, 3);
+        let flat = build(IndexKind::Flat, space, &rows);
+        let hnsw = build(IndexKind::Hnsw, space, &rows);
+        let opts = SearchOptions {
+            ef: Some(128),
+            ..Default::default()
+        };
+        let r = recall(
+            &keys_of(&flat, &qs, 10, &opts),
+            &keys_of(&hnsw, &qs, 10, &opts),
+        );
+        assert!(r >= 0.95, "{metric:?}/{dtype:?}: recall {r}");
+    }
+}
+
+#[test]
+fn hamming_hnsw_recall_against_flat() {
+    let space = Space::new(128, Metric::Hamming, DType::B1).unwrap();
+    let rows = data(3000, 128, 4);
+    let bits = |v: &[f32]| -> Vec<u8> {
+        v.chunks(8)
+            .map(|c| {
+                c.iter()
+                    .enumerate()
+                    .fold(0u8, |b, (i, x)| b | (u8::from(*x > 0.0) << i))
+            })
+            .collect()
+    };
+    let codes: Vec<Vec<u8>> = rows.iter().map(|r| bits(r)).collect();
+    let keys: Vec<u64> = (0..codes.len() as u64).collect();
+    let vecs: Vec<VectorRef<'_>> = codes.iter().map(|c| VectorRef::Bytes(c)).collect();
+    let flat = Index::flat(space).unwrap();
+    let hnsw = Index::hnsw(space, HnswParams::default()).unwrap();
+    flat.add_batch(&keys, &vecs, 0).unwrap();
+    hnsw.add_batch(&keys, &vecs, 0).unwrap();
+    let mut hit = 0.0;
+    let qs: Vec<Vec<u8>> = data(100, 128, 5).iter().map(|r| bits(r)).collect();
+    for q in &qs {
+        // Hamming distances tie a lot: compare by distance of the k-th hit.
+        let o = flat
+            .search(VectorRef::Bytes(q), 10, &SearchOptions::default())
+            .unwrap();
+        let h = hnsw
+            .search(
+                VectorRef::Bytes(q),
+                10,
+                &SearchOptions {
+                    ef: Some(128),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        let kth = o[9].distance;
+        hit += h.iter().filter(|n| n.distance <= kth).count() as f64 / 10.0;
+    }
+    assert!(
+        hit / qs.len() as f64 >= 0.95,
+        "hamming recall {}",
+        hit / qs.len() as f64
+    );
+}
+
+#[test]
+fn nphd_accepts_variable_length_codes() {
+    let space = Space::new(256, Metric::Nphd, DType::B1).unwrap();
+    let idx = Index::hnsw(space, HnswParams::default()).unwrap();
+    idx.add(1, VectorRef::Bytes(&[0xFF; 8])).unwrap();
+    idx.add(2, VectorRef::Bytes(&[0xFF; 32])).unwrap();
+    idx.add(3, VectorRef::Bytes(&[0x00; 16])).unwrap();
+    let r = idx
+        .search(VectorRef::Bytes(&[0xFF; 16]), 3, &SearchOptions::default())
+        .unwrap();
+    // 8-byte prefix of key 1 equals the query's first 8 bytes; key 2's
+    // 16-byte common prefix equals too; key 3 differs in every bit.
+    assert_eq!(r[0].distance, 0.0);
+    assert_eq!(r[1].distance, 0.0);
+    assert_eq!(r[2].key, 3);
+    assert_eq!(r[2].distance, 1.0);
+    assert!(matches!(
+        idx.add(4, VectorRef::Bytes(&[0; 33])),
+        Err(IndexError::Kernel(_))
+    ));
+    assert!(matches!(
+        idx.add(4, VectorRef::Bytes(&[])),
+        Err(IndexError::Kernel(_))
+    ));
+}
+
+#[test]
+fn filtered_search_recall_at_low_and_high_selectivity() {
+    let space = Space::new(32, Metric::Cos, DType::F32).unwrap();
+    let rows = data(5000, 32, 6);
+    let qs = data(50, 32, 7);
+    let hnsw = build(IndexKind::Hnsw, space, &rows);
+    let flat = build(IndexKind::Flat, space, &rows);
+    for every in [100, 10, 2] {
+        let mut r = Rng(11);
+        let keys: Vec<u64> = (0..rows.len() as u64)
+            .map(|i| i * 7 + 3)
+            .filter(|_| r.next() % every == 0)
+            .collect();
+        let (fh, ff) = (hnsw.filter_for_keys(&keys), flat.filter_for_keys(&keys));
+        assert_eq!(fh.count(), keys.len());
+        let got = keys_of(
+            &hnsw,
+            &qs,
+            10,
+            &SearchOptions {
+                ef: Some(128),
+                filter: Some(&fh),
+                exact: false,
+            },
+        );
+        let want = keys_of(
+            &flat,
+            &qs,
+            10,
+            &SearchOptions {
+                filter: Some(&ff),
+                ..Default::default()
+            },
+        );
+        for g in &got {
+            assert_eq!(g.len(), 10);
+            assert!(
+                g.iter().all(|k| keys.binary_search(k).is_ok()),
+                "a result outside the filter"
+            );
+        }
+        let rc = recall(&want, &got);
+        assert!(rc >= 0.95, "1/{every} selectivity: recall {rc}");
+    }
+}
+
+#[test]
+fn deletes_upserts_and_duplicates() {
+    let space = Space::new(8, Metric::L2, DType::F32).unwrap();
+    for kind in [IndexKind::Flat, IndexKind::Hnsw] {
+        let idx = Index::new(space, kind, HnswParams::default()).unwrap();
+        for k in 0..200u64 {
+            idx.add(k, VectorRef::F32(&[k as f32; 8])).unwrap();
+        }
+        assert_eq!(
+            idx.add(5, VectorRef::F32(&[0.0; 8])),
+            Err(IndexError::DuplicateKey(5))
+        );
+        assert!(idx.remove(10));
+        assert!(!idx.remove(10));
+        assert!(!idx.contains(10));
+        assert_eq!(idx.len(), 199);
+        let r = idx
+            .search(VectorRef::F32(&[10.0; 8]), 3, &SearchOptions::default())
+            .unwrap();
+        assert!(
+            r.iter().all(|n| n.key != 10),
+            "{kind:?}: deleted key returned"
+        );
+        // Upsert moves key 20 next to 100.
+        idx.upsert(20, VectorRef::F32(&[100.25; 8])).unwrap();
+        assert_eq!(idx.len(), 199);
+        assert_eq!(idx.get(20), Some(vec![100.25; 8]));
+        let r = idx
+            .search(VectorRef::F32(&[100.2; 8]), 1, &SearchOptions::default())
+            .unwrap();
+        assert_eq!(r[0].key, 20);
+        let r = idx
+            .search(VectorRef::F32(&[20.0; 8]), 1, &SearchOptions::default())
+            .unwrap();
+        assert_ne!(r[0].key, 20, "{kind:?}: the replaced vector is still found");
+        assert_eq!(idx.get(10), None);
+    }
+}
+
+#[test]
+fn many_tombstones_still_return_k() {
+    let space = Space::new(16, Metric::Cos, DType::F32).unwrap();
+    let rows = data(2000, 16, 8);
+    let idx = build(IndexKind::Hnsw, space, &rows);
+    // Delete the 90% of points nearest to the query's cluster.
+    for i in 0..rows.len() {
+        if i % 16 != 0 || i % 10 != 0 {
+            idx.remove(i as u64 * 7 + 3);
+        }
+    }
+    let r = idx
+        .search(VectorRef::F32(&rows[0]), 10, &SearchOptions::default())
+        .unwrap();
+    assert_eq!(r.len(), 10);
+    assert!(r.iter().all(|n| idx.contains(n.key)));
+}
+
+#[test]
+fn bad_inputs_get_typed_errors() {
+    let space = Space::new(4, Metric::L2, DType::F32).unwrap();
+    let idx = Index::hnsw(space, HnswParams::default()).unwrap();
+    let o = SearchOptions::default();
+    assert_eq!(
+        idx.search(VectorRef::F32(&[0.0; 4]), 1, &o),
+        Err(IndexError::Empty)
+    );
+    assert_eq!(
+        idx.add(1, VectorRef::F32(&[0.0; 3])),
+        Err(IndexError::Dimensions {
+            expected: 4,
+            got: 3
+        })
+    );
+    assert!(matches!(
+        idx.add(1, VectorRef::F32(&[0.0, f32::NAN, 0.0, 0.0])),
+        Err(IndexError::NotFinite { index: 1, .. })
+    ));
+    assert!(matches!(
+        idx.add(1, VectorRef::F32(&[0.0, 0.0, f32::INFINITY, 0.0])),
+        Err(IndexError::NotFinite { index: 2, .. })
+    ));
+    assert!(matches!(
+        idx.add(1, VectorRef::Bytes(&[0; 16])),
+        Err(IndexError::WrongInputKind { .. })
+    ));
+    idx.add(1, VectorRef::F32(&[0.0; 4])).unwrap();
+    assert_eq!(
+        idx.search(VectorRef::F32(&[0.0; 4]), 0, &o),
+        Err(IndexError::ZeroK(0))
+    );
+    assert_eq!(
+        idx.search(VectorRef::F32(&[0.0; 4]), 2, &o),
+        Err(IndexError::KTooLarge { k: 2, len: 1 })
+    );
+    assert!(matches!(
+        idx.search(VectorRef::F32(&[0.0; 5]), 1, &o),
+        Err(IndexError::Dimensions {
+            expected: 4,
+            got: 5
+        })
+    ));
+    assert!(Space::new(0, Metric::L2, DType::F32).is_err());
+    assert!(Space::new(12, Metric::Hamming, DType::B1).is_err());
+    assert!(Space::new(8, Metric::Hamming, DType::F32).is_err());
+    assert!(Index::hnsw(
+        space,
+        HnswParams {
+            m: 1,
+            ..Default::default()
+        }
+    )
+    .is_err());
+    assert!(idx.set_ef_search(0).is_err());
+    let i8space = Space::new(2, Metric::L2, DType::I8).unwrap();
+    let i8idx = Index::flat(i8space).unwrap();
+    assert!(matches!(
+        i8idx.add(1, VectorRef::F32(&[1.5, 0.0])),
+        Err(IndexError::OutOfRange { .. })
+    ));
+    assert!(matches!(
+        i8idx.add(1, VectorRef::F32(&[200.0, 0.0])),
+        Err(IndexError::OutOfRange { .. })
+    ));
+    i8idx.add(1, VectorRef::F32(&[-128.0, 127.0])).unwrap();
+    assert_eq!(i8idx.get(1), Some(vec![-128.0, 127.0]));
+}
+
+#[test]
+fn concurrent_inserts_and_searches() {
+    let space = Space::new(16, Metric::L2, DType::F32).unwrap();
+    let rows = Arc::new(data(8000, 16, 9));
+    let idx = Arc::new(Index::hnsw(space, HnswParams::default()).unwrap());
+    // Seed one vector so concurrent searches never see an empty index.
+    idx.add(u64::MAX, VectorRef::F32(&rows[0])).unwrap();
+    let writers: Vec<_> = (0..4)
+        .map(|t| {
+            let (idx, rows) = (idx.clone(), rows.clone());
+            std::thread::spawn(move || {
+                for i in (t..rows.len()).step_by(4) {
+                    idx.add(i as u64, VectorRef::F32(&rows[i])).unwrap();
+                }
+            })
+        })
+        .collect();
+    let reader = {
+        let (idx, rows) = (idx.clone(), rows.clone());
+        std::thread::spawn(move || {
+            let mut done = 0;
+            while idx.len() < rows.len() + 1 {
+                let r = idx
+                    .search(
+                        VectorRef::F32(&rows[done % 100]),
+                        1,
+                        &SearchOptions::default(),
+                    )
+                    .unwrap();
+                assert_eq!(r.len(), 1, "after {done} searches, len {}", idx.len());
+                done += 1;
+            }
+            done
+        })
+    };
+    for w in writers {
+        w.join().unwrap();
+    }
+    assert!(reader.join().unwrap() > 0);
+    assert_eq!(idx.len(), rows.len() + 1);
+    // Every vector inserted concurrently is findable as its own nearest.
+    let found = (0..rows.len())
+        .filter(|&i| {
+            idx.search(
+                VectorRef::F32(&rows[i]),
+                1,
+                &SearchOptions {
+                    ef: Some(64),
+                    ..Default::default()
+                },
+            )
+            .unwrap()[0]
+                .distance
+                == 0.0
+        })
+        .count();
+    assert!(found as f64 >= 0.99 * rows.len() as f64, "found {found}");
+}
