@@ -18,7 +18,7 @@ use std::cmp::Reverse;
 /// Read access to a graph and its vectors.
 pub trait GraphView: Sync {
     /// Number of slots (live, deleted and unpublished).
-    fn slot_count(&self) -> usize;
+    fn slots(&self) -> usize;
     /// Stored bytes of a slot.
     fn vector(&self, slot: u32) -> &[u8];
     /// The user key of a slot.
@@ -69,7 +69,7 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
     s: &mut Scratch,
     accept: impl Fn(u32) -> bool,
 ) {
-    s.reset(g.slot_count());
+    s.reset(g.slots());
     for &ep in eps {
         if s.visit(ep.slot) {
             s.candidates.push(Reverse(ep));
@@ -162,7 +162,7 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
     };
     match filter {
         Some(f) => f.iter().for_each(|slot| push(slot as u32, s)),
-        None => (0..g.slot_count() as u32).for_each(|slot| push(slot, s)),
+        None => (0..g.slots() as u32).for_each(|slot| push(slot, s)),
     }
     drain(g, s, k)
 }

@@ -347,7 +347,7 @@ struct Graph<'a> {
 }
 
 impl GraphView for Graph<'_> {
-    fn slot_count(&self) -> usize {
+    fn slots(&self) -> usize {
         self.store
             .used
             .load(Ordering::Acquire)
@@ -395,7 +395,7 @@ pub struct IndexView<'a> {
 impl std::fmt::Debug for IndexView<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("IndexView")
-            .field("slots", &self.slot_count())
+            .field("slots", &self.slots())
             .finish()
     }
 }
@@ -424,8 +424,8 @@ impl IndexView<'_> {
 }
 
 impl GraphView for IndexView<'_> {
-    fn slot_count(&self) -> usize {
-        self.graph().slot_count()
+    fn slots(&self) -> usize {
+        self.graph().slots()
     }
     fn vector(&self, slot: u32) -> &[u8] {
         self.store.vectors.get(slot as usize)
@@ -875,7 +875,7 @@ impl IndexRead for Index {
             store: &guard,
             m: self.params.m,
         };
-        let slots = view.slot_count();
+        let slots = view.slots();
         let result = match opts.filter {
             Some(f) if f.len() < slots => Err(IndexError::FilterSize {
                 expected: slots,

@@ -1,1 +1,21 @@
-//! placeholder
+//! # sagitta-store
+//!
+//! Everything on disk. For now: the sealed, immutable, memory-mapped
+//! [`Segment`] file (see `docs/FORMAT.md` and the [`segment`] module docs),
+//! its durable writer, and a reader for `.npy` matrices used by the tools.
+//! Later: the collection directory, WAL, manifest, bloom filter.
+//!
+//! Depends on `sagitta-index` (the in-memory index it serialises and the
+//! [`sagitta_index::GraphView`] search it reuses) and `sagitta-kernels`.
+
+#[cfg(target_endian = "big")]
+compile_error!(
+    "sagitta-store maps little-endian files zero-copy and supports little-endian targets only"
+);
+
+mod error;
+pub mod npy;
+pub mod segment;
+
+pub use error::{Result, StoreError};
+pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};

@@ -1,0 +1,61 @@
+//! The one error type of `sagitta-store`.
+
+use sagitta_index::IndexError;
+use std::path::PathBuf;
+
+/// Everything a store operation can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Environment error: the operating system refused an I/O call.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done ("open", "write", "rename", ...).
+        op: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// Data error: a file is truncated or its bytes are inconsistent.
+    #[error("corrupt file {file}: at byte {offset}: {reason}")]
+    Corrupt {
+        /// The file.
+        file: PathBuf,
+        /// Byte offset where the problem was found.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Data error: the file was written by a format version this build
+    /// cannot read.
+    #[error(
+        "{file}: format version {found} is not readable by this build (reads {oldest}..={newest})"
+    )]
+    UnsupportedVersion {
+        /// The file.
+        file: PathBuf,
+        /// Version in the file.
+        found: u32,
+        /// Oldest version this build reads.
+        oldest: u32,
+        /// Newest version this build reads.
+        newest: u32,
+    },
+    /// User error from the index layer (bad query, bad k, ...).
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// Result alias for store operations.
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+pub(crate) fn io<'a>(
+    op: &'static str,
+    path: &'a std::path::Path,
+) -> impl FnOnce(std::io::Error) -> StoreError + 'a {
+    move |source| StoreError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}

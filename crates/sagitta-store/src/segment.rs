@@ -1,0 +1,926 @@
+//! Sealed segment files: one immutable file per segment, memory-mapped.
+//!
+//! ## Layout (format version 1, little-endian)
+//!
+//! | offset | size | field                                             |
+//! |-------:|-----:|---------------------------------------------------|
+//! | 0      | 8    | magic `b"SGTASEG\0"`                              |
+//! | 8      | 4    | format version (1)                                |
+//! | 12     | 4    | oldest format version whose reader can read this  |
+//! | 16     | 4    | dims                                              |
+//! | 20     | 1    | dtype (0 f32, 1 f16, 2 i8, 3 b1)                  |
+//! | 21     | 1    | metric (0 l2, 1 ip, 2 cos, 3 hamming, 4 nphd)     |
+//! | 22     | 1    | index kind (0 flat, 1 hnsw)                       |
+//! | 23     | 1    | reserved, 0                                       |
+//! | 24     | 8    | slot count *n*                                    |
+//! | 32     | 8    | live count                                        |
+//! | 40     | 4    | vector stride in bytes                            |
+//! | 44     | 4    | section count                                     |
+//! | 48     | 4    | HNSW M                                            |
+//! | 52     | 4    | HNSW M0 (level-0 links)                           |
+//! | 56     | 4    | entry slot (`u32::MAX` when none)                 |
+//! | 60     | 4    | top level                                         |
+//! | 64     | 4    | default ef_search                                 |
+//! | 68     | 4    | ef_construction                                   |
+//! | 72     | 48   | reserved, 0                                       |
+//! | 120    | 4    | CRC32C of the section table                       |
+//! | 124    | 4    | CRC32C of bytes 0..124                            |
+//!
+//! The section table follows at byte 128: one 32-byte entry per section,
+//! `kind: u32, reserved: u32, offset: u64, length: u64, crc32c: u32,
+//! reserved: u32`. Every section starts at a multiple of 64 bytes.
+//!
+//! | kind | section    | contents                                                     |
+//! |-----:|------------|--------------------------------------------------------------|
+//! | 1    | vectors    | *n* × stride bytes; slot *s* at `offset + s × stride`        |
+//! | 2    | slot keys  | *n* × u64: the key of each slot                              |
+//! | 3    | key index  | live × {key u64, slot u32, 0 u32}, sorted by key             |
+//! | 4    | tombstones | ceil(*n*/64) × u64 bitset; bit set = deleted                 |
+//! | 5    | level 0    | *n* × (1 + M0) × u32: `[count, neighbours…]` (HNSW only)     |
+//! | 6    | upper      | levels 1..=top in CSR form (HNSW only), see below            |
+//!
+//! Upper section: `top: u32, 0: u32`, then per level 1..=top a directory
+//! entry `{offset: u64 (from section start), nodes: u64}`; at each offset,
+//! `nodes` sorted u32 slots, `nodes + 1` u32 offsets into the adjacency,
+//! then the u32 adjacency.
+//!
+//! ## Open and verify
+//! [`Segment::open`] reads the header and table, checks magic, version,
+//! both CRCs, that every section lies inside the file with the length its
+//! counts imply, and the upper-level directory (O(levels)). Nothing that
+//! grows with the number of vectors runs at open. Section CRCs and
+//! structural invariants (neighbour ids in range, sorted key index) are
+//! checked by [`Segment::verify`]. Reads of unverified data are bounds
+//! checked, so a corrupt section gives wrong answers or errors, never a
+//! panic or undefined behaviour.
+
+use crate::error::{io, Result, StoreError};
+use memmap2::Mmap;
+use parking_lot::Mutex;
+use sagitta_index::search::{self, SearchScratch};
+use sagitta_index::{
+    Bitset, DType, GraphView, HnswParams, Index, IndexError, IndexKind, IndexRead, Metric,
+    Neighbor, SearchOptions, Space, VectorRef,
+};
+use sagitta_kernels::Distance;
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+/// File magic.
+pub const MAGIC: [u8; 8] = *b"SGTASEG\0";
+/// The format version this build writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The oldest format version this build reads.
+pub const OLDEST_SUPPORTED_VERSION: u32 = 1;
+/// Bytes in the fixed header.
+pub const HEADER_LEN: usize = 128;
+/// Bytes per section-table entry.
+pub const SECTION_ENTRY_LEN: usize = 32;
+const SECTION_ALIGN: u64 = 64;
+const NO_ENTRY: u32 = u32::MAX;
+
+/// Section kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum SectionKind {
+    /// Vectors at a fixed stride.
+    Vectors = 1,
+    /// Slot → key.
+    SlotKeys = 2,
+    /// Sorted key → slot records.
+    KeyIndex = 3,
+    /// Deleted-slot bitset.
+    Tombstones = 4,
+    /// Level-0 adjacency, fixed width.
+    Level0 = 5,
+    /// Upper levels, CSR.
+    Upper = 6,
+}
+
+/// The decoded fixed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentInfo {
+    /// Format version of the file.
+    pub version: u32,
+    /// Dimensions, metric, dtype.
+    pub space: Space,
+    /// Flat or HNSW.
+    pub kind: IndexKind,
+    /// Slots (live + deleted).
+    pub slots: u64,
+    /// Live vectors.
+    pub live: u64,
+    /// HNSW M / M0 (0 for Flat).
+    pub m: u32,
+    /// Level-0 links per node.
+    pub m0: u32,
+    /// Entry slot of the graph.
+    pub entry: Option<u32>,
+    /// Top level of the graph.
+    pub top_level: u32,
+    /// Default ef_search stored with the index.
+    pub ef_search: u32,
+    /// ef_construction used to build it.
+    pub ef_construction: u32,
+    /// File size in bytes.
+    pub file_len: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Section {
+    kind: u32,
+    offset: u64,
+    len: u64,
+    crc: u32,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    b.get(at..at + 4)
+        .map_or(0, |x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    b.get(at..at + 8).map_or(0, |x| {
+        u64::from_le_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]])
+    })
+}
+
+/// Reinterprets an 8-aligned byte slice as little-endian `T` words.
+fn words<T: Copy>(b: &[u8]) -> &[T] {
+    let size = std::mem::size_of::<T>();
+    if b.is_empty() || (b.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+        return &[];
+    }
+    // SAFETY: aligned (checked), in bounds (length rounded down), and T is
+    // a plain integer type valid for every bit pattern; the target is
+    // little-endian (enforced in lib.rs) like the file.
+    unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<T>(), b.len() / size) }
+}
+
+/// One upper level in CSR form.
+#[derive(Debug, Clone, Copy, Default)]
+struct UpperLevel {
+    nodes: (usize, usize),
+    offsets: (usize, usize),
+    adj: (usize, usize),
+}
+
+/// An open, memory-mapped segment.
+pub struct Segment {
+    path: PathBuf,
+    map: Mmap,
+    info: SegmentInfo,
+    sections: Vec<Section>,
+    dist: Distance,
+    stride: usize,
+    vectors: (usize, usize),
+    slot_keys: (usize, usize),
+    key_index: (usize, usize),
+    tombstones: (usize, usize),
+    level0: (usize, usize),
+    upper: Vec<UpperLevel>,
+    ef_search: std::sync::atomic::AtomicUsize,
+    scratch: Mutex<Vec<SearchScratch>>,
+}
+
+impl std::fmt::Debug for Segment {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segment")
+            .field("path", &self.path)
+            .field("info", &self.info)
+            .finish()
+    }
+}
+
+impl Segment {
+    fn corrupt(path: &Path, offset: u64, reason: impl Into<String>) -> StoreError {
+        StoreError::Corrupt {
+            file: path.to_path_buf(),
+            offset,
+            reason: reason.into(),
+        }
+    }
+
+    /// Writes `index` as a segment file at `path`, durably: the bytes go to
+    /// `path.tmp`, which is fsynced, renamed over `path`, and the directory
+    /// fsynced. Returns the header written.
+    pub fn write(index: &Index, path: &Path) -> Result<SegmentInfo> {
+        let tmp = tmp_path(path);
+        let r = write_file(index, &tmp);
+        if r.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        let info = r?;
+        std::fs::rename(&tmp, path).map_err(io("rename", path))?;
+        sync_dir(path)?;
+        Ok(info)
+    }
+
+    /// Maps and validates a segment. O(1) in the number of vectors.
+    pub fn open(path: &Path) -> Result<Segment> {
+        let file = File::open(path).map_err(io("open", path))?;
+        let file_len = file.metadata().map_err(io("stat", path))?.len();
+        if file_len < HEADER_LEN as u64 {
+            return Err(Self::corrupt(
+                path,
+                0,
+                format!("file of {file_len} bytes is shorter than the header"),
+            ));
+        }
+        // SAFETY: segment files are immutable once renamed into place;
+        // Sagitta never writes to them again. Another process truncating
+        // or rewriting the file would break that contract (as for every
+        // mmap-based store); all reads below are bounds checked against
+        // the length seen here.
+        let map = unsafe { Mmap::map(&file) }.map_err(io("mmap", path))?;
+        let h = &map[..HEADER_LEN];
+        if h[..8] != MAGIC {
+            return Err(Self::corrupt(
+                path,
+                0,
+                "bad magic: not a Sagitta segment file",
+            ));
+        }
+        let version = u32_at(h, 8);
+        let oldest_reader = u32_at(h, 12);
+        if !(OLDEST_SUPPORTED_VERSION..=FORMAT_VERSION).contains(&version)
+            || oldest_reader > FORMAT_VERSION
+        {
+            return Err(StoreError::UnsupportedVersion {
+                file: path.to_path_buf(),
+                found: version,
+                oldest: OLDEST_SUPPORTED_VERSION,
+                newest: FORMAT_VERSION,
+            });
+        }
+        if crc32c::crc32c(&h[..124]) != u32_at(h, 124) {
+            return Err(Self::corrupt(path, 124, "header checksum mismatch"));
+        }
+        let dims = u32_at(h, 16) as usize;
+        let dtype =
+            DType::from_u8(h[20]).ok_or_else(|| Self::corrupt(path, 20, "unknown dtype"))?;
+        let metric =
+            Metric::from_u8(h[21]).ok_or_else(|| Self::corrupt(path, 21, "unknown metric"))?;
+        let kind = match h[22] {
+            0 => IndexKind::Flat,
+            1 => IndexKind::Hnsw,
+            _ => return Err(Self::corrupt(path, 22, "unknown index kind")),
+        };
+        let space =
+            Space::new(dims, metric, dtype).map_err(|e| Self::corrupt(path, 16, e.to_string()))?;
+        let slots = u64_at(h, 24);
+        let live = u64_at(h, 32);
+        let stride = u32_at(h, 40) as usize;
+        let nsec = u32_at(h, 44) as usize;
+        let (m, m0) = (u32_at(h, 48), u32_at(h, 52));
+        let entry = u32_at(h, 56);
+        let top_level = u32_at(h, 60);
+        if stride != space.stride() {
+            return Err(Self::corrupt(
+                path,
+                40,
+                format!(
+                    "stride {stride} does not match the space ({})",
+                    space.stride()
+                ),
+            ));
+        }
+        if slots > sagitta_index::MAX_SLOTS as u64 || live > slots {
+            return Err(Self::corrupt(
+                path,
+                24,
+                format!("impossible counts: {slots} slots, {live} live"),
+            ));
+        }
+        if nsec > 64 {
+            return Err(Self::corrupt(path, 44, format!("{nsec} sections")));
+        }
+        let table_end = HEADER_LEN + nsec * SECTION_ENTRY_LEN;
+        let table = map.get(HEADER_LEN..table_end).ok_or_else(|| {
+            Self::corrupt(path, HEADER_LEN as u64, "section table past end of file")
+        })?;
+        if crc32c::crc32c(table) != u32_at(h, 120) {
+            return Err(Self::corrupt(
+                path,
+                HEADER_LEN as u64,
+                "section table checksum mismatch",
+            ));
+        }
+        let sections: Vec<Section> = table
+            .chunks_exact(SECTION_ENTRY_LEN)
+            .map(|e| Section {
+                kind: u32_at(e, 0),
+                offset: u64_at(e, 8),
+                len: u64_at(e, 16),
+                crc: u32_at(e, 24),
+            })
+            .collect();
+        for (i, s) in sections.iter().enumerate() {
+            let at = (HEADER_LEN + i * SECTION_ENTRY_LEN) as u64;
+            if s.offset % SECTION_ALIGN != 0
+                || s.offset.checked_add(s.len).is_none_or(|end| end > file_len)
+            {
+                return Err(Self::corrupt(
+                    path,
+                    at,
+                    format!("section {} lies outside the file or is misaligned", s.kind),
+                ));
+            }
+        }
+        let n = slots as usize;
+        let find = |kind: SectionKind, want: Option<u64>| -> Result<(usize, usize)> {
+            let s = sections
+                .iter()
+                .find(|s| s.kind == kind as u32)
+                .ok_or_else(|| {
+                    Self::corrupt(path, HEADER_LEN as u64, format!("missing section {kind:?}"))
+                })?;
+            if let Some(w) = want {
+                if s.len != w {
+                    return Err(Self::corrupt(
+                        path,
+                        s.offset,
+                        format!("section {kind:?} is {} bytes, expected {w}", s.len),
+                    ));
+                }
+            }
+            Ok((s.offset as usize, s.len as usize))
+        };
+        let vectors = find(SectionKind::Vectors, Some(slots * stride as u64))?;
+        let slot_keys = find(SectionKind::SlotKeys, Some(slots * 8))?;
+        let key_index = find(SectionKind::KeyIndex, Some(live * 16))?;
+        let tombstones = find(SectionKind::Tombstones, Some(slots.div_ceil(64) * 8))?;
+        let (mut level0, mut upper) = ((0, 0), Vec::new());
+        if kind == IndexKind::Hnsw {
+            if !(2..=512).contains(&m0) || m == 0 || m > m0 {
+                return Err(Self::corrupt(
+                    path,
+                    48,
+                    format!("bad link counts M={m} M0={m0}"),
+                ));
+            }
+            if n > 0 && entry as usize >= n {
+                return Err(Self::corrupt(
+                    path,
+                    56,
+                    format!("entry slot {entry} out of range"),
+                ));
+            }
+            if top_level as usize > sagitta_index::MAX_LEVEL {
+                return Err(Self::corrupt(path, 60, format!("top level {top_level}")));
+            }
+            level0 = find(SectionKind::Level0, Some(slots * (1 + u64::from(m0)) * 4))?;
+            let (uoff, ulen) = find(SectionKind::Upper, None)?;
+            upper = parse_upper(&map[uoff..uoff + ulen], uoff, top_level as usize)
+                .map_err(|(at, why)| Self::corrupt(path, at as u64, why))?;
+        }
+        let info = SegmentInfo {
+            version,
+            space,
+            kind,
+            slots,
+            live,
+            m,
+            m0,
+            entry: (kind == IndexKind::Hnsw && n > 0).then_some(entry),
+            top_level,
+            ef_search: u32_at(h, 64).max(1),
+            ef_construction: u32_at(h, 68),
+            file_len,
+        };
+        Ok(Segment {
+            path: path.to_path_buf(),
+            dist: space.distance().map_err(StoreError::Index)?,
+            stride,
+            vectors,
+            slot_keys,
+            key_index,
+            tombstones,
+            level0,
+            upper,
+            ef_search: std::sync::atomic::AtomicUsize::new(info.ef_search as usize),
+            scratch: Mutex::new(Vec::new()),
+            sections,
+            info,
+            map,
+        })
+    }
+
+    /// The decoded header.
+    pub fn info(&self) -> &SegmentInfo {
+        &self.info
+    }
+
+    /// The file this segment maps.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Sets the default search beam width for this open segment.
+    pub fn set_ef_search(&self, ef: usize) -> Result<()> {
+        if ef == 0 || ef > 1 << 16 {
+            return Err(IndexError::InvalidParameter {
+                name: "ef_search",
+                value: ef.to_string(),
+                reason: "must be in 1..=65536",
+            }
+            .into());
+        }
+        self.ef_search
+            .store(ef, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Checks every section checksum and the structural invariants that
+    /// `open` does not (O(file size)).
+    pub fn verify(&self) -> Result<()> {
+        for s in &self.sections {
+            let bytes = &self.map[s.offset as usize..(s.offset + s.len) as usize];
+            if crc32c::crc32c(bytes) != s.crc {
+                return Err(Self::corrupt(
+                    &self.path,
+                    s.offset,
+                    format!("section {} checksum mismatch", s.kind),
+                ));
+            }
+        }
+        let n = self.info.slots as usize;
+        let recs = self.key_records();
+        for (i, w) in recs.chunks_exact(2).enumerate() {
+            let slot = (w[1] & 0xFFFF_FFFF) as usize;
+            if slot >= n || (i > 0 && recs[2 * i - 2] >= w[0]) {
+                return Err(Self::corrupt(
+                    &self.path,
+                    (self.key_index.0 + i * 16) as u64,
+                    "key index unsorted or slot out of range",
+                ));
+            }
+        }
+        if self.info.kind == IndexKind::Hnsw {
+            let l0: &[u32] = words(self.bytes(self.level0));
+            for (slot, rec) in l0.chunks_exact(1 + self.info.m0 as usize).enumerate() {
+                if rec[0] > self.info.m0
+                    || rec[1..=rec[0] as usize].iter().any(|&x| x as usize >= n)
+                {
+                    return Err(Self::corrupt(
+                        &self.path,
+                        (self.level0.0 + slot * rec.len() * 4) as u64,
+                        "level-0 list out of range",
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn bytes(&self, (off, len): (usize, usize)) -> &[u8] {
+        self.map.get(off..off + len).unwrap_or(&[])
+    }
+
+    fn key_records(&self) -> &[u64] {
+        words(self.bytes(self.key_index))
+    }
+
+    fn with_scratch<R>(&self, f: impl FnOnce(&mut SearchScratch) -> R) -> R {
+        let mut s = self.scratch.lock().pop().unwrap_or_default();
+        let r = f(&mut s);
+        let mut pool = self.scratch.lock();
+        if pool.len() < 256 {
+            pool.push(s);
+        }
+        r
+    }
+}
+
+fn parse_upper(
+    b: &[u8],
+    base: usize,
+    top: usize,
+) -> std::result::Result<Vec<UpperLevel>, (usize, String)> {
+    if u32_at(b, 0) as usize != top || b.len() < 8 + top * 16 {
+        return Err((
+            base,
+            format!("upper section does not describe {top} levels"),
+        ));
+    }
+    let mut out = Vec::with_capacity(top);
+    for l in 0..top {
+        let off = u64_at(b, 8 + l * 16) as usize;
+        let nodes = u64_at(b, 16 + l * 16) as usize;
+        let need = nodes
+            .checked_mul(8)
+            .and_then(|x| x.checked_add(4))
+            .and_then(|x| x.checked_add(off));
+        match need {
+            Some(end) if off % 4 == 0 && end <= b.len() => {}
+            _ => {
+                return Err((
+                    base + 8 + l * 16,
+                    format!("upper level {} out of bounds", l + 1),
+                ))
+            }
+        }
+        let nodes_at = base + off;
+        let offsets_at = nodes_at + nodes * 4;
+        let adj_at = offsets_at + (nodes + 1) * 4;
+        let last = u32_at(b, off + nodes * 4 + nodes * 4) as usize;
+        if adj_at - base + last * 4 > b.len() {
+            return Err((
+                base + off,
+                format!("upper level {} adjacency out of bounds", l + 1),
+            ));
+        }
+        out.push(UpperLevel {
+            nodes: (nodes_at, nodes * 4),
+            offsets: (offsets_at, (nodes + 1) * 4),
+            adj: (adj_at, last * 4),
+        });
+    }
+    Ok(out)
+}
+
+impl GraphView for Segment {
+    fn slots(&self) -> usize {
+        self.info.slots as usize
+    }
+
+    #[inline]
+    fn vector(&self, slot: u32) -> &[u8] {
+        let at = self.vectors.0 + slot as usize * self.stride;
+        // Slots reaching here are < slot_count (neighbour ids are filtered,
+        // the entry is checked at open), so this is in bounds; the fallback
+        // to slot 0 keeps a logic error from becoming a panic.
+        self.map
+            .get(at..at + self.stride)
+            .unwrap_or_else(|| &self.map[self.vectors.0..self.vectors.0 + self.stride])
+    }
+
+    fn key(&self, slot: u32) -> u64 {
+        words::<u64>(self.bytes(self.slot_keys))
+            .get(slot as usize)
+            .copied()
+            .unwrap_or(u64::MAX)
+    }
+
+    #[inline]
+    fn is_live(&self, slot: u32) -> bool {
+        let s = slot as usize;
+        s < self.info.slots as usize
+            && words::<u64>(self.bytes(self.tombstones))
+                .get(s / 64)
+                .is_some_and(|w| w & (1 << (s % 64)) == 0)
+    }
+
+    fn entry_point(&self) -> Option<(u32, usize)> {
+        self.info.entry.map(|e| (e, self.info.top_level as usize))
+    }
+
+    #[inline]
+    fn neighbors(&self, level: usize, slot: u32, out: &mut Vec<u32>) {
+        out.clear();
+        let n = self.info.slots as u32;
+        if level == 0 {
+            let w = 1 + self.info.m0 as usize;
+            let l0: &[u32] = words(self.bytes(self.level0));
+            if let Some(rec) = l0.get(slot as usize * w..slot as usize * w + w) {
+                let c = (rec[0] as usize).min(w - 1);
+                out.extend(rec[1..=c].iter().copied().filter(|&x| x < n));
+            }
+            return;
+        }
+        let Some(u) = self.upper.get(level - 1) else {
+            return;
+        };
+        let nodes: &[u32] = words(self.bytes(u.nodes));
+        let offsets: &[u32] = words(self.bytes(u.offsets));
+        let adj: &[u32] = words(self.bytes(u.adj));
+        if let Ok(i) = nodes.binary_search(&slot) {
+            let (a, b) = (
+                offsets.get(i).copied().unwrap_or(0) as usize,
+                offsets.get(i + 1).copied().unwrap_or(0) as usize,
+            );
+            if let Some(list) = adj.get(a..b) {
+                out.extend(list.iter().copied().filter(|&x| x < n));
+            }
+        }
+    }
+}
+
+impl IndexRead for Segment {
+    fn space(&self) -> Space {
+        self.info.space
+    }
+
+    fn len(&self) -> usize {
+        self.info.live as usize
+    }
+
+    fn contains(&self, key: u64) -> bool {
+        self.slot_of(key).is_some()
+    }
+
+    fn slot_of(&self, key: u64) -> Option<u32> {
+        let recs = self.key_records();
+        let (mut lo, mut hi) = (0usize, recs.len() / 2);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match recs[2 * mid].cmp(&key) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => {
+                    let slot = (recs[2 * mid + 1] & 0xFFFF_FFFF) as u32;
+                    return self.is_live(slot).then_some(slot);
+                }
+            }
+        }
+        None
+    }
+
+    fn slot_count(&self) -> usize {
+        self.info.slots as usize
+    }
+
+    fn get_raw(&self, key: u64) -> Option<Vec<u8>> {
+        let slot = self.slot_of(key)?;
+        Some(self.vector(slot)[..self.info.space.vector_bytes()].to_vec())
+    }
+
+    fn search(
+        &self,
+        query: VectorRef<'_>,
+        k: usize,
+        opts: &SearchOptions<'_>,
+    ) -> Result<Vec<Neighbor>, IndexError> {
+        let len = self.len();
+        if k == 0 {
+            return Err(IndexError::ZeroK(k));
+        }
+        if len == 0 {
+            return Err(IndexError::Empty);
+        }
+        if k > len {
+            return Err(IndexError::KTooLarge { k, len });
+        }
+        let slots = self.info.slots as usize;
+        if let Some(f) = opts.filter {
+            if f.len() != slots {
+                return Err(IndexError::FilterSize {
+                    expected: slots,
+                    got: f.len(),
+                });
+            }
+        }
+        let exact = self.info.kind == IndexKind::Flat
+            || opts.exact
+            || opts.filter.is_some_and(|f| {
+                (f.count() as f64) <= HnswParams::default().exact_filter_ratio * slots as f64
+            });
+        let space = self.info.space;
+        self.with_scratch(|s| {
+            s.with_query(&space, query, |q, s| {
+                if exact {
+                    search::exact(self, &self.dist, q, k, opts.filter, s)
+                } else {
+                    let ef = opts.ef.unwrap_or_else(|| {
+                        self.ef_search.load(std::sync::atomic::Ordering::Relaxed)
+                    });
+                    search::knn(self, &self.dist, q, k, ef, opts.filter, s)
+                }
+            })
+        })
+    }
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_default();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+fn sync_dir(path: &Path) -> Result<()> {
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io("fsync dir", dir))
+}
+
+/// Streams sections into a file, tracking offset and CRC of each.
+struct SectionWriter<'a> {
+    out: BufWriter<File>,
+    pos: u64,
+    path: &'a Path,
+    sections: Vec<Section>,
+    cur: Option<(u32, u64, u32)>,
+}
+
+impl SectionWriter<'_> {
+    fn raw(&mut self, b: &[u8]) -> Result<()> {
+        self.out.write_all(b).map_err(io("write", self.path))?;
+        self.pos += b.len() as u64;
+        Ok(())
+    }
+
+    fn begin(&mut self, kind: SectionKind) -> Result<()> {
+        let pad = self.pos.next_multiple_of(SECTION_ALIGN) - self.pos;
+        self.raw(&vec![0u8; pad as usize])?;
+        self.cur = Some((kind as u32, self.pos, 0));
+        Ok(())
+    }
+
+    fn put(&mut self, b: &[u8]) -> Result<()> {
+        if let Some((_, _, crc)) = self.cur.as_mut() {
+            *crc = crc32c::crc32c_append(*crc, b);
+        }
+        self.raw(b)
+    }
+
+    fn end(&mut self) {
+        if let Some((kind, offset, crc)) = self.cur.take() {
+            self.sections.push(Section {
+                kind,
+                offset,
+                len: self.pos - offset,
+                crc,
+            });
+        }
+    }
+}
+
+fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
+    let view = index.view();
+    let space = index.space();
+    let n = view.slots();
+    let params = index.params();
+    let hnsw = index.kind() == IndexKind::Hnsw;
+    let nsec = if hnsw { 6 } else { 4 };
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(tmp)
+        .map_err(io("create", tmp))?;
+    let mut w = SectionWriter {
+        out: BufWriter::with_capacity(1 << 20, file),
+        pos: 0,
+        path: tmp,
+        sections: vec![],
+        cur: None,
+    };
+    w.raw(&vec![0u8; HEADER_LEN + nsec * SECTION_ENTRY_LEN])?;
+
+    let live: Vec<u32> = (0..n as u32).filter(|&s| view.is_live(s)).collect();
+    w.begin(SectionKind::Vectors)?;
+    for s in 0..n as u32 {
+        w.put(view.vector(s))?;
+    }
+    w.end();
+    w.begin(SectionKind::SlotKeys)?;
+    for s in 0..n as u32 {
+        w.put(&view.key(s).to_le_bytes())?;
+    }
+    w.end();
+    let mut recs: Vec<(u64, u32)> = live.iter().map(|&s| (view.key(s), s)).collect();
+    recs.sort_unstable();
+    w.begin(SectionKind::KeyIndex)?;
+    for (k, s) in &recs {
+        w.put(&k.to_le_bytes())?;
+        w.put(&u64::from(*s).to_le_bytes())?;
+    }
+    w.end();
+    let mut tomb = Bitset::new(n);
+    for s in 0..n {
+        if !view.is_live(s as u32) {
+            tomb.insert(s);
+        }
+    }
+    w.begin(SectionKind::Tombstones)?;
+    for word in tomb.words() {
+        w.put(&word.to_le_bytes())?;
+    }
+    w.end();
+
+    let (mut entry, mut top) = (NO_ENTRY, 0u32);
+    if hnsw {
+        let m0 = params.m0();
+        let mut buf = Vec::new();
+        w.begin(SectionKind::Level0)?;
+        for s in 0..n as u32 {
+            view.neighbors(0, s, &mut buf);
+            let mut rec = vec![0u32; 1 + m0];
+            rec[0] = buf.len().min(m0) as u32;
+            for (d, &x) in rec[1..].iter_mut().zip(&buf) {
+                *d = x;
+            }
+            for x in rec {
+                w.put(&x.to_le_bytes())?;
+            }
+        }
+        w.end();
+        if let Some((e, t)) = view.entry_point() {
+            entry = e;
+            top = t as u32;
+        }
+        // Upper levels in CSR form.
+        let mut per_level: Vec<Vec<u32>> = vec![Vec::new(); top as usize];
+        for s in 0..n as u32 {
+            let lvl = view.level(s).min(top as usize);
+            for l in 1..=lvl {
+                per_level[l - 1].push(s);
+            }
+        }
+        let mut body: Vec<u8> = Vec::new();
+        let dir_len = 8 + 16 * top as usize;
+        let mut dir = Vec::with_capacity(dir_len);
+        dir.extend_from_slice(&top.to_le_bytes());
+        dir.extend_from_slice(&0u32.to_le_bytes());
+        for (li, nodes) in per_level.iter().enumerate() {
+            let off = dir_len + body.len();
+            dir.extend_from_slice(&(off as u64).to_le_bytes());
+            dir.extend_from_slice(&(nodes.len() as u64).to_le_bytes());
+            let mut offsets = vec![0u32];
+            let mut adj = Vec::new();
+            for &s in nodes {
+                view.neighbors(li + 1, s, &mut buf);
+                adj.extend_from_slice(&buf);
+                offsets.push(adj.len() as u32);
+            }
+            for x in nodes.iter().chain(&offsets).chain(&adj) {
+                body.extend_from_slice(&x.to_le_bytes());
+            }
+        }
+        w.begin(SectionKind::Upper)?;
+        w.put(&dir)?;
+        w.put(&body)?;
+        w.end();
+    }
+
+    let info = SegmentInfo {
+        version: FORMAT_VERSION,
+        space,
+        kind: index.kind(),
+        slots: n as u64,
+        live: live.len() as u64,
+        m: if hnsw { params.m as u32 } else { 0 },
+        m0: if hnsw { params.m0() as u32 } else { 0 },
+        entry: (entry != NO_ENTRY).then_some(entry),
+        top_level: top,
+        ef_search: params.ef_search as u32,
+        ef_construction: params.ef_construction as u32,
+        file_len: w.pos,
+    };
+    let mut table = Vec::with_capacity(nsec * SECTION_ENTRY_LEN);
+    for s in &w.sections {
+        table.extend_from_slice(&s.kind.to_le_bytes());
+        table.extend_from_slice(&0u32.to_le_bytes());
+        table.extend_from_slice(&s.offset.to_le_bytes());
+        table.extend_from_slice(&s.len.to_le_bytes());
+        table.extend_from_slice(&s.crc.to_le_bytes());
+        table.extend_from_slice(&0u32.to_le_bytes());
+    }
+    let header = encode_header(&info, nsec as u32, entry, crc32c::crc32c(&table));
+    let mut file = w.out.into_inner().map_err(|e| StoreError::Io {
+        op: "flush",
+        path: tmp.to_path_buf(),
+        source: e.into_error(),
+    })?;
+    file.seek(SeekFrom::Start(0)).map_err(io("seek", tmp))?;
+    file.write_all(&header).map_err(io("write", tmp))?;
+    file.write_all(&table).map_err(io("write", tmp))?;
+    file.sync_all().map_err(io("fsync", tmp))?;
+    Ok(info)
+}
+
+fn encode_header(info: &SegmentInfo, nsec: u32, entry: u32, table_crc: u32) -> [u8; HEADER_LEN] {
+    let mut h = [0u8; HEADER_LEN];
+    h[..8].copy_from_slice(&MAGIC);
+    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&OLDEST_SUPPORTED_VERSION.to_le_bytes());
+    h[16..20].copy_from_slice(&(info.space.dims as u32).to_le_bytes());
+    h[20] = info.space.dtype as u8;
+    h[21] = info.space.metric as u8;
+    h[22] = u8::from(info.kind == IndexKind::Hnsw);
+    h[24..32].copy_from_slice(&info.slots.to_le_bytes());
+    h[32..40].copy_from_slice(&info.live.to_le_bytes());
+    h[40..44].copy_from_slice(&(info.space.stride() as u32).to_le_bytes());
+    h[44..48].copy_from_slice(&nsec.to_le_bytes());
+    h[48..52].copy_from_slice(&info.m.to_le_bytes());
+    h[52..56].copy_from_slice(&info.m0.to_le_bytes());
+    h[56..60].copy_from_slice(&entry.to_le_bytes());
+    h[60..64].copy_from_slice(&info.top_level.to_le_bytes());
+    h[64..68].copy_from_slice(&info.ef_search.to_le_bytes());
+    h[68..72].copy_from_slice(&info.ef_construction.to_le_bytes());
+    h[120..124].copy_from_slice(&table_crc.to_le_bytes());
+    let crc = crc32c::crc32c(&h[..124]);
+    h[124..128].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+const _: () = assert!(HEADER_LEN == 128 && SECTION_ENTRY_LEN == 32);
