@@ -1,1 +1,96 @@
-fn main() {}
+//! `sagitta`: the command-line tool.
+//!
+//! * `demo`: build an HNSW index over the bundled sample, save it as a
+//!   segment, reopen it memory-mapped, and answer a few passages.
+//! * `eval`: ef → recall / QPS tables on a dataset directory (cosine,
+//!   Hamming over sign bits, filtered).
+//! * `build`, `inspect`, `open-bench`, `bench-kernels`.
+
+mod data;
+mod eval;
+
+use anyhow::{Context, Result};
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "sagitta", version, about = "Sagitta vector search engine")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build an HNSW index over the bundled sample and query it.
+    Demo {
+        /// Directory with base.f16.npy, queries.f16.npy and the texts.
+        #[arg(long, default_value = "data/sample")]
+        sample: PathBuf,
+        /// How many passages to show neighbours for.
+        #[arg(long, default_value_t = 3)]
+        show: usize,
+    },
+    /// Print ef → recall@k / QPS tables for a dataset directory.
+    Eval(eval::EvalArgs),
+    /// Build an index from a .npy matrix and write it as a segment file.
+    Build {
+        /// Input matrix (.npy, f16 or f32); key = row number.
+        #[arg(long)]
+        input: PathBuf,
+        /// Output segment file.
+        #[arg(long)]
+        out: PathBuf,
+        /// Use only the first N rows.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// cos, l2, ip, or hamming (sign bits of the floats).
+        #[arg(long, default_value = "cos")]
+        metric: String,
+        /// hnsw or flat.
+        #[arg(long, default_value = "hnsw")]
+        kind: String,
+        #[arg(long, default_value_t = 16)]
+        m: usize,
+        #[arg(long, default_value_t = 128)]
+        ef_construction: usize,
+    },
+    /// Print a segment's header and verify its checksums.
+    Inspect {
+        /// Segment file.
+        file: PathBuf,
+    },
+    /// Time Segment::open for each file (median of many opens).
+    OpenBench {
+        /// Segment files.
+        files: Vec<PathBuf>,
+        #[arg(long, default_value_t = 500)]
+        repeat: usize,
+    },
+    /// Kernel throughput (GB/s) next to a memory-read bandwidth estimate.
+    BenchKernels {
+        #[arg(long, default_value_t = 384)]
+        dims: usize,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Demo { sample, show } => eval::demo(&sample, show),
+        Cmd::Eval(a) => eval::run(&a),
+        Cmd::Build { input, out, limit, metric, kind, m, ef_construction } => {
+            eval::build_cmd(&input, &out, limit, &metric, &kind, m, ef_construction)
+        }
+        Cmd::Inspect { file } => {
+            let seg = sagitta_store::Segment::open(&file).with_context(|| format!("opening {}", file.display()))?;
+            println!("{:#?}", seg.info());
+            match seg.verify() {
+                Ok(()) => println!("verify: ok (all section checksums match)"),
+                Err(e) => println!("verify: FAILED: {e}"),
+            }
+            Ok(())
+        }
+        Cmd::OpenBench { files, repeat } => eval::open_bench(&files, repeat),
+        Cmd::BenchKernels { dims } => eval::bench_kernels(dims),
+    }
+}

@@ -1,0 +1,371 @@
+//! Measurement commands: demo, eval, build, open-bench, bench-kernels.
+//! These print numbers; they never decide pass/fail.
+
+use crate::data::{self, sign_bits};
+use anyhow::{bail, Context, Result};
+use sagitta_index::{
+    Bitset, DType, HnswParams, Index, IndexKind, IndexRead, Metric, Neighbor, SearchOptions, Space, VectorRef,
+};
+use sagitta_store::Segment;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct EvalArgs {
+    /// Dataset directory (base.f16.npy, queries.f16.npy, gt.i32.npy).
+    #[arg(long, default_value = "../shared/data/debian-minilm")]
+    data: PathBuf,
+    /// cos (uses the shipped ground truth) or hamming (sign bits; ground
+    /// truth from the Flat index).
+    #[arg(long, default_value = "cos")]
+    metric: String,
+    /// Comma-separated ef_search values.
+    #[arg(long, default_value = "10,16,24,32,48,64,96,128,256")]
+    ef: String,
+    /// Comma-separated filter selectivities (e.g. 0.01,0.1); empty for none.
+    #[arg(long, default_value = "")]
+    filter: String,
+    #[arg(long, default_value_t = 10)]
+    k: usize,
+    #[arg(long, default_value_t = 16)]
+    m: usize,
+    #[arg(long, default_value_t = 128)]
+    ef_construction: usize,
+    /// Use only the first N base rows.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Also save the built index as a segment file here.
+    #[arg(long)]
+    save: Option<PathBuf>,
+    /// Search the saved, memory-mapped segment instead of the in-memory index.
+    #[arg(long)]
+    from_segment: bool,
+}
+
+fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>> {
+    s.split(',').filter(|x| !x.trim().is_empty()).map(|x| x.trim().parse::<T>().map_err(|_| anyhow::anyhow!("bad list item {x:?}"))).collect()
+}
+
+fn space_for(metric: &str, dims: usize) -> Result<Space> {
+    Ok(match metric {
+        "hamming" => Space::new(dims, Metric::Hamming, DType::B1)?,
+        m => Space::new(dims, Metric::parse(m).with_context(|| format!("unknown metric {m}"))?, DType::F32)?,
+    })
+}
+
+/// Rows as the index's input type (floats, or sign bits for Hamming).
+enum Rows {
+    F(Vec<Vec<f32>>),
+    B(Vec<Vec<u8>>),
+}
+
+impl Rows {
+    fn new(m: &sagitta_store::npy::Matrix<f32>, n: usize, bits: bool) -> Rows {
+        if bits {
+            Rows::B((0..n).map(|i| sign_bits(m.row(i))).collect())
+        } else {
+            Rows::F((0..n).map(|i| m.row(i).to_vec()).collect())
+        }
+    }
+    fn get(&self, i: usize) -> VectorRef<'_> {
+        match self {
+            Rows::F(v) => VectorRef::F32(&v[i]),
+            Rows::B(v) => VectorRef::Bytes(&v[i]),
+        }
+    }
+    fn len(&self) -> usize {
+        match self {
+            Rows::F(v) => v.len(),
+            Rows::B(v) => v.len(),
+        }
+    }
+}
+
+fn build(space: Space, kind: IndexKind, rows: &Rows, m: usize, efc: usize) -> Result<(Index, f64)> {
+    let idx = Index::new(space, kind, HnswParams { m, ef_construction: efc, ..Default::default() })?;
+    let keys: Vec<u64> = (0..rows.len() as u64).collect();
+    let vecs: Vec<VectorRef<'_>> = (0..rows.len()).map(|i| rows.get(i)).collect();
+    let t = Instant::now();
+    idx.add_batch(&keys, &vecs, 0)?;
+    Ok((idx, t.elapsed().as_secs_f64()))
+}
+
+/// Runs every query single-threaded; returns results and queries/second.
+fn timed(idx: &dyn IndexRead, qs: &Rows, k: usize, opts: &SearchOptions<'_>) -> Result<(Vec<Vec<Neighbor>>, f64)> {
+    // Warm-up pass (scratch buffers, page cache), then the timed pass.
+    for i in 0..qs.len().min(50) {
+        idx.search(qs.get(i), k, opts)?;
+    }
+    let t = Instant::now();
+    let mut out = Vec::with_capacity(qs.len());
+    for i in 0..qs.len() {
+        out.push(idx.search(qs.get(i), k, opts)?);
+    }
+    Ok((out, qs.len() as f64 / t.elapsed().as_secs_f64()))
+}
+
+/// Recall by key identity.
+fn recall_keys(truth: &[Vec<u64>], got: &[Vec<Neighbor>], k: usize) -> f64 {
+    let hits: usize = truth
+        .iter()
+        .zip(got)
+        .map(|(t, g)| g.iter().take(k).filter(|n| t[..k.min(t.len())].contains(&n.key)).count())
+        .sum();
+    hits as f64 / (truth.len() * k) as f64
+}
+
+/// Recall counting ties: a result at or below the true k-th distance is a
+/// hit (Hamming distances tie heavily, so key identity undercounts).
+fn recall_ties(truth: &[Vec<Neighbor>], got: &[Vec<Neighbor>], k: usize) -> f64 {
+    let hits: usize = truth
+        .iter()
+        .zip(got)
+        .map(|(t, g)| {
+            let kth = t[k - 1].distance;
+            g.iter().take(k).filter(|n| n.distance <= kth).count()
+        })
+        .sum();
+    hits as f64 / (truth.len() * k) as f64
+}
+
+pub fn run(a: &EvalArgs) -> Result<()> {
+    let ds = data::load(&a.data, false)?;
+    let n = a.limit.unwrap_or(ds.base.rows).min(ds.base.rows);
+    let bits = a.metric == "hamming";
+    let dims = ds.base.cols;
+    let space = space_for(&a.metric, dims)?;
+    let base = Rows::new(&ds.base, n, bits);
+    let qs = Rows::new(&ds.queries, ds.queries.rows, bits);
+    let k = a.k;
+    println!("# sagitta eval: {} base × {} dims, {} queries, metric {}, k={k}", n, dims, qs.len(), a.metric);
+    println!("# isa: {} ({})", sagitta_kernels::isa(), cpu_model());
+    let (hnsw, secs) = build(space, IndexKind::Hnsw, &base, a.m, a.ef_construction)?;
+    println!(
+        "# HNSW M={} ef_construction={}: built in {:.1} s ({:.0} vectors/s, {} threads)",
+        a.m,
+        a.ef_construction,
+        secs,
+        n as f64 / secs,
+        rayon::current_num_threads()
+    );
+    let (flat, _) = build(space, IndexKind::Flat, &base, a.m, a.ef_construction)?;
+    let seg = match &a.save {
+        Some(p) => {
+            Segment::write(&hnsw, p)?;
+            Some(Segment::open(p)?)
+        }
+        None => None,
+    };
+    let searched: &dyn IndexRead = match (&seg, a.from_segment) {
+        (Some(s), true) => s,
+        (None, true) => bail!("--from-segment needs --save"),
+        _ => &hnsw,
+    };
+    println!("# searching: {}", if a.from_segment { "memory-mapped segment" } else { "in-memory index" });
+
+    // Exact oracle: the shipped ground truth for cosine over the full set,
+    // the Flat index otherwise.
+    let (flat_res, flat_qps) = timed(&flat, &qs, k, &SearchOptions::default())?;
+    let truth_keys: Vec<Vec<u64>> = match (&ds.gt, bits, n == ds.base.rows) {
+        (Some(gt), false, true) if a.metric == "cos" => {
+            let mut agree = 0;
+            let t: Vec<Vec<u64>> = (0..gt.rows).map(|i| gt.row(i)[..k].iter().map(|&x| x as u64).collect()).collect();
+            for (tk, f) in t.iter().zip(&flat_res) {
+                agree += f.iter().filter(|n| tk.contains(&n.key)).count();
+            }
+            println!("# oracle: shipped gt.i32.npy; Flat agrees with it on {:.4} of top-{k}", agree as f64 / (t.len() * k) as f64);
+            t
+        }
+        _ => {
+            println!("# oracle: Flat index (exact)");
+            flat_res.iter().map(|r| r.iter().map(|n| n.key).collect()).collect()
+        }
+    };
+    println!("# Flat exact scan: {:.0} QPS single thread", flat_qps);
+
+    let filters: Vec<f64> = parse_list(&a.filter)?;
+    let efs: Vec<usize> = parse_list(&a.ef)?;
+    if filters.is_empty() {
+        println!("\n| ef_search | recall@{k} | QPS (1 thread) | mean latency µs |");
+        println!("|---:|---:|---:|---:|");
+        for &ef in &efs {
+            let (res, qps) = timed(searched, &qs, k, &SearchOptions { ef: Some(ef), ..Default::default() })?;
+            let r = if bits { recall_ties(&flat_res, &res, k) } else { recall_keys(&truth_keys, &res, k) };
+            println!("| {ef} | {r:.4} | {qps:.0} | {:.1} |", 1e6 / qps);
+        }
+        if bits {
+            println!("\n(Hamming recall counts ties: a result at or below the exact k-th distance is a hit.)");
+        }
+    }
+    for sel in filters {
+        // A random allowed set of the given selectivity (fixed seed).
+        let mut state = 0x9E37_79B9_7F4A_7C15u64 ^ sel.to_bits();
+        let allowed: Vec<u64> = (0..n as u64)
+            .filter(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % 1_000_000) as f64 / 1e6 < sel
+            })
+            .collect();
+        let fh: Bitset = searched.filter_for_keys(&allowed);
+        let ff: Bitset = flat.filter_for_keys(&allowed);
+        let (truth, _) = timed(&flat, &qs, k, &SearchOptions { filter: Some(&ff), ..Default::default() })?;
+        println!("\n## filter: {} of {} allowed ({:.1}%), oracle = Flat restricted to the same set", allowed.len(), n, 100.0 * allowed.len() as f64 / n as f64);
+        println!("| ef_search | recall@{k} | QPS (1 thread) | path |");
+        println!("|---:|---:|---:|---|");
+        let exact_path = (allowed.len() as f64) <= HnswParams::default().exact_filter_ratio * n as f64;
+        for &ef in &efs {
+            let (res, qps) = timed(searched, &qs, k, &SearchOptions { ef: Some(ef), filter: Some(&fh), exact: false })?;
+            let r = if bits { recall_ties(&truth, &res, k) } else {
+                recall_keys(&truth.iter().map(|t| t.iter().map(|n| n.key).collect()).collect::<Vec<_>>(), &res, k)
+            };
+            println!("| {ef} | {r:.4} | {qps:.0} | {} |", if exact_path { "exact scan of allowed slots" } else { "filtered graph traversal" });
+            if exact_path {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub fn build_cmd(input: &Path, out: &Path, limit: Option<usize>, metric: &str, kind: &str, m: usize, efc: usize) -> Result<()> {
+    let mat = sagitta_store::npy::read_f32(input)?;
+    let n = limit.unwrap_or(mat.rows).min(mat.rows);
+    let kind = match kind {
+        "hnsw" => IndexKind::Hnsw,
+        "flat" => IndexKind::Flat,
+        k => bail!("unknown kind {k} (hnsw or flat)"),
+    };
+    let rows = Rows::new(&mat, n, metric == "hamming");
+    let (idx, secs) = build(space_for(metric, mat.cols)?, kind, &rows, m, efc)?;
+    let t = Instant::now();
+    let info = Segment::write(&idx, out)?;
+    println!(
+        "built {n} vectors in {secs:.1} s, wrote {} ({} bytes) in {:.2} s",
+        out.display(),
+        info.file_len,
+        t.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+pub fn open_bench(files: &[PathBuf], repeat: usize) -> Result<()> {
+    println!("| file | vectors | bytes | open median µs | p10 µs | p90 µs |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for f in files {
+        // Interleave nothing: each file measured in its own loop, after one
+        // untimed open (so the first-touch of the inode is not counted).
+        Segment::open(f)?;
+        let mut t: Vec<f64> = (0..repeat)
+            .map(|_| {
+                let s = Instant::now();
+                let seg = Segment::open(f);
+                let e = s.elapsed().as_secs_f64() * 1e6;
+                drop(seg);
+                e
+            })
+            .collect();
+        t.sort_by(f64::total_cmp);
+        let seg = Segment::open(f)?;
+        println!(
+            "| {} | {} | {} | {:.1} | {:.1} | {:.1} |",
+            f.display(),
+            seg.info().live,
+            seg.info().file_len,
+            t[t.len() / 2],
+            t[t.len() / 10],
+            t[t.len() * 9 / 10]
+        );
+    }
+    Ok(())
+}
+
+pub fn bench_kernels(dims: usize) -> Result<()> {
+    let k = sagitta_kernels::kernels();
+    println!("# isa: {} ({})", k.isa, cpu_model());
+    let q: Vec<f32> = (0..dims).map(|i| (i as f32 * 0.1).sin()).collect();
+    for (label, n) in [("in cache (1k vectors, 1.5 MB)", 1_000usize), ("out of cache (500k vectors, 768 MB)", 500_000)] {
+        let data: Vec<f32> = (0..n * dims).map(|i| ((i % 977) as f32 * 0.01).cos()).collect();
+        let mut best = f64::MAX;
+        let passes = if n > 10_000 { 3 } else { 2000 };
+        for _ in 0..3 {
+            let t = Instant::now();
+            let mut acc = 0.0f32;
+            for _ in 0..passes {
+                for row in data.chunks_exact(dims) {
+                    acc += (k.cos_f32)(&q, row);
+                }
+            }
+            std::hint::black_box(acc);
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        let bytes = (n * dims * 4 * passes) as f64;
+        let calls = (n * passes) as f64;
+        println!(
+            "cos_f32 d{dims} {label}: {:.1} GB/s of vector data, {:.1} ns/call",
+            bytes / best / 1e9,
+            best / calls * 1e9
+        );
+    }
+    // Memory read bandwidth, single thread: sum a 1 GiB array.
+    let big: Vec<u64> = vec![1; 1 << 27];
+    let mut best = f64::MAX;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let s: u64 = big.iter().copied().fold(0u64, u64::wrapping_add);
+        std::hint::black_box(s);
+        best = best.min(t.elapsed().as_secs_f64());
+    }
+    println!("memory read, 1 thread, 1 GiB sequential sum: {:.1} GB/s", (big.len() * 8) as f64 / best / 1e9);
+    Ok(())
+}
+
+pub fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .unwrap_or_else(|| "unknown cpu".into())
+        + &format!(", {} cores", std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
+pub fn demo(sample: &Path, show: usize) -> Result<()> {
+    let t0 = Instant::now();
+    let ds = data::load(sample, true).with_context(|| format!("loading the sample from {} (run from the repository root)", sample.display()))?;
+    println!("sagitta demo: {} passages × {} dims (all-MiniLM-L6-v2, cosine), kernels: {}", ds.base.rows, ds.base.cols, sagitta_kernels::isa());
+    let space = Space::new(ds.base.cols, Metric::Cos, DType::F32)?;
+    let base = Rows::new(&ds.base, ds.base.rows, false);
+    let qs = Rows::new(&ds.queries, ds.queries.rows, false);
+    let (hnsw, secs) = build(space, IndexKind::Hnsw, &base, 16, 128)?;
+    println!("built HNSW (M=16, ef_construction=128) in {secs:.2} s");
+    let dir = std::env::temp_dir().join(format!("sagitta-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join("sample.sgt");
+    let info = Segment::write(&hnsw, &path)?;
+    let t = Instant::now();
+    let seg = Segment::open(&path)?;
+    println!("saved {} ({:.1} MB) and reopened it memory-mapped in {:.0} µs", path.display(), info.file_len as f64 / 1e6, t.elapsed().as_secs_f64() * 1e6);
+
+    for qi in 0..show.min(qs.len()) {
+        println!("\n> {}", ds.query_texts.get(qi).map_or("?", |s| s.as_str()));
+        for n in seg.search(qs.get(qi), 5, &SearchOptions::default())? {
+            let text = ds.base_texts.get(n.key as usize).map_or("?", |s| s.as_str());
+            let text: String = text.chars().take(100).collect();
+            println!("  {:.3}  #{:<5} {}", n.distance, n.key, text);
+        }
+    }
+    let (flat, _) = build(space, IndexKind::Flat, &base, 16, 128)?;
+    let (truth, flat_qps) = timed(&flat, &qs, 10, &SearchOptions::default())?;
+    let truth: Vec<Vec<u64>> = truth.iter().map(|r| r.iter().map(|n| n.key).collect()).collect();
+    let (res, qps) = timed(&seg, &qs, 10, &SearchOptions { ef: Some(64), ..Default::default() })?;
+    println!(
+        "\nrecall@10 vs exact search over {} queries: {:.3} at ef=64; {:.0} queries/s single thread (exact scan: {:.0}/s)",
+        qs.len(),
+        recall_keys(&truth, &res, 10),
+        qps,
+        flat_qps
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("done in {:.1} s", t0.elapsed().as_secs_f64());
+    Ok(())
+}
