@@ -16,24 +16,45 @@ pub struct Dataset {
 pub fn texts(path: &Path) -> Result<Vec<String>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let r = std::io::BufReader::new(flate2::read::GzDecoder::new(f));
-    r.lines().collect::<Result<_, _>>().with_context(|| format!("reading {}", path.display()))
+    r.lines()
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("reading {}", path.display()))
 }
 
 pub fn load(dir: &Path, with_texts: bool) -> Result<Dataset> {
-    let m = |name: &str| npy::read_f32(&dir.join(name)).with_context(|| format!("reading {}", dir.join(name).display()));
+    let m = |name: &str| {
+        npy::read_f32(&dir.join(name))
+            .with_context(|| format!("reading {}", dir.join(name).display()))
+    };
     let gt_path = dir.join("gt.i32.npy");
     Ok(Dataset {
         base: m("base.f16.npy")?,
         queries: m("queries.f16.npy")?,
-        gt: if gt_path.exists() { Some(npy::read_i32(&gt_path)?) } else { None },
-        base_texts: if with_texts { texts(&dir.join("base_texts.txt.gz"))? } else { vec![] },
-        query_texts: if with_texts { texts(&dir.join("query_texts.txt.gz"))? } else { vec![] },
+        gt: if gt_path.exists() {
+            Some(npy::read_i32(&gt_path)?)
+        } else {
+            None
+        },
+        base_texts: if with_texts {
+            texts(&dir.join("base_texts.txt.gz"))?
+        } else {
+            vec![]
+        },
+        query_texts: if with_texts {
+            texts(&dir.join("query_texts.txt.gz"))?
+        } else {
+            vec![]
+        },
     })
 }
 
 /// Sign bits of a float vector, packed little-endian within each byte.
 pub fn sign_bits(v: &[f32]) -> Vec<u8> {
     v.chunks(8)
-        .map(|c| c.iter().enumerate().fold(0u8, |b, (i, x)| b | (u8::from(*x > 0.0) << i)))
+        .map(|c| {
+            c.iter()
+                .enumerate()
+                .fold(0u8, |b, (i, x)| b | (u8::from(*x > 0.0) << i))
+        })
         .collect()
 }

@@ -4,7 +4,8 @@
 use crate::data::{self, sign_bits};
 use anyhow::{bail, Context, Result};
 use sagitta_index::{
-    Bitset, DType, HnswParams, Index, IndexKind, IndexRead, Metric, Neighbor, SearchOptions, Space, VectorRef,
+    Bitset, DType, HnswParams, Index, IndexKind, IndexRead, Metric, Neighbor, SearchOptions, Space,
+    VectorRef,
 };
 use sagitta_store::Segment;
 use std::path::{Path, PathBuf};
@@ -43,13 +44,24 @@ pub struct EvalArgs {
 }
 
 fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>> {
-    s.split(',').filter(|x| !x.trim().is_empty()).map(|x| x.trim().parse::<T>().map_err(|_| anyhow::anyhow!("bad list item {x:?}"))).collect()
+    s.split(',')
+        .filter(|x| !x.trim().is_empty())
+        .map(|x| {
+            x.trim()
+                .parse::<T>()
+                .map_err(|_| anyhow::anyhow!("bad list item {x:?}"))
+        })
+        .collect()
 }
 
 fn space_for(metric: &str, dims: usize) -> Result<Space> {
     Ok(match metric {
         "hamming" => Space::new(dims, Metric::Hamming, DType::B1)?,
-        m => Space::new(dims, Metric::parse(m).with_context(|| format!("unknown metric {m}"))?, DType::F32)?,
+        m => Space::new(
+            dims,
+            Metric::parse(m).with_context(|| format!("unknown metric {m}"))?,
+            DType::F32,
+        )?,
     })
 }
 
@@ -82,7 +94,15 @@ impl Rows {
 }
 
 fn build(space: Space, kind: IndexKind, rows: &Rows, m: usize, efc: usize) -> Result<(Index, f64)> {
-    let idx = Index::new(space, kind, HnswParams { m, ef_construction: efc, ..Default::default() })?;
+    let idx = Index::new(
+        space,
+        kind,
+        HnswParams {
+            m,
+            ef_construction: efc,
+            ..Default::default()
+        },
+    )?;
     let keys: Vec<u64> = (0..rows.len() as u64).collect();
     let vecs: Vec<VectorRef<'_>> = (0..rows.len()).map(|i| rows.get(i)).collect();
     let t = Instant::now();
@@ -91,7 +111,12 @@ fn build(space: Space, kind: IndexKind, rows: &Rows, m: usize, efc: usize) -> Re
 }
 
 /// Runs every query single-threaded; returns results and queries/second.
-fn timed(idx: &dyn IndexRead, qs: &Rows, k: usize, opts: &SearchOptions<'_>) -> Result<(Vec<Vec<Neighbor>>, f64)> {
+fn timed(
+    idx: &dyn IndexRead,
+    qs: &Rows,
+    k: usize,
+    opts: &SearchOptions<'_>,
+) -> Result<(Vec<Vec<Neighbor>>, f64)> {
     // Warm-up pass (scratch buffers, page cache), then the timed pass.
     for i in 0..qs.len().min(50) {
         idx.search(qs.get(i), k, opts)?;
@@ -109,7 +134,12 @@ fn recall_keys(truth: &[Vec<u64>], got: &[Vec<Neighbor>], k: usize) -> f64 {
     let hits: usize = truth
         .iter()
         .zip(got)
-        .map(|(t, g)| g.iter().take(k).filter(|n| t[..k.min(t.len())].contains(&n.key)).count())
+        .map(|(t, g)| {
+            g.iter()
+                .take(k)
+                .filter(|n| t[..k.min(t.len())].contains(&n.key))
+                .count()
+        })
         .sum();
     hits as f64 / (truth.len() * k) as f64
 }
@@ -137,7 +167,13 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let base = Rows::new(&ds.base, n, bits);
     let qs = Rows::new(&ds.queries, ds.queries.rows, bits);
     let k = a.k;
-    println!("# sagitta eval: {} base × {} dims, {} queries, metric {}, k={k}", n, dims, qs.len(), a.metric);
+    println!(
+        "# sagitta eval: {} base × {} dims, {} queries, metric {}, k={k}",
+        n,
+        dims,
+        qs.len(),
+        a.metric
+    );
     println!("# isa: {} ({})", sagitta_kernels::isa(), cpu_model());
     let (hnsw, secs) = build(space, IndexKind::Hnsw, &base, a.m, a.ef_construction)?;
     println!(
@@ -161,7 +197,14 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         (None, true) => bail!("--from-segment needs --save"),
         _ => &hnsw,
     };
-    println!("# searching: {}", if a.from_segment { "memory-mapped segment" } else { "in-memory index" });
+    println!(
+        "# searching: {}",
+        if a.from_segment {
+            "memory-mapped segment"
+        } else {
+            "in-memory index"
+        }
+    );
 
     // Exact oracle: the shipped ground truth for cosine over the full set,
     // the Flat index otherwise.
@@ -169,16 +212,24 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let truth_keys: Vec<Vec<u64>> = match (&ds.gt, bits, n == ds.base.rows) {
         (Some(gt), false, true) if a.metric == "cos" => {
             let mut agree = 0;
-            let t: Vec<Vec<u64>> = (0..gt.rows).map(|i| gt.row(i)[..k].iter().map(|&x| x as u64).collect()).collect();
+            let t: Vec<Vec<u64>> = (0..gt.rows)
+                .map(|i| gt.row(i)[..k].iter().map(|&x| x as u64).collect())
+                .collect();
             for (tk, f) in t.iter().zip(&flat_res) {
                 agree += f.iter().filter(|n| tk.contains(&n.key)).count();
             }
-            println!("# oracle: shipped gt.i32.npy; Flat agrees with it on {:.4} of top-{k}", agree as f64 / (t.len() * k) as f64);
+            println!(
+                "# oracle: shipped gt.i32.npy; Flat agrees with it on {:.4} of top-{k}",
+                agree as f64 / (t.len() * k) as f64
+            );
             t
         }
         _ => {
             println!("# oracle: Flat index (exact)");
-            flat_res.iter().map(|r| r.iter().map(|n| n.key).collect()).collect()
+            flat_res
+                .iter()
+                .map(|r| r.iter().map(|n| n.key).collect())
+                .collect()
         }
     };
     println!("# Flat exact scan: {:.0} QPS single thread", flat_qps);
@@ -189,8 +240,20 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         println!("\n| ef_search | recall@{k} | QPS (1 thread) | mean latency µs |");
         println!("|---:|---:|---:|---:|");
         for &ef in &efs {
-            let (res, qps) = timed(searched, &qs, k, &SearchOptions { ef: Some(ef), ..Default::default() })?;
-            let r = if bits { recall_ties(&flat_res, &res, k) } else { recall_keys(&truth_keys, &res, k) };
+            let (res, qps) = timed(
+                searched,
+                &qs,
+                k,
+                &SearchOptions {
+                    ef: Some(ef),
+                    ..Default::default()
+                },
+            )?;
+            let r = if bits {
+                recall_ties(&flat_res, &res, k)
+            } else {
+                recall_keys(&truth_keys, &res, k)
+            };
             println!("| {ef} | {r:.4} | {qps:.0} | {:.1} |", 1e6 / qps);
         }
         if bits {
@@ -210,17 +273,56 @@ pub fn run(a: &EvalArgs) -> Result<()> {
             .collect();
         let fh: Bitset = searched.filter_for_keys(&allowed);
         let ff: Bitset = flat.filter_for_keys(&allowed);
-        let (truth, _) = timed(&flat, &qs, k, &SearchOptions { filter: Some(&ff), ..Default::default() })?;
-        println!("\n## filter: {} of {} allowed ({:.1}%), oracle = Flat restricted to the same set", allowed.len(), n, 100.0 * allowed.len() as f64 / n as f64);
+        let (truth, _) = timed(
+            &flat,
+            &qs,
+            k,
+            &SearchOptions {
+                filter: Some(&ff),
+                ..Default::default()
+            },
+        )?;
+        println!(
+            "\n## filter: {} of {} allowed ({:.1}%), oracle = Flat restricted to the same set",
+            allowed.len(),
+            n,
+            100.0 * allowed.len() as f64 / n as f64
+        );
         println!("| ef_search | recall@{k} | QPS (1 thread) | path |");
         println!("|---:|---:|---:|---|");
-        let exact_path = (allowed.len() as f64) <= HnswParams::default().exact_filter_ratio * n as f64;
+        let exact_path =
+            (allowed.len() as f64) <= HnswParams::default().exact_filter_ratio * n as f64;
         for &ef in &efs {
-            let (res, qps) = timed(searched, &qs, k, &SearchOptions { ef: Some(ef), filter: Some(&fh), exact: false })?;
-            let r = if bits { recall_ties(&truth, &res, k) } else {
-                recall_keys(&truth.iter().map(|t| t.iter().map(|n| n.key).collect()).collect::<Vec<_>>(), &res, k)
+            let (res, qps) = timed(
+                searched,
+                &qs,
+                k,
+                &SearchOptions {
+                    ef: Some(ef),
+                    filter: Some(&fh),
+                    exact: false,
+                },
+            )?;
+            let r = if bits {
+                recall_ties(&truth, &res, k)
+            } else {
+                recall_keys(
+                    &truth
+                        .iter()
+                        .map(|t| t.iter().map(|n| n.key).collect())
+                        .collect::<Vec<_>>(),
+                    &res,
+                    k,
+                )
             };
-            println!("| {ef} | {r:.4} | {qps:.0} | {} |", if exact_path { "exact scan of allowed slots" } else { "filtered graph traversal" });
+            println!(
+                "| {ef} | {r:.4} | {qps:.0} | {} |",
+                if exact_path {
+                    "exact scan of allowed slots"
+                } else {
+                    "filtered graph traversal"
+                }
+            );
             if exact_path {
                 break;
             }
@@ -229,7 +331,15 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     Ok(())
 }
 
-pub fn build_cmd(input: &Path, out: &Path, limit: Option<usize>, metric: &str, kind: &str, m: usize, efc: usize) -> Result<()> {
+pub fn build_cmd(
+    input: &Path,
+    out: &Path,
+    limit: Option<usize>,
+    metric: &str,
+    kind: &str,
+    m: usize,
+    efc: usize,
+) -> Result<()> {
     let mat = sagitta_store::npy::read_f32(input)?;
     let n = limit.unwrap_or(mat.rows).min(mat.rows);
     let kind = match kind {
@@ -285,8 +395,13 @@ pub fn bench_kernels(dims: usize) -> Result<()> {
     let k = sagitta_kernels::kernels();
     println!("# isa: {} ({})", k.isa, cpu_model());
     let q: Vec<f32> = (0..dims).map(|i| (i as f32 * 0.1).sin()).collect();
-    for (label, n) in [("in cache (1k vectors, 1.5 MB)", 1_000usize), ("out of cache (500k vectors, 768 MB)", 500_000)] {
-        let data: Vec<f32> = (0..n * dims).map(|i| ((i % 977) as f32 * 0.01).cos()).collect();
+    for (label, n) in [
+        ("in cache (1k vectors, 1.5 MB)", 1_000usize),
+        ("out of cache (500k vectors, 768 MB)", 500_000),
+    ] {
+        let data: Vec<f32> = (0..n * dims)
+            .map(|i| ((i % 977) as f32 * 0.01).cos())
+            .collect();
         let mut best = f64::MAX;
         let passes = if n > 10_000 { 3 } else { 2000 };
         for _ in 0..3 {
@@ -317,22 +432,43 @@ pub fn bench_kernels(dims: usize) -> Result<()> {
         std::hint::black_box(s);
         best = best.min(t.elapsed().as_secs_f64());
     }
-    println!("memory read, 1 thread, 1 GiB sequential sum: {:.1} GB/s", (big.len() * 8) as f64 / best / 1e9);
+    println!(
+        "memory read, 1 thread, 1 GiB sequential sum: {:.1} GB/s",
+        (big.len() * 8) as f64 / best / 1e9
+    );
     Ok(())
 }
 
 pub fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).and_then(|l| l.split(':').nth(1)).map(|s| s.trim().to_string()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
         .unwrap_or_else(|| "unknown cpu".into())
-        + &format!(", {} cores", std::thread::available_parallelism().map_or(1, |n| n.get()))
+        + &format!(
+            ", {} cores",
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        )
 }
 
 pub fn demo(sample: &Path, show: usize) -> Result<()> {
     let t0 = Instant::now();
-    let ds = data::load(sample, true).with_context(|| format!("loading the sample from {} (run from the repository root)", sample.display()))?;
-    println!("sagitta demo: {} passages × {} dims (all-MiniLM-L6-v2, cosine), kernels: {}", ds.base.rows, ds.base.cols, sagitta_kernels::isa());
+    let ds = data::load(sample, true).with_context(|| {
+        format!(
+            "loading the sample from {} (run from the repository root)",
+            sample.display()
+        )
+    })?;
+    println!(
+        "sagitta demo: {} passages × {} dims (all-MiniLM-L6-v2, cosine), kernels: {}",
+        ds.base.rows,
+        ds.base.cols,
+        sagitta_kernels::isa()
+    );
     let space = Space::new(ds.base.cols, Metric::Cos, DType::F32)?;
     let base = Rows::new(&ds.base, ds.base.rows, false);
     let qs = Rows::new(&ds.queries, ds.queries.rows, false);
@@ -344,20 +480,39 @@ pub fn demo(sample: &Path, show: usize) -> Result<()> {
     let info = Segment::write(&hnsw, &path)?;
     let t = Instant::now();
     let seg = Segment::open(&path)?;
-    println!("saved {} ({:.1} MB) and reopened it memory-mapped in {:.0} µs", path.display(), info.file_len as f64 / 1e6, t.elapsed().as_secs_f64() * 1e6);
+    println!(
+        "saved {} ({:.1} MB) and reopened it memory-mapped in {:.0} µs",
+        path.display(),
+        info.file_len as f64 / 1e6,
+        t.elapsed().as_secs_f64() * 1e6
+    );
 
     for qi in 0..show.min(qs.len()) {
         println!("\n> {}", ds.query_texts.get(qi).map_or("?", |s| s.as_str()));
         for n in seg.search(qs.get(qi), 5, &SearchOptions::default())? {
-            let text = ds.base_texts.get(n.key as usize).map_or("?", |s| s.as_str());
+            let text = ds
+                .base_texts
+                .get(n.key as usize)
+                .map_or("?", |s| s.as_str());
             let text: String = text.chars().take(100).collect();
             println!("  {:.3}  #{:<5} {}", n.distance, n.key, text);
         }
     }
     let (flat, _) = build(space, IndexKind::Flat, &base, 16, 128)?;
     let (truth, flat_qps) = timed(&flat, &qs, 10, &SearchOptions::default())?;
-    let truth: Vec<Vec<u64>> = truth.iter().map(|r| r.iter().map(|n| n.key).collect()).collect();
-    let (res, qps) = timed(&seg, &qs, 10, &SearchOptions { ef: Some(64), ..Default::default() })?;
+    let truth: Vec<Vec<u64>> = truth
+        .iter()
+        .map(|r| r.iter().map(|n| n.key).collect())
+        .collect();
+    let (res, qps) = timed(
+        &seg,
+        &qs,
+        10,
+        &SearchOptions {
+            ef: Some(64),
+            ..Default::default()
+        },
+    )?;
     println!(
         "\nrecall@10 vs exact search over {} queries: {:.3} at ef=64; {:.0} queries/s single thread (exact scan: {:.0}/s)",
         qs.len(),

@@ -78,11 +78,18 @@ fn main() -> Result<()> {
     match Cli::parse().cmd {
         Cmd::Demo { sample, show } => eval::demo(&sample, show),
         Cmd::Eval(a) => eval::run(&a),
-        Cmd::Build { input, out, limit, metric, kind, m, ef_construction } => {
-            eval::build_cmd(&input, &out, limit, &metric, &kind, m, ef_construction)
-        }
+        Cmd::Build {
+            input,
+            out,
+            limit,
+            metric,
+            kind,
+            m,
+            ef_construction,
+        } => eval::build_cmd(&input, &out, limit, &metric, &kind, m, ef_construction),
         Cmd::Inspect { file } => {
-            let seg = sagitta_store::Segment::open(&file).with_context(|| format!("opening {}", file.display()))?;
+            let seg = sagitta_store::Segment::open(&file)
+                .with_context(|| format!("opening {}", file.display()))?;
             println!("{:#?}", seg.info());
             match seg.verify() {
                 Ok(()) => println!("verify: ok (all section checksums match)"),

@@ -56,6 +56,7 @@ pub(crate) fn greedy<G: GraphView + ?Sized>(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 /// Beam search on one level. Leaves up to `ef` accepted candidates in
 /// `s.results` (a max-heap). Every reached node is expanded; only nodes
 /// for which `accept` holds enter the results.

@@ -39,7 +39,7 @@ impl Space {
                 reason: "must be in 1..=65536",
             });
         }
-        if dtype == DType::B1 && dims % 8 != 0 {
+        if dtype == DType::B1 && !dims.is_multiple_of(8) {
             return Err(IndexError::InvalidParameter {
                 name: "dims",
                 value: dims.to_string(),

@@ -3,9 +3,11 @@
 //! against brute force computed here), and every bad input gets its typed
 //! error.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+
 use sagitta_index::{
-    Bitset, DType, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexWrite, Metric,
-    SearchOptions, Space, VectorRef,
+    DType, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexWrite, Metric, SearchOptions,
+    Space, VectorRef,
 };
 use std::sync::Arc;
 
@@ -205,7 +207,7 @@ fn filtered_search_recall_at_low_and_high_selectivity() {
         let mut r = Rng(11);
         let keys: Vec<u64> = (0..rows.len() as u64)
             .map(|i| i * 7 + 3)
-            .filter(|_| r.next() % every == 0)
+            .filter(|_| r.next().is_multiple_of(every))
             .collect();
         let (fh, ff) = (hnsw.filter_for_keys(&keys), flat.filter_for_keys(&keys));
         assert_eq!(fh.count(), keys.len());

@@ -1,6 +1,8 @@
 //! Throughput of each kernel at common dimensions, for every instruction set
 //! this CPU runs. Report bytes/s: two vectors are read per call.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+
 use criterion::{black_box, criterion_group, criterion_main, Criterion, Throughput};
 use sagitta_kernels::{f16, Kernels};
 

@@ -244,7 +244,7 @@ impl Distance {
 fn cast<T: Copy>(bytes: &[u8]) -> &[T] {
     let size = std::mem::size_of::<T>();
     assert!(
-        (bytes.as_ptr() as usize) % std::mem::align_of::<T>() == 0,
+        (bytes.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()),
         "vector storage is not aligned for its element type"
     );
     // SAFETY: the pointer is aligned for T (checked above), the length is

@@ -2,6 +2,8 @@
 //! inputs of random lengths, including lengths that leave odd tails after
 //! the widest SIMD block.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+
 use proptest::prelude::*;
 use sagitta_kernels::{f16, nphd_encode, scalar, DType, Distance, Kernels, Metric};
 

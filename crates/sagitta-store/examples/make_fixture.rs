@@ -2,6 +2,8 @@
 //! `cargo run -p sagitta-store --example make_fixture -- tests/data/segment-v1.sgt`.
 //! Run only when a new format version is introduced (keep old fixtures).
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+
 use sagitta_index::{DType, HnswParams, Index, IndexWrite, Metric, Space, VectorRef};
 use sagitta_store::Segment;
 

@@ -149,7 +149,7 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
 /// Reinterprets an 8-aligned byte slice as little-endian `T` words.
 fn words<T: Copy>(b: &[u8]) -> &[T] {
     let size = std::mem::size_of::<T>();
-    if b.is_empty() || (b.as_ptr() as usize) % std::mem::align_of::<T>() != 0 {
+    if b.is_empty() || !(b.as_ptr() as usize).is_multiple_of(std::mem::align_of::<T>()) {
         return &[];
     }
     // SAFETY: aligned (checked), in bounds (length rounded down), and T is
@@ -514,7 +514,7 @@ fn parse_upper(
             .and_then(|x| x.checked_add(4))
             .and_then(|x| x.checked_add(off));
         match need {
-            Some(end) if off % 4 == 0 && end <= b.len() => {}
+            Some(end) if off.is_multiple_of(4) && end <= b.len() => {}
             _ => {
                 return Err((
                     base + 8 + l * 16,

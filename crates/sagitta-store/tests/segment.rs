@@ -1,6 +1,8 @@
 //! Segment files: round trip, durability hygiene, the frozen v1 fixture,
 //! corruption → typed errors, and mutated bytes never panicking.
 
+#![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+
 use proptest::prelude::*;
 use sagitta_index::{
     Bitset, DType, GraphView, HnswParams, Index, IndexKind, IndexRead, IndexWrite, Metric,
