@@ -290,9 +290,14 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         );
         println!("| ef_search | recall@{k} | QPS (1 thread) | path |");
         println!("|---:|---:|---:|---|");
-        let exact_path =
-            (allowed.len() as f64) <= HnswParams::default().exact_filter_ratio * n as f64;
         for &ef in &efs {
+            let exact_path = sagitta_index::prefer_exact_scan(
+                allowed.len(),
+                n,
+                ef.max(k),
+                2 * a.m,
+                HnswParams::default().filter_graph_cost,
+            );
             let (res, qps) = timed(
                 searched,
                 &qs,
@@ -323,9 +328,6 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     "filtered graph traversal"
                 }
             );
-            if exact_path {
-                break;
-            }
         }
     }
     Ok(())

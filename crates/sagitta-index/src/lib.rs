@@ -28,8 +28,8 @@ pub use bitset::{AtomicBitset, Bitset};
 pub use error::{IndexError, Result};
 pub use graph::GraphView;
 pub use index::{
-    HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite, SearchOptions, MAX_LEVEL,
-    MAX_SLOTS,
+    prefer_exact_scan, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite,
+    SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
 pub use sagitta_kernels::{DType, Metric};
 pub use space::{Space, VectorRef, VECTOR_ALIGN};

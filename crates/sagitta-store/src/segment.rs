@@ -59,8 +59,8 @@ use memmap2::Mmap;
 use parking_lot::Mutex;
 use sagitta_index::search::{self, SearchScratch};
 use sagitta_index::{
-    Bitset, DType, GraphView, HnswParams, Index, IndexError, IndexKind, IndexRead, Metric,
-    Neighbor, SearchOptions, Space, VectorRef,
+    prefer_exact_scan, Bitset, DType, GraphView, HnswParams, Index, IndexError, IndexKind,
+    IndexRead, Metric, Neighbor, SearchOptions, Space, VectorRef,
 };
 use sagitta_kernels::Distance;
 use std::fs::{File, OpenOptions};
@@ -672,10 +672,15 @@ impl IndexRead for Segment {
                 });
             }
         }
+        let ef = opts
+            .ef
+            .unwrap_or_else(|| self.ef_search.load(std::sync::atomic::Ordering::Relaxed))
+            .max(k);
+        let graph_cost = HnswParams::default().filter_graph_cost;
         let exact = self.info.kind == IndexKind::Flat
             || opts.exact
             || opts.filter.is_some_and(|f| {
-                (f.count() as f64) <= HnswParams::default().exact_filter_ratio * slots as f64
+                prefer_exact_scan(f.count(), slots, ef, self.info.m0 as usize, graph_cost)
             });
         let space = self.info.space;
         self.with_scratch(|s| {
@@ -683,9 +688,6 @@ impl IndexRead for Segment {
                 if exact {
                     search::exact(self, &self.dist, q, k, opts.filter, s)
                 } else {
-                    let ef = opts.ef.unwrap_or_else(|| {
-                        self.ef_search.load(std::sync::atomic::Ordering::Relaxed)
-                    });
                     search::knn(self, &self.dist, q, k, ef, opts.filter, s)
                 }
             })
