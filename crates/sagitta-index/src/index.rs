@@ -832,18 +832,24 @@ impl Index {
     }
 
     fn check_k(&self, k: usize) -> Result<()> {
-        let len = self.len();
-        if k == 0 {
-            return Err(IndexError::ZeroK(k));
-        }
-        if len == 0 {
-            return Err(IndexError::Empty);
-        }
-        if k > len {
-            return Err(IndexError::KTooLarge { k, len });
-        }
-        Ok(())
+        check_k(k, self.len())
     }
+}
+
+/// Validates `k` for an index holding `len` live vectors: the one place
+/// that decides [`IndexError::ZeroK`], [`IndexError::Empty`] and
+/// [`IndexError::KTooLarge`].
+pub fn check_k(k: usize, len: usize) -> Result<()> {
+    if k == 0 {
+        return Err(IndexError::ZeroK(k));
+    }
+    if len == 0 {
+        return Err(IndexError::Empty);
+    }
+    if k > len {
+        return Err(IndexError::KTooLarge { k, len });
+    }
+    Ok(())
 }
 
 impl IndexRead for Index {

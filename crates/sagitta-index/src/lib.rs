@@ -28,7 +28,7 @@ pub use bitset::{AtomicBitset, Bitset};
 pub use error::{IndexError, Result};
 pub use graph::GraphView;
 pub use index::{
-    prefer_exact_scan, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite,
+    check_k, prefer_exact_scan, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite,
     SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
 pub use sagitta_kernels::{DType, Metric};

@@ -653,16 +653,7 @@ impl IndexRead for Segment {
         k: usize,
         opts: &SearchOptions<'_>,
     ) -> Result<Vec<Neighbor>, IndexError> {
-        let len = self.len();
-        if k == 0 {
-            return Err(IndexError::ZeroK(k));
-        }
-        if len == 0 {
-            return Err(IndexError::Empty);
-        }
-        if k > len {
-            return Err(IndexError::KTooLarge { k, len });
-        }
+        sagitta_index::check_k(k, self.len())?;
         let slots = self.info.slots as usize;
         if let Some(f) = opts.filter {
             if f.len() != slots {
