@@ -47,14 +47,3 @@ pub fn load(dir: &Path, with_texts: bool) -> Result<Dataset> {
         },
     })
 }
-
-/// Sign bits of a float vector, packed little-endian within each byte.
-pub fn sign_bits(v: &[f32]) -> Vec<u8> {
-    v.chunks(8)
-        .map(|c| {
-            c.iter()
-                .enumerate()
-                .fold(0u8, |b, (i, x)| b | (u8::from(*x > 0.0) << i))
-        })
-        .collect()
-}

@@ -1,12 +1,13 @@
 //! Measurement commands: demo, eval, build, open-bench, bench-kernels.
 //! These print numbers; they never decide pass/fail.
 
-use crate::data::{self, sign_bits};
+use crate::data;
 use anyhow::{bail, Context, Result};
 use sagitta_index::{
     Bitset, DType, HnswParams, Index, IndexKind, IndexRead, Metric, Neighbor, SearchOptions, Space,
     VectorRef,
 };
+use sagitta_kernels::sign_bits;
 use sagitta_store::Segment;
 use std::path::{Path, PathBuf};
 use std::time::Instant;

@@ -127,15 +127,7 @@ fn hnsw_recall_against_flat_for_each_metric_and_dtype() {
 fn hamming_hnsw_recall_against_flat() {
     let space = Space::new(128, Metric::Hamming, DType::B1).unwrap();
     let rows = data(3000, 128, 4);
-    let bits = |v: &[f32]| -> Vec<u8> {
-        v.chunks(8)
-            .map(|c| {
-                c.iter()
-                    .enumerate()
-                    .fold(0u8, |b, (i, x)| b | (u8::from(*x > 0.0) << i))
-            })
-            .collect()
-    };
+    let bits = sagitta_kernels::sign_bits;
     let codes: Vec<Vec<u8>> = rows.iter().map(|r| bits(r)).collect();
     let keys: Vec<u64> = (0..codes.len() as u64).collect();
     let vecs: Vec<VectorRef<'_>> = codes.iter().map(|c| VectorRef::Bytes(c)).collect();

@@ -273,3 +273,16 @@ pub fn prefetch(p: *const u8) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = p;
 }
+
+/// Packs the sign bits of a float vector (bit i = `v[i] > 0`), eight per
+/// byte, component i in bit `i % 8` of byte `i / 8`: the layout Hamming
+/// indexes store.
+pub fn sign_bits(v: &[f32]) -> Vec<u8> {
+    v.chunks(8)
+        .map(|c| {
+            c.iter()
+                .enumerate()
+                .fold(0u8, |b, (i, x)| b | (u8::from(*x > 0.0) << i))
+        })
+        .collect()
+}

@@ -804,17 +804,18 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
     if hnsw {
         let m0 = params.m0();
         let mut buf = Vec::new();
+        let mut rec: Vec<u8> = Vec::with_capacity((1 + m0) * 4);
         w.begin(SectionKind::Level0)?;
         for s in 0..n as u32 {
             view.neighbors(0, s, &mut buf);
-            let mut rec = vec![0u32; 1 + m0];
-            rec[0] = buf.len().min(m0) as u32;
-            for (d, &x) in rec[1..].iter_mut().zip(&buf) {
-                *d = x;
+            let count = buf.len().min(m0);
+            rec.clear();
+            rec.extend_from_slice(&(count as u32).to_le_bytes());
+            for &x in &buf[..count] {
+                rec.extend_from_slice(&x.to_le_bytes());
             }
-            for x in rec {
-                w.put(&x.to_le_bytes())?;
-            }
+            rec.resize((1 + m0) * 4, 0);
+            w.put(&rec)?;
         }
         w.end();
         if let Some((e, t)) = view.entry_point() {
