@@ -84,6 +84,15 @@ pub enum IndexError {
     /// User error: metric / dtype combination or a binary code is invalid.
     #[error(transparent)]
     Kernel(#[from] KernelError),
+    /// User error: row `row` of a batch was refused; nothing in the batch
+    /// was applied.
+    #[error("row {row}: {source}")]
+    Row {
+        /// Position of the offending row in the batch.
+        row: usize,
+        /// Why it was refused.
+        source: Box<IndexError>,
+    },
 }
 
 /// Result alias for index operations.

@@ -800,9 +800,11 @@ impl Index {
         s.neighbors = cur;
     }
 
-    /// Adds many vectors using up to `threads` threads (all cores when 0).
-    /// Stops at the first error, which is returned; earlier rows stay added.
-    pub fn add_batch(&self, keys: &[u64], vectors: &[VectorRef<'_>], threads: usize) -> Result<()> {
+    /// Checks a batch without changing the index: one key per vector,
+    /// every vector valid for the space, no key repeated within the batch
+    /// or already present. The error names the first offending row
+    /// ([`IndexError::Row`]).
+    pub fn validate_batch(&self, keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
         if keys.len() != vectors.len() {
             return Err(IndexError::InvalidParameter {
                 name: "keys",
@@ -810,6 +812,41 @@ impl Index {
                 reason: "must have one key per vector",
             });
         }
+        let row = |row: usize, e: IndexError| IndexError::Row {
+            row,
+            source: Box::new(e),
+        };
+        let stride = self.space.stride();
+        let bad = vectors
+            .par_iter()
+            .enumerate()
+            .map_init(
+                || vec![0u8; stride],
+                |buf, (i, v)| self.space.encode(*v, buf).err().map(|e| (i, e)),
+            )
+            .flatten()
+            .min_by_key(|(i, _)| *i);
+        if let Some((i, e)) = bad {
+            return Err(row(i, e));
+        }
+        let mut seen: HashMap<u64, (), BuildHasherDefault<KeyHasher>> =
+            HashMap::with_capacity_and_hasher(keys.len(), Default::default());
+        let keymap = self.keymap.lock();
+        for (i, &k) in keys.iter().enumerate() {
+            if seen.insert(k, ()).is_some() || keymap.contains_key(&k) {
+                return Err(row(i, IndexError::DuplicateKey(k)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Adds many vectors using up to `threads` threads (all cores when 0).
+    /// The batch is validated first ([`Index::validate_batch`]): a bad row
+    /// or a duplicate key rejects the whole batch and nothing is added.
+    /// (Concurrent writers adding the same keys at the same time can still
+    /// make a later row fail with [`IndexError::DuplicateKey`].)
+    pub fn add_batch(&self, keys: &[u64], vectors: &[VectorRef<'_>], threads: usize) -> Result<()> {
+        self.validate_batch(keys, vectors)?;
         self.reserve(keys.len())?;
         let run = || {
             keys.par_iter()

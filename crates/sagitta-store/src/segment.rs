@@ -417,6 +417,28 @@ impl Segment {
         &self.path
     }
 
+    /// The default search beam width of this open segment.
+    pub fn ef_search(&self) -> usize {
+        self.ef_search.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Copies this segment's bytes to `path` as durably as [`Segment::write`]
+    /// (tmp file, fsync, rename, fsync of the directory).
+    pub fn copy_to(&self, path: &Path) -> Result<()> {
+        let tmp = tmp_path(path);
+        let r = (|| {
+            let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+            f.write_all(&self.map).map_err(io("write", &tmp))?;
+            f.sync_all().map_err(io("fsync", &tmp))
+        })();
+        if r.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        r?;
+        std::fs::rename(&tmp, path).map_err(io("rename", path))?;
+        sync_dir(path)
+    }
+
     /// Sets the default search beam width for this open segment.
     pub fn set_ef_search(&self, ef: usize) -> Result<()> {
         if ef == 0 || ef > 1 << 16 {

@@ -1,0 +1,30 @@
+"""Sagitta: a vector search engine, from Python.
+
+>>> import numpy as np, sagitta
+>>> index = sagitta.Index(ndim=4, metric="l2")
+>>> index.add(np.arange(3), np.eye(3, 4, dtype=np.float32))
+>>> index.search(np.array([1, 0, 0, 0], dtype=np.float32), k=2).keys
+array([0, 1], dtype=uint64)
+
+See ``help(sagitta.Index)`` and the package README.
+"""
+
+from ._sagitta import (
+    NO_KEY,
+    CorruptFileError,
+    Index,
+    ReadOnlyError,
+    SearchResult,
+    __version__,
+    isa,
+)
+
+__all__ = [
+    "NO_KEY",
+    "CorruptFileError",
+    "Index",
+    "ReadOnlyError",
+    "SearchResult",
+    "__version__",
+    "isa",
+]

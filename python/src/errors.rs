@@ -1,0 +1,68 @@
+//! Mapping of Sagitta's typed errors onto Python exceptions.
+//!
+//! User errors become `ValueError` with a message that starts with the
+//! argument at fault; I/O errors become `OSError` (its subclasses, such as
+//! `FileNotFoundError`, chosen by errno); damaged or foreign files become
+//! `sagitta.CorruptFileError`, a subclass of `OSError`.
+
+use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::PyErr;
+use sagitta_index::IndexError;
+use sagitta_store::StoreError;
+
+pyo3::create_exception!(
+    sagitta,
+    CorruptFileError,
+    PyOSError,
+    "A file is truncated, damaged, not a Sagitta file, or written by a format version this build cannot read."
+);
+
+pyo3::create_exception!(
+    sagitta,
+    ReadOnlyError,
+    PyRuntimeError,
+    "A mutation was attempted on a read-only index (one opened from a file with Index.open)."
+);
+
+/// Converts an index error; `arg` names the argument the vectors came in
+/// (`"vectors"`, `"queries"`), used for errors about vector contents.
+pub fn index_err(e: IndexError, arg: &str) -> PyErr {
+    let prefix = match &e {
+        IndexError::ZeroK(_) | IndexError::KTooLarge { .. } => "k",
+        IndexError::DuplicateKey(_) => "keys",
+        IndexError::Row { source, .. } if matches!(**source, IndexError::DuplicateKey(_)) => "keys",
+        IndexError::Empty | IndexError::InvalidParameter { .. } | IndexError::Full(_) => "",
+        _ => arg,
+    };
+    if prefix.is_empty() {
+        PyValueError::new_err(e.to_string())
+    } else {
+        PyValueError::new_err(format!("{prefix}: {e}"))
+    }
+}
+
+/// Converts a store error.
+pub fn store_err(e: StoreError) -> PyErr {
+    match e {
+        StoreError::Io { op, path, source } => {
+            let path = path.display().to_string();
+            match source.raw_os_error() {
+                // OSError(errno, strerror, filename) picks the subclass
+                // (FileNotFoundError, PermissionError, ...) from errno.
+                Some(errno) => PyOSError::new_err((errno, format!("{op}: {source}"), path)),
+                None => PyOSError::new_err(format!("{op} {path}: {source}")),
+            }
+        }
+        e @ (StoreError::Corrupt { .. } | StoreError::UnsupportedVersion { .. }) => {
+            CorruptFileError::new_err(e.to_string())
+        }
+        StoreError::Index(e) => index_err(e, "vectors"),
+    }
+}
+
+/// The error for mutating a read-only index.
+pub fn read_only(op: &str) -> PyErr {
+    ReadOnlyError::new_err(format!(
+        "{op}: this index was opened from a file and is read-only"
+    ))
+}

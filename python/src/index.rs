@@ -1,0 +1,702 @@
+//! `sagitta.Index`: one in-memory index (Flat or HNSW) or one read-only,
+//! memory-mapped segment file, behind the same Python methods.
+
+use crate::convert::{self, NO_KEY};
+use crate::errors::{index_err, read_only, store_err};
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyArray1};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyInt, PyList, PyTuple};
+use rayon::prelude::*;
+use rayon::ThreadPool;
+use sagitta_index::{
+    check_k, Bitset, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexWrite,
+    SearchOptions, Space, VectorRef,
+};
+use sagitta_kernels::{DType, Metric};
+use sagitta_store::Segment;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, LazyLock, Mutex};
+
+/// Lower-case name of a metric, as the constructor takes it.
+pub fn metric_name(m: Metric) -> &'static str {
+    match m {
+        Metric::L2 => "l2",
+        Metric::Ip => "ip",
+        Metric::Cos => "cos",
+        Metric::Hamming => "hamming",
+        Metric::Nphd => "nphd",
+    }
+}
+
+/// Short name of a storage type, as the constructor takes it.
+pub fn dtype_name(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "f32",
+        DType::F16 => "f16",
+        DType::I8 => "i8",
+        DType::B1 => "b1",
+    }
+}
+
+/// The numpy dtype `get` returns for a storage type.
+fn numpy_dtype(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float32",
+        DType::F16 => "float16",
+        DType::I8 => "int8",
+        DType::B1 => "uint8",
+    }
+}
+
+/// Rayon pools for explicit `threads=N`, built once per size.
+static POOLS: LazyLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn pool(threads: usize) -> PyResult<Arc<ThreadPool>> {
+    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(p) = pools.get(&threads) {
+        return Ok(p.clone());
+    }
+    let p = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|e| {
+            PyValueError::new_err(format!("threads: cannot start {threads} threads: {e}"))
+        })?;
+    let p = Arc::new(p);
+    pools.insert(threads, p.clone());
+    Ok(p)
+}
+
+/// `None` → 0 (all cores); otherwise at least 1.
+fn threads_arg(threads: Option<i64>) -> PyResult<usize> {
+    match threads {
+        None => Ok(0),
+        Some(t) if t >= 1 => Ok(usize::try_from(t).unwrap_or(usize::MAX).min(1024)),
+        Some(t) => Err(PyValueError::new_err(format!(
+            "threads: must be at least 1 (or None for all cores), got {t}"
+        ))),
+    }
+}
+
+#[derive(Debug)]
+enum Inner {
+    Mem(Index),
+    Seg(Segment),
+}
+
+/// A vector index: Flat (exact) or HNSW, in memory, or opened read-only
+/// from a file written by :meth:`save` (memory-mapped; opening is instant
+/// whatever the size).
+///
+/// Keys are unsigned 64-bit integers (``2**64 - 1`` is reserved as
+/// :data:`NO_KEY`). Distances are "smaller is nearer": squared L2,
+/// ``1 - dot`` for ``ip``, ``1 - cosine`` for ``cos``, the number of
+/// differing bits for ``hamming``, and the fraction of differing bits over
+/// the shorter code's prefix for ``nphd``.
+///
+/// Every heavy call (``add``, ``search``, ``save``, ``open``) releases the
+/// GIL; batches use all cores unless ``threads`` says otherwise. An index
+/// may be searched from many threads while one or more threads add to it.
+#[derive(Debug)]
+#[pyclass(name = "Index", module = "sagitta", frozen)]
+pub struct PyIndex {
+    inner: Inner,
+}
+
+/// Results of :meth:`Index.search`.
+///
+/// ``keys`` (uint64) and ``distances`` (float32) have shape ``(n, k)`` for
+/// a batch of ``n`` queries, or ``(k,)`` for one 1-D query. Each row is
+/// sorted nearest first; slots past ``counts[i]`` (fewer matches than
+/// ``k`` because of a filter or a radius) hold key :data:`NO_KEY`
+/// (``2**64 - 1``, which reads as ``-1`` through ``keys.astype(np.int64)``)
+/// and distance ``+inf``. ``counts`` is an int64 array of shape ``(n,)``,
+/// or an int for one query. Unpacks as ``keys, distances = result``.
+#[derive(Debug)]
+#[pyclass(name = "SearchResult", module = "sagitta", frozen, get_all)]
+pub struct SearchResult {
+    /// Matched keys, nearest first (uint64).
+    keys: Py<PyAny>,
+    /// Distances of the matches (float32, smaller is nearer).
+    distances: Py<PyAny>,
+    /// Number of valid matches per query.
+    counts: Py<PyAny>,
+}
+
+#[pymethods]
+impl SearchResult {
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        Ok(
+            PyTuple::new(py, [self.keys.clone_ref(py), self.distances.clone_ref(py)])?
+                .try_iter()?
+                .into_any(),
+        )
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        let shape = self.keys.bind(py).getattr("shape")?.repr()?.to_string();
+        Ok(format!("SearchResult(shape={shape})"))
+    }
+}
+
+fn rename_param(e: IndexError) -> IndexError {
+    match e {
+        IndexError::InvalidParameter {
+            name,
+            value,
+            reason,
+        } => IndexError::InvalidParameter {
+            name: match name {
+                "m" => "connectivity",
+                "ef_construction" => "expansion_add",
+                "ef_search" => "expansion_search",
+                "dims" => "ndim",
+                other => other,
+            },
+            value,
+            reason,
+        },
+        other => other,
+    }
+}
+
+fn positive(name: &str, v: i64) -> PyResult<usize> {
+    usize::try_from(v)
+        .ok()
+        .filter(|&v| v > 0)
+        .ok_or_else(|| PyValueError::new_err(format!("{name}: must be at least 1, got {v}")))
+}
+
+impl PyIndex {
+    fn read(&self) -> &dyn IndexRead {
+        match &self.inner {
+            Inner::Mem(i) => i,
+            Inner::Seg(s) => s,
+        }
+    }
+
+    fn mem(&self, op: &str) -> PyResult<&Index> {
+        match &self.inner {
+            Inner::Mem(i) => Ok(i),
+            Inner::Seg(_) => Err(read_only(op)),
+        }
+    }
+
+    /// Stored bytes of a vector → a Python value (numpy row, or bytes for
+    /// NPHD codes).
+    fn decode_rows<'py>(
+        &self,
+        py: Python<'py>,
+        found: Vec<Option<Vec<u8>>>,
+        single: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let space = self.read().space();
+        if space.metric == Metric::Nphd {
+            let items: Vec<Bound<'py, PyAny>> = found
+                .into_iter()
+                .map(|r| match r {
+                    Some(b) => {
+                        let len = sagitta_kernels::nphd_code_len(&b).min(b.len().saturating_sub(1));
+                        PyBytes::new(py, &b[1..=len]).into_any()
+                    }
+                    None => py.None().into_bound(py),
+                })
+                .collect();
+            return if single {
+                Ok(items
+                    .into_iter()
+                    .next()
+                    .unwrap_or_else(|| py.None().into_bound(py)))
+            } else {
+                Ok(PyList::new(py, items)?.into_any())
+            };
+        }
+        let vb = space.vector_bytes();
+        let mut flat = Vec::with_capacity(found.iter().flatten().count() * vb);
+        for r in found.iter().flatten() {
+            flat.extend_from_slice(&r[..vb]);
+        }
+        let m = flat.len() / vb.max(1);
+        let matrix = Array2::from_shape_vec((m, vb), flat)
+            .map_err(|e| PyValueError::new_err(e.to_string()))?
+            .into_pyarray(py)
+            .call_method1("view", (numpy_dtype(space.dtype),))?;
+        let mut next = 0usize;
+        let mut items = Vec::with_capacity(found.len());
+        for r in &found {
+            if r.is_some() {
+                items.push(matrix.get_item(next)?);
+                next += 1;
+            } else {
+                items.push(py.None().into_bound(py));
+            }
+        }
+        if single {
+            Ok(items
+                .into_iter()
+                .next()
+                .unwrap_or_else(|| py.None().into_bound(py)))
+        } else {
+            Ok(PyList::new(py, items)?.into_any())
+        }
+    }
+}
+
+#[pymethods]
+impl PyIndex {
+    /// Creates an empty in-memory index.
+    ///
+    /// ndim: dimensions (bits for ``hamming``; the longest code in bits,
+    /// at most 256, for ``nphd``). metric: ``"cos"``, ``"l2"``, ``"ip"``,
+    /// ``"hamming"`` or ``"nphd"``. dtype: storage type, ``"f32"``,
+    /// ``"f16"``, ``"i8"`` or ``"b1"`` (default: ``"b1"`` for the binary
+    /// metrics, ``"f32"`` otherwise). kind: ``"hnsw"`` or ``"flat"``
+    /// (exact). connectivity: HNSW links per node (M). expansion_add /
+    /// expansion_search: beam widths while adding / searching. seed:
+    /// seed of the HNSW level assignment (builds are reproducible).
+    #[new]
+    #[pyo3(signature = (ndim, metric = "cos", dtype = None, kind = "hnsw", connectivity = 16, expansion_add = 128, expansion_search = 64, seed = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        ndim: i64,
+        metric: &str,
+        dtype: Option<&str>,
+        kind: &str,
+        connectivity: i64,
+        expansion_add: i64,
+        expansion_search: i64,
+        seed: Option<u64>,
+    ) -> PyResult<Self> {
+        let metric_v = Metric::parse(metric).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "metric: unknown metric {metric:?} (expected cos, l2, ip, hamming or nphd)"
+            ))
+        })?;
+        let dtype_v = match dtype {
+            None if metric_v.is_binary() => DType::B1,
+            None => DType::F32,
+            Some(d) => DType::parse(d).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "dtype: unknown dtype {d:?} (expected f32, f16, i8 or b1)"
+                ))
+            })?,
+        };
+        let kind_v = match kind.to_ascii_lowercase().as_str() {
+            "hnsw" => IndexKind::Hnsw,
+            "flat" => IndexKind::Flat,
+            _ => {
+                return Err(PyValueError::new_err(format!(
+                    "kind: unknown index kind {kind:?} (expected hnsw or flat)"
+                )))
+            }
+        };
+        let ndim = usize::try_from(ndim).map_err(|_| {
+            PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}"))
+        })?;
+        let space =
+            Space::new(ndim, metric_v, dtype_v).map_err(|e| index_err(rename_param(e), "ndim"))?;
+        let mut params = HnswParams {
+            m: usize::try_from(connectivity).unwrap_or(0),
+            ef_construction: usize::try_from(expansion_add).unwrap_or(0),
+            ef_search: usize::try_from(expansion_search).unwrap_or(0),
+            ..HnswParams::default()
+        };
+        if let Some(seed) = seed {
+            params.seed = seed;
+        }
+        let index = Index::new(space, kind_v, params).map_err(|e| {
+            let e = match rename_param(e) {
+                IndexError::InvalidParameter { name, reason, .. } => {
+                    let value = match name {
+                        "connectivity" => connectivity,
+                        "expansion_add" => expansion_add,
+                        "expansion_search" => expansion_search,
+                        _ => 0,
+                    };
+                    IndexError::InvalidParameter {
+                        name,
+                        value: value.to_string(),
+                        reason,
+                    }
+                }
+                other => other,
+            };
+            index_err(e, "")
+        })?;
+        Ok(PyIndex {
+            inner: Inner::Mem(index),
+        })
+    }
+
+    /// Opens an index file written by :meth:`save`, memory-mapped and
+    /// read-only. Only the header and section table are read, so opening
+    /// takes the same time for any size; vectors are paged in as searches
+    /// touch them. Raises ``FileNotFoundError`` / ``OSError`` for I/O
+    /// errors and :class:`CorruptFileError` for damaged or foreign files.
+    #[staticmethod]
+    fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+        let seg = py.detach(|| Segment::open(&path)).map_err(store_err)?;
+        Ok(PyIndex {
+            inner: Inner::Seg(seg),
+        })
+    }
+
+    /// Writes the index to ``path`` durably (written to ``path.tmp``,
+    /// fsynced, renamed into place, directory fsynced), so a crash leaves
+    /// either the old file or the complete new one.
+    fn save(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| match &self.inner {
+            Inner::Mem(i) => Segment::write(i, &path).map(|_| ()),
+            Inner::Seg(s) => s.copy_to(&path),
+        })
+        .map_err(store_err)
+    }
+
+    /// Adds vectors under new keys.
+    ///
+    /// keys: one int, or a 1-D array-like of non-negative ints. vectors:
+    /// one vector (1-D) or a 2-D array, one row per key; float indexes take
+    /// any numeric dtype (float32 C-contiguous arrays are read without a
+    /// copy), ``hamming`` takes uint8 packed bits (or bool bits), ``nphd``
+    /// takes ``bytes`` or a list of them. threads: ``None`` uses every core.
+    ///
+    /// The batch is validated first: wrong dimensions, NaN / inf, a key
+    /// already present or repeated in the batch raise ``ValueError`` naming
+    /// the row, and nothing is added.
+    #[pyo3(signature = (keys, vectors, *, threads = None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+        threads: Option<i64>,
+    ) -> PyResult<()> {
+        let index = self.mem("add")?;
+        let threads = threads_arg(threads)?;
+        let keys = convert::keys(keys, "keys")?;
+        let rows = convert::rows(vectors, &index.space(), "vectors")?;
+        if keys.keys.len() != rows.len() {
+            return Err(PyValueError::new_err(format!(
+                "keys: got {} keys for {} vectors",
+                keys.keys.len(),
+                rows.len()
+            )));
+        }
+        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY) {
+            return Err(PyValueError::new_err(format!(
+                "keys: row {i}: key {NO_KEY} (2**64 - 1) is reserved to mark missing results"
+            )));
+        }
+        let refs = rows.refs();
+        let single = rows.single() && keys.single;
+        py.detach(|| index.add_batch(&keys.keys, &refs, threads))
+            .map_err(|e| match e {
+                IndexError::Row { source, .. } if single => index_err(*source, "vectors"),
+                e => index_err(e, "vectors"),
+            })
+    }
+
+    /// Finds the ``k`` nearest neighbours of each query.
+    ///
+    /// queries: one vector (1-D) or a 2-D array (same input forms as
+    /// :meth:`add`). k: neighbours per query, at least 1 and at most
+    /// ``len(index)``. filter: an array-like of keys; only those keys may
+    /// be returned (keys not in the index are ignored). radius: only
+    /// matches with distance <= radius are returned. exact: scan every
+    /// vector instead of walking the graph. expansion: beam width for this
+    /// call (default :attr:`expansion_search`; at least ``k`` is used).
+    /// threads: ``None`` uses every core for a batch.
+    ///
+    /// Returns a :class:`SearchResult`.
+    #[pyo3(signature = (queries, k, *, filter = None, radius = None, exact = false, expansion = None, threads = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn search(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        k: i64,
+        filter: Option<&Bound<'_, PyAny>>,
+        radius: Option<f64>,
+        exact: bool,
+        expansion: Option<i64>,
+        threads: Option<i64>,
+    ) -> PyResult<SearchResult> {
+        let r = self.read();
+        let k = usize::try_from(k)
+            .ok()
+            .filter(|&k| k > 0)
+            .ok_or_else(|| PyValueError::new_err(format!("k: must be at least 1, got {k}")))?;
+        check_k(k, r.len()).map_err(|e| index_err(e, "queries"))?;
+        if radius.is_some_and(f64::is_nan) {
+            return Err(PyValueError::new_err("radius: must be a number, got nan"));
+        }
+        let radius = radius.map(|x| x as f32);
+        let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
+        let threads = threads_arg(threads)?;
+        let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
+        let rows = convert::rows(queries, &r.space(), "queries")?;
+        let single = rows.single();
+        let refs = rows.refs();
+        let n = refs.len();
+        let (keys_out, dist_out, counts) = py
+            .detach(|| {
+                let bitset: Option<Bitset> = allowed.as_ref().map(|a| r.filter_for_keys(&a.keys));
+                let opts = SearchOptions {
+                    ef,
+                    filter: bitset.as_ref(),
+                    exact,
+                };
+                let mut keys_out = vec![NO_KEY; n * k];
+                let mut dist_out = vec![f32::INFINITY; n * k];
+                let mut counts = vec![0i64; n];
+                let one =
+                    |i: usize, q: VectorRef<'_>, ko: &mut [u64], dout: &mut [f32], c: &mut i64| {
+                        let found = r.search(q, k, &opts).map_err(|e| match e {
+                            e @ (IndexError::ZeroK(_)
+                            | IndexError::KTooLarge { .. }
+                            | IndexError::Empty) => e,
+                            e if single => e,
+                            e => IndexError::Row {
+                                row: i,
+                                source: Box::new(e),
+                            },
+                        })?;
+                        let mut m = 0;
+                        for nb in found {
+                            if radius.is_some_and(|rad| nb.distance > rad) {
+                                break;
+                            }
+                            ko[m] = nb.key;
+                            dout[m] = nb.distance;
+                            m += 1;
+                        }
+                        *c = m as i64;
+                        Ok::<(), IndexError>(())
+                    };
+                let par = |ko: &mut [u64], dout: &mut [f32], cs: &mut [i64]| {
+                    ko.par_chunks_mut(k)
+                        .zip(dout.par_chunks_mut(k))
+                        .zip(cs.par_iter_mut())
+                        .zip(refs.par_iter())
+                        .enumerate()
+                        .try_for_each(|(i, (((ko, dout), c), q))| one(i, *q, ko, dout, c))
+                };
+                let res = if n <= 1 || threads == 1 {
+                    keys_out
+                        .chunks_mut(k)
+                        .zip(dist_out.chunks_mut(k))
+                        .zip(counts.iter_mut())
+                        .zip(refs.iter())
+                        .enumerate()
+                        .try_for_each(|(i, (((ko, dout), c), q))| one(i, *q, ko, dout, c))
+                } else if threads == 0 {
+                    par(&mut keys_out, &mut dist_out, &mut counts)
+                } else {
+                    match pool(threads) {
+                        Ok(p) => p.install(|| par(&mut keys_out, &mut dist_out, &mut counts)),
+                        Err(_) => par(&mut keys_out, &mut dist_out, &mut counts),
+                    }
+                };
+                res.map(|()| (keys_out, dist_out, counts))
+            })
+            .map_err(|e| index_err(e, "queries"))?;
+        let (keys, distances, counts) = if single {
+            (
+                PyArray1::from_vec(py, keys_out).into_any(),
+                PyArray1::from_vec(py, dist_out).into_any(),
+                counts
+                    .first()
+                    .copied()
+                    .unwrap_or(0)
+                    .into_pyobject(py)?
+                    .into_any(),
+            )
+        } else {
+            let shape = |e: numpy::ndarray::ShapeError| PyValueError::new_err(e.to_string());
+            (
+                Array2::from_shape_vec((n, k), keys_out)
+                    .map_err(shape)?
+                    .into_pyarray(py)
+                    .into_any(),
+                Array2::from_shape_vec((n, k), dist_out)
+                    .map_err(shape)?
+                    .into_pyarray(py)
+                    .into_any(),
+                PyArray1::from_vec(py, counts).into_any(),
+            )
+        };
+        Ok(SearchResult {
+            keys: keys.unbind(),
+            distances: distances.unbind(),
+            counts: counts.unbind(),
+        })
+    }
+
+    /// The stored vector of each key, or ``None`` for a key not in the
+    /// index (never garbage).
+    ///
+    /// One key gives one value; an array of keys gives a list. Vectors come
+    /// back in their stored form: float32 / float16 / int8 numpy arrays
+    /// (``cos`` indexes store unit-length vectors; ``i8`` under ``cos``
+    /// stores them scaled to [-127, 127]), uint8 packed bits for
+    /// ``hamming``, ``bytes`` for ``nphd``.
+    fn get<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let keys = convert::keys(keys, "keys")?;
+        let r = self.read();
+        let found: Vec<Option<Vec<u8>>> =
+            py.detach(|| keys.keys.iter().map(|&k| r.get_raw(k)).collect());
+        self.decode_rows(py, found, keys.single)
+    }
+
+    /// Whether each key is in the index: a bool for one key, a bool array
+    /// for an array of keys.
+    fn contains<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let keys = convert::keys(keys, "keys")?;
+        let r = self.read();
+        let hits: Vec<bool> = py.detach(|| keys.keys.iter().map(|&k| r.contains(k)).collect());
+        if keys.single {
+            Ok(pyo3::types::PyBool::new(py, hits[0]).to_owned().into_any())
+        } else {
+            Ok(PyArray1::from_vec(py, hits).into_any())
+        }
+    }
+
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if !key.is_instance_of::<PyInt>() {
+            return Ok(false);
+        }
+        Ok(key.extract::<u64>().is_ok_and(|k| self.read().contains(k)))
+    }
+
+    /// Removes keys; returns how many were present. Missing keys are
+    /// ignored. The space of removed vectors is not reused.
+    fn remove(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let index = self.mem("remove")?;
+        let keys = convert::keys(keys, "keys")?;
+        Ok(py.detach(|| keys.keys.iter().filter(|&&k| index.remove(k)).count()))
+    }
+
+    fn __len__(&self) -> usize {
+        self.read().len()
+    }
+
+    /// Dimensions (bits for binary metrics).
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.read().space().dims
+    }
+
+    /// Metric name: ``"cos"``, ``"l2"``, ``"ip"``, ``"hamming"`` or ``"nphd"``.
+    #[getter]
+    fn metric(&self) -> &'static str {
+        metric_name(self.read().space().metric)
+    }
+
+    /// Storage type: ``"f32"``, ``"f16"``, ``"i8"`` or ``"b1"``.
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        dtype_name(self.read().space().dtype)
+    }
+
+    /// ``"hnsw"`` or ``"flat"``.
+    #[getter]
+    fn kind(&self) -> &'static str {
+        let kind = match &self.inner {
+            Inner::Mem(i) => i.kind(),
+            Inner::Seg(s) => s.info().kind,
+        };
+        match kind {
+            IndexKind::Hnsw => "hnsw",
+            IndexKind::Flat => "flat",
+        }
+    }
+
+    /// HNSW links per node (M).
+    #[getter]
+    fn connectivity(&self) -> usize {
+        match &self.inner {
+            Inner::Mem(i) => i.params().m,
+            Inner::Seg(s) => s.info().m as usize,
+        }
+    }
+
+    /// Beam width used while adding (ef_construction).
+    #[getter]
+    fn expansion_add(&self) -> usize {
+        match &self.inner {
+            Inner::Mem(i) => i.params().ef_construction,
+            Inner::Seg(s) => s.info().ef_construction as usize,
+        }
+    }
+
+    /// Default beam width of searches (ef_search); settable at any time,
+    /// also on an opened file (not persisted there).
+    #[getter]
+    fn expansion_search(&self) -> usize {
+        match &self.inner {
+            Inner::Mem(i) => i.ef_search(),
+            Inner::Seg(s) => s.ef_search(),
+        }
+    }
+
+    #[setter]
+    fn set_expansion_search(&self, ef: i64) -> PyResult<()> {
+        let ef = positive("expansion_search", ef)?;
+        match &self.inner {
+            Inner::Mem(i) => i
+                .set_ef_search(ef)
+                .map_err(|e| index_err(rename_param(e), "")),
+            Inner::Seg(s) => s.set_ef_search(ef).map_err(store_err),
+        }
+    }
+
+    /// Bytes the index occupies: heap memory for an in-memory index, the
+    /// mapped file size (an upper bound of what is resident) for an opened
+    /// file.
+    #[getter]
+    fn memory_usage(&self) -> usize {
+        match &self.inner {
+            Inner::Mem(i) => i.memory_usage(),
+            Inner::Seg(s) => s.info().file_len as usize,
+        }
+    }
+
+    /// Whether the index was opened from a file (and cannot change).
+    #[getter]
+    fn read_only(&self) -> bool {
+        matches!(self.inner, Inner::Seg(_))
+    }
+
+    /// The file an opened index maps, or ``None``.
+    #[getter]
+    fn path(&self) -> Option<PathBuf> {
+        match &self.inner {
+            Inner::Mem(_) => None,
+            Inner::Seg(s) => Some(s.path().to_path_buf()),
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "sagitta.Index(ndim={}, metric={:?}, dtype={:?}, kind={:?}, len={}{})",
+            self.ndim(),
+            self.metric(),
+            self.dtype(),
+            self.kind(),
+            self.__len__(),
+            if self.read_only() {
+                ", read_only=True"
+            } else {
+                ""
+            }
+        )
+    }
+}

@@ -1,0 +1,32 @@
+//! The `sagitta._sagitta` extension module: Python bindings over
+//! `sagitta-index` and `sagitta-store`. See `python/README.md`.
+
+mod convert;
+mod errors;
+mod index;
+
+use pyo3::prelude::*;
+
+/// The instruction set the distance kernels dispatched to at start-up
+/// (``"avx512"``, ``"avx2"``, ``"neon"`` or ``"scalar"``; capped by the
+/// ``SAGITTA_ISA`` environment variable).
+#[pyfunction]
+fn isa() -> &'static str {
+    sagitta_kernels::isa().name()
+}
+
+#[pymodule]
+fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<index::PyIndex>()?;
+    m.add_class::<index::SearchResult>()?;
+    m.add(
+        "CorruptFileError",
+        py.get_type::<errors::CorruptFileError>(),
+    )?;
+    m.add("ReadOnlyError", py.get_type::<errors::ReadOnlyError>())?;
+    m.add("NO_KEY", convert::NO_KEY)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(isa, m)?)?;
+    Ok(())
+}
