@@ -273,7 +273,7 @@ impl PyIndex {
     ) -> PyResult<Self> {
         let metric_v = Metric::parse(metric).ok_or_else(|| {
             PyValueError::new_err(format!(
-                "metric: unknown metric {metric:?} (expected cos, l2, ip, hamming or nphd)"
+                "metric: unknown metric '{metric}' (expected cos, l2, ip, hamming or nphd)"
             ))
         })?;
         let dtype_v = match dtype {
@@ -281,7 +281,7 @@ impl PyIndex {
             None => DType::F32,
             Some(d) => DType::parse(d).ok_or_else(|| {
                 PyValueError::new_err(format!(
-                    "dtype: unknown dtype {d:?} (expected f32, f16, i8 or b1)"
+                    "dtype: unknown dtype '{d}' (expected f32, f16, i8 or b1)"
                 ))
             })?,
         };
@@ -290,7 +290,7 @@ impl PyIndex {
             "flat" => IndexKind::Flat,
             _ => {
                 return Err(PyValueError::new_err(format!(
-                    "kind: unknown index kind {kind:?} (expected hnsw or flat)"
+                    "kind: unknown index kind '{kind}' (expected hnsw or flat)"
                 )))
             }
         };
@@ -619,10 +619,11 @@ impl PyIndex {
         }
     }
 
-    /// HNSW links per node (M).
+    /// HNSW links per node (M); 0 for a flat index, which has no graph.
     #[getter]
     fn connectivity(&self) -> usize {
         match &self.inner {
+            Inner::Mem(i) if i.kind() == IndexKind::Flat => 0,
             Inner::Mem(i) => i.params().m,
             Inner::Seg(s) => s.info().m as usize,
         }

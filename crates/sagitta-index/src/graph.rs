@@ -139,7 +139,9 @@ pub(crate) fn knn<G: GraphView + ?Sized>(
     drain(g, s, k)
 }
 
-/// Exact k nearest live neighbours among `filter` (or all slots).
+/// Exact k nearest live neighbours among `filter` (or all slots): the k
+/// smallest by (distance, key), so ties at the k-th distance resolve to the
+/// smaller keys whatever order the vectors were inserted in.
 pub(crate) fn exact<G: GraphView + ?Sized>(
     g: &G,
     dist: &Distance,
@@ -156,7 +158,11 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
         let d = dist.eval(q, g.vector(slot));
         if s.results.len() < k {
             s.results.push(Cand { dist: d, slot });
-        } else if s.results.peek().is_some_and(|w| d < w.dist) {
+        } else if s
+            .results
+            .peek()
+            .is_some_and(|w| d < w.dist || (d == w.dist && g.key(slot) < g.key(w.slot)))
+        {
             s.results.pop();
             s.results.push(Cand { dist: d, slot });
         }

@@ -1,0 +1,126 @@
+"""Type stubs for the native module ``sagitta._sagitta``."""
+
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal, TypeAlias, overload
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+NO_KEY: int
+"""Key of empty result slots (``2**64 - 1``); refused as a user key."""
+
+Metric = Literal["cos", "cosine", "l2", "l2sq", "euclidean", "ip", "dot", "hamming", "nphd"]
+DType = Literal["f32", "float32", "f16", "float16", "i8", "int8", "b1", "bits", "binary"]
+Kind = Literal["hnsw", "flat"]
+KeyLike: TypeAlias = int | np.integer[Any]
+KeysLike: TypeAlias = Sequence[int] | npt.NDArray[np.integer[Any]]
+VectorsLike: TypeAlias = npt.ArrayLike | bytes | bytearray | memoryview | Sequence[bytes]
+PathLike: TypeAlias = str | os.PathLike[str]
+
+class CorruptFileError(OSError):
+    """A file is truncated, damaged, not a Sagitta file, or written by a
+    format version this build cannot read."""
+
+class ReadOnlyError(RuntimeError):
+    """A mutation was attempted on an index opened read-only from a file."""
+
+def isa() -> Literal["avx512", "avx2", "neon", "scalar"]:
+    """The instruction set the distance kernels use on this machine."""
+
+class SearchResult:
+    """Results of :meth:`Index.search` (see its docs for shapes)."""
+
+    keys: npt.NDArray[np.uint64]
+    """Matched keys, nearest first; ``NO_KEY`` in empty slots."""
+    distances: npt.NDArray[np.float32]
+    """Distances of the matches; ``inf`` in empty slots."""
+    counts: int | npt.NDArray[np.int64]
+    """Valid matches per query (an int for a single 1-D query)."""
+    def __iter__(self) -> Iterator[npt.NDArray[Any]]:
+        """Unpacks as ``keys, distances``."""
+
+class Index:
+    """A Flat or HNSW vector index, in memory or opened read-only from a file."""
+
+    def __init__(
+        self,
+        ndim: int,
+        metric: Metric = "cos",
+        dtype: DType | None = None,
+        kind: Kind = "hnsw",
+        connectivity: int = 16,
+        expansion_add: int = 128,
+        expansion_search: int = 64,
+        seed: int | None = None,
+    ) -> None:
+        """Creates an empty in-memory index."""
+    @staticmethod
+    def open(path: PathLike) -> Index:
+        """Opens a file written by :meth:`save`, memory-mapped and read-only."""
+    def save(self, path: PathLike) -> None:
+        """Writes the index to ``path`` durably (tmp, fsync, rename, fsync dir)."""
+    def add(
+        self, keys: KeyLike | KeysLike, vectors: VectorsLike, *, threads: int | None = None
+    ) -> None:
+        """Adds vectors under new keys; the batch is validated before anything is added."""
+    def search(
+        self,
+        queries: VectorsLike,
+        k: int,
+        *,
+        filter: KeysLike | None = None,
+        radius: float | None = None,
+        exact: bool = False,
+        expansion: int | None = None,
+        threads: int | None = None,
+    ) -> SearchResult:
+        """The ``k`` nearest neighbours of each query."""
+    @overload
+    def get(self, keys: KeyLike) -> npt.NDArray[Any] | bytes | None: ...
+    @overload
+    def get(self, keys: KeysLike) -> list[npt.NDArray[Any] | bytes | None]: ...
+    @overload
+    def contains(self, keys: KeyLike) -> bool: ...
+    @overload
+    def contains(self, keys: KeysLike) -> npt.NDArray[np.bool_]: ...
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is in the index."""
+    def remove(self, keys: KeyLike | KeysLike) -> int:
+        """Removes keys; returns how many were present."""
+    def __len__(self) -> int:
+        """Live vectors in the index."""
+    @property
+    def ndim(self) -> int:
+        """Dimensions (bits for binary metrics)."""
+    @property
+    def metric(self) -> Literal["cos", "l2", "ip", "hamming", "nphd"]:
+        """Metric name."""
+    @property
+    def dtype(self) -> Literal["f32", "f16", "i8", "b1"]:
+        """Storage type."""
+    @property
+    def kind(self) -> Kind:
+        """``"hnsw"`` or ``"flat"``."""
+    @property
+    def connectivity(self) -> int:
+        """HNSW links per node (M); 0 for a flat index."""
+    @property
+    def expansion_add(self) -> int:
+        """Beam width used while adding."""
+    @property
+    def expansion_search(self) -> int:
+        """Default beam width of searches (settable)."""
+    @expansion_search.setter
+    def expansion_search(self, value: int) -> None: ...
+    @property
+    def memory_usage(self) -> int:
+        """Heap bytes (in memory) or mapped file bytes (opened file)."""
+    @property
+    def read_only(self) -> bool:
+        """Whether the index was opened from a file."""
+    @property
+    def path(self) -> os.PathLike[str] | None:
+        """The file an opened index maps, or ``None``."""
