@@ -10,7 +10,12 @@ import sagitta
 
 @pytest.mark.parametrize(
     ("metric", "dtype", "kind"),
-    [("cos", "f32", "hnsw"), ("l2", "f16", "flat"), ("ip", "i8", "hnsw"), ("hamming", "b1", "hnsw")],
+    [
+        ("cos", "f32", "hnsw"),
+        ("l2", "f16", "flat"),
+        ("ip", "i8", "hnsw"),
+        ("hamming", "b1", "hnsw"),
+    ],
 )
 def test_round_trip(tmp_path, rng, metric, dtype, kind):
     n, d = 3000, 64

@@ -50,7 +50,7 @@ def test_f16_and_i8_match_brute_force_on_stored_values(rng):
     f16 = sagitta.Index(16, metric="l2", dtype="f16", kind="flat")
     f16.add(np.arange(1000), base)
     stored = base.astype(np.float16).astype(np.float32)
-    want_keys, want_dist = brute_force(stored, queries.astype(np.float16), "l2", 5)
+    _, want_dist = brute_force(stored, queries.astype(np.float16), "l2", 5)
     res = f16.search(queries, 5)
     np.testing.assert_allclose(res.distances, want_dist, rtol=2e-3, atol=2e-3)
     assert f16.get(7).dtype == np.float16
@@ -60,7 +60,7 @@ def test_f16_and_i8_match_brute_force_on_stored_values(rng):
     qi = rng.integers(-100, 100, size=(20, 16)).astype(np.int8)
     i8 = sagitta.Index(16, metric="l2", dtype="i8", kind="flat")
     i8.add(np.arange(1000), ints)
-    want_keys, want_dist = brute_force(ints, qi, "l2", 5)
+    _, want_dist = brute_force(ints, qi, "l2", 5)
     res = i8.search(qi, 5)
     np.testing.assert_array_equal(res.distances, want_dist.astype(np.float32))
     np.testing.assert_array_equal(i8.get(3), ints[3])

@@ -394,6 +394,60 @@ pub fn open_bench(files: &[PathBuf], repeat: usize) -> Result<()> {
     Ok(())
 }
 
+/// Single-thread per-query latency and all-core batch throughput of a
+/// segment file, as one JSON line (read by `python/bench/binding_overhead.py`).
+pub fn bench_search(
+    index: &Path,
+    queries: &Path,
+    k: usize,
+    ef: Option<usize>,
+    repeat: usize,
+) -> Result<()> {
+    let seg = Segment::open(index).with_context(|| format!("opening {}", index.display()))?;
+    let q = sagitta_store::npy::read_f32(queries)?;
+    let refs: Vec<VectorRef<'_>> = (0..q.rows).map(|i| VectorRef::F32(q.row(i))).collect();
+    let opts = SearchOptions {
+        ef,
+        ..SearchOptions::default()
+    };
+    let best = |f: &dyn Fn() -> Result<()>| -> Result<f64> {
+        f()?; // warm-up: page in the file, fill scratch pools
+        let mut best = f64::INFINITY;
+        for _ in 0..repeat.max(1) {
+            let t = Instant::now();
+            f()?;
+            best = best.min(t.elapsed().as_secs_f64());
+        }
+        Ok(best)
+    };
+    let single = best(&|| {
+        for r in &refs {
+            std::hint::black_box(seg.search(*r, k, &opts)?);
+        }
+        Ok(())
+    })?;
+    let batch = best(&|| {
+        std::hint::black_box(seg.search_batch(&refs, k, &opts)?);
+        Ok(())
+    })?;
+    let n = refs.len() as f64;
+    println!(
+        "{{\"isa\": \"{}\", \"queries\": {}, \"k\": {k}, \"ef\": {}, \"single_us_per_query\": {:.3}, \"single_qps\": {:.1}, \"batch_qps\": {:.1}, \"threads\": {}}}",
+        sagitta_kernels::isa().name(),
+        refs.len(),
+        ef.unwrap_or(seg.ef_search()),
+        single / n * 1e6,
+        n / single,
+        n / batch,
+        rayon_threads()
+    );
+    Ok(())
+}
+
+fn rayon_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub fn bench_kernels(dims: usize) -> Result<()> {
     let k = sagitta_kernels::kernels();
     println!("# isa: {} ({})", k.isa, cpu_model());

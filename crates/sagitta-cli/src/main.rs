@@ -4,7 +4,7 @@
 //!   segment, reopen it memory-mapped, and answer a few passages.
 //! * `eval`: ef → recall / QPS tables on a dataset directory (cosine,
 //!   Hamming over sign bits, filtered).
-//! * `build`, `inspect`, `open-bench`, `bench-kernels`.
+//! * `build`, `inspect`, `open-bench`, `bench-search`, `bench-kernels`.
 
 mod data;
 mod eval;
@@ -67,6 +67,25 @@ enum Cmd {
         #[arg(long, default_value_t = 500)]
         repeat: usize,
     },
+    /// Time searches of a .npy query matrix against a segment file
+    /// (one query at a time on one thread, then one batch on all cores);
+    /// prints one JSON line. The reference for the Python binding overhead.
+    BenchSearch {
+        /// Segment file.
+        #[arg(long)]
+        index: PathBuf,
+        /// Query matrix (.npy, f16 or f32).
+        #[arg(long)]
+        queries: PathBuf,
+        #[arg(long, default_value_t = 10)]
+        k: usize,
+        /// Beam width (default: the one stored in the file).
+        #[arg(long)]
+        ef: Option<usize>,
+        /// Timed passes; the fastest is reported.
+        #[arg(long, default_value_t = 5)]
+        repeat: usize,
+    },
     /// Kernel throughput (GB/s) next to a memory-read bandwidth estimate.
     BenchKernels {
         #[arg(long, default_value_t = 384)]
@@ -98,6 +117,13 @@ fn main() -> Result<()> {
             Ok(())
         }
         Cmd::OpenBench { files, repeat } => eval::open_bench(&files, repeat),
+        Cmd::BenchSearch {
+            index,
+            queries,
+            k,
+            ef,
+            repeat,
+        } => eval::bench_search(&index, &queries, k, ef, repeat),
         Cmd::BenchKernels { dims } => eval::bench_kernels(dims),
     }
 }
