@@ -10,7 +10,7 @@
 //! keeps going until `ef` accepted results are found).
 
 use crate::scratch::Scratch;
-use crate::topk::{Cand, Neighbor};
+use crate::topk::{Cand, KeyedCand, Neighbor};
 use crate::Bitset;
 use sagitta_kernels::{prefetch, Distance};
 use std::cmp::Reverse;
@@ -156,22 +156,37 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
             return;
         }
         let d = dist.eval(q, g.vector(slot));
-        if s.results.len() < k {
-            s.results.push(Cand { dist: d, slot });
+        if s.keyed.len() < k {
+            s.keyed.push(KeyedCand {
+                dist: d,
+                key: g.key(slot),
+            });
         } else if s
-            .results
+            .keyed
             .peek()
-            .is_some_and(|w| d < w.dist || (d == w.dist && g.key(slot) < g.key(w.slot)))
+            .is_some_and(|w| d < w.dist || (d == w.dist && g.key(slot) < w.key))
         {
-            s.results.pop();
-            s.results.push(Cand { dist: d, slot });
+            s.keyed.pop();
+            s.keyed.push(KeyedCand {
+                dist: d,
+                key: g.key(slot),
+            });
         }
     };
     match filter {
         Some(f) => f.iter().for_each(|slot| push(slot as u32, s)),
         None => (0..g.slots() as u32).for_each(|slot| push(slot, s)),
     }
-    drain(g, s, k)
+    let mut out: Vec<Neighbor> = s
+        .keyed
+        .drain()
+        .map(|c| Neighbor {
+            key: c.key,
+            distance: c.dist,
+        })
+        .collect();
+    out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+    out
 }
 
 fn drain<G: GraphView + ?Sized>(g: &G, s: &mut Scratch, k: usize) -> Vec<Neighbor> {

@@ -2,7 +2,7 @@
 //! does not allocate: a generation-tagged visited set, the two heaps of the
 //! beam search, a neighbour-list buffer and the encoded query.
 
-use crate::topk::Cand;
+use crate::topk::{Cand, KeyedCand};
 use parking_lot::Mutex;
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -13,6 +13,8 @@ pub(crate) struct Scratch {
     generation: u16,
     pub candidates: BinaryHeap<Reverse<Cand>>,
     pub results: BinaryHeap<Cand>,
+    /// Results of the exact scan, ordered by (distance, key).
+    pub keyed: BinaryHeap<KeyedCand>,
     pub neighbors: Vec<u32>,
     /// 8-byte aligned backing for the encoded query.
     query: Vec<u64>,
@@ -33,6 +35,7 @@ impl Scratch {
         }
         self.candidates.clear();
         self.results.clear();
+        self.keyed.clear();
     }
 
     /// Marks `slot` visited; returns whether it was new.

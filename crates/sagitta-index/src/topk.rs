@@ -37,3 +37,30 @@ impl PartialOrd for Cand {
         Some(self.cmp(other))
     }
 }
+
+/// A (distance, key) pair ordered by distance, then key: what the exact
+/// scan keeps, so that ties at the k-th distance resolve to the smaller
+/// keys whatever slots the vectors landed in.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct KeyedCand {
+    pub dist: f32,
+    pub key: u64,
+}
+
+impl Eq for KeyedCand {}
+
+impl Ord for KeyedCand {
+    #[inline]
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.dist
+            .total_cmp(&other.dist)
+            .then(self.key.cmp(&other.key))
+    }
+}
+
+impl PartialOrd for KeyedCand {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}

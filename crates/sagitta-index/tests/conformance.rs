@@ -419,3 +419,68 @@ fn concurrent_inserts_and_searches() {
         .count();
     assert!(found as f64 >= 0.99 * rows.len() as f64, "found {found}");
 }
+
+#[test]
+fn add_batch_is_validated_whole_before_anything_is_added() {
+    let space = Space::new(4, Metric::L2, DType::F32).unwrap();
+    let idx = Index::new(space, IndexKind::Hnsw, HnswParams::default()).unwrap();
+    idx.add(1, VectorRef::F32(&[0.0; 4])).unwrap();
+    let good = [1.0f32; 4];
+    let nan = [1.0, f32::NAN, 0.0, 0.0];
+    let rows = [VectorRef::F32(&good); 5];
+
+    let mut bad_rows = rows;
+    bad_rows[3] = VectorRef::F32(&nan);
+    let e = idx
+        .add_batch(&[10, 11, 12, 13, 14], &bad_rows, 2)
+        .unwrap_err();
+    assert!(
+        matches!(e, IndexError::Row { row: 3, ref source } if matches!(**source, IndexError::NotFinite { index: 1, .. })),
+        "{e:?}"
+    );
+
+    let e = idx.add_batch(&[10, 11, 1, 13, 14], &rows, 2).unwrap_err();
+    assert!(
+        matches!(e, IndexError::Row { row: 2, ref source } if **source == IndexError::DuplicateKey(1)),
+        "{e:?}"
+    );
+
+    let e = idx.add_batch(&[10, 11, 12, 11, 14], &rows, 2).unwrap_err();
+    assert!(
+        matches!(e, IndexError::Row { row: 3, ref source } if **source == IndexError::DuplicateKey(11)),
+        "{e:?}"
+    );
+    assert_eq!(
+        e.to_string(),
+        "row 3: key 11 already exists (use upsert to replace it)"
+    );
+
+    assert_eq!(idx.len(), 1, "a refused batch must add nothing");
+    idx.add_batch(&[10, 11, 12, 13, 14], &rows, 2).unwrap();
+    assert_eq!(idx.len(), 6);
+}
+
+#[test]
+fn exact_search_breaks_distance_ties_by_key() {
+    // 200 identical vectors inserted in parallel (so slots are in no
+    // particular key order): the exact top-k must be the k smallest keys.
+    let space = Space::new(8, Metric::L2, DType::F32).unwrap();
+    for kind in [IndexKind::Flat, IndexKind::Hnsw] {
+        let idx = Index::new(space, kind, HnswParams::default()).unwrap();
+        let v = [0.5f32; 8];
+        let keys: Vec<u64> = (0..200u64).rev().map(|k| k * 3).collect();
+        let rows = vec![VectorRef::F32(&v); keys.len()];
+        idx.add_batch(&keys, &rows, 2).unwrap();
+        let opts = SearchOptions {
+            exact: true,
+            ..SearchOptions::default()
+        };
+        let got: Vec<u64> = idx
+            .search(VectorRef::F32(&v), 7, &opts)
+            .unwrap()
+            .iter()
+            .map(|n| n.key)
+            .collect();
+        assert_eq!(got, vec![0, 3, 6, 9, 12, 15, 18], "{kind:?}");
+    }
+}
