@@ -5,7 +5,9 @@
 //! `FileNotFoundError`, chosen by errno); damaged or foreign files become
 //! `sagitta.CorruptFileError`, a subclass of `OSError`.
 
-use pyo3::exceptions::{PyOSError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{
+    PyFileExistsError, PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError,
+};
 use pyo3::PyErr;
 use sagitta_index::IndexError;
 use sagitta_store::StoreError;
@@ -22,6 +24,13 @@ pyo3::create_exception!(
     ReadOnlyError,
     PyRuntimeError,
     "A mutation was attempted on a read-only index (one opened from a file with Index.open)."
+);
+
+pyo3::create_exception!(
+    sagitta,
+    LockedError,
+    PyOSError,
+    "Another process has the collection open for writing (one writer per collection)."
 );
 
 /// Converts an index error; `arg` names the argument the vectors came in
@@ -57,6 +66,11 @@ pub fn store_err(e: StoreError) -> PyErr {
             CorruptFileError::new_err(e.to_string())
         }
         StoreError::Index(e) => index_err(e, "vectors"),
+        e @ StoreError::Locked { .. } => LockedError::new_err(e.to_string()),
+        e @ StoreError::ReadOnly { .. } => ReadOnlyError::new_err(e.to_string()),
+        e @ StoreError::AlreadyExists { .. } => PyFileExistsError::new_err(e.to_string()),
+        e @ StoreError::NotACollection { .. } => PyFileNotFoundError::new_err(e.to_string()),
+        StoreError::Config(msg) => PyValueError::new_err(msg),
     }
 }
 

@@ -22,23 +22,12 @@ use std::sync::{Arc, LazyLock, Mutex};
 
 /// Lower-case name of a metric, as the constructor takes it.
 pub fn metric_name(m: Metric) -> &'static str {
-    match m {
-        Metric::L2 => "l2",
-        Metric::Ip => "ip",
-        Metric::Cos => "cos",
-        Metric::Hamming => "hamming",
-        Metric::Nphd => "nphd",
-    }
+    m.name()
 }
 
 /// Short name of a storage type, as the constructor takes it.
 pub fn dtype_name(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "f32",
-        DType::F16 => "f16",
-        DType::I8 => "i8",
-        DType::B1 => "b1",
-    }
+    d.name()
 }
 
 /// The numpy dtype `get` returns for a storage type.

@@ -800,6 +800,60 @@ impl Index {
         s.neighbors = cur;
     }
 
+    /// Inserts or replaces `key` with a vector already in stored form (as
+    /// written by [`Space::encode`]: `stored.len()` is the space's
+    /// `vector_bytes()` or `stride()`). Used to replay logs and to copy
+    /// vectors between segments without decoding them.
+    pub fn upsert_encoded(&self, key: u64, stored: &[u8]) -> Result<()> {
+        let (vb, stride) = (self.space.vector_bytes(), self.space.stride());
+        if stored.len() != vb && stored.len() != stride {
+            return Err(IndexError::Dimensions {
+                expected: vb,
+                got: stored.len(),
+            });
+        }
+        let mut scratch = self.scratch.take();
+        let buf = scratch.query_buf(stride);
+        buf.fill(0);
+        buf[..vb].copy_from_slice(&stored[..vb]);
+        let r = self.insert_encoded(key, &mut scratch, true);
+        self.scratch.give(scratch);
+        r
+    }
+
+    /// [`Index::upsert_encoded`] for many keys in parallel (`threads` as
+    /// in [`Index::add_batch`]); `stored` holds one `stride()`-long row per
+    /// key.
+    pub fn upsert_encoded_batch(&self, keys: &[u64], stored: &[u8], threads: usize) -> Result<()> {
+        let stride = self.space.stride();
+        if stored.len() != keys.len() * stride {
+            return Err(IndexError::InvalidParameter {
+                name: "stored",
+                value: stored.len().to_string(),
+                reason: "must hold one stride-long row per key",
+            });
+        }
+        self.reserve(keys.len())?;
+        let run = || {
+            keys.par_iter()
+                .zip(stored.par_chunks_exact(stride.max(1)))
+                .try_for_each(|(&k, v)| self.upsert_encoded(k, v))
+        };
+        if threads == 0 || keys.len() < 64 {
+            run()
+        } else {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()
+                .map_err(|_| IndexError::InvalidParameter {
+                    name: "threads",
+                    value: threads.to_string(),
+                    reason: "could not start a thread pool",
+                })?
+                .install(run)
+        }
+    }
+
     /// Checks a batch without changing the index: one key per vector,
     /// every vector valid for the space, no key repeated within the batch
     /// or already present. The error names the first offending row

@@ -98,9 +98,30 @@ impl Metric {
     pub fn is_binary(self) -> bool {
         matches!(self, Metric::Hamming | Metric::Nphd)
     }
+
+    /// Canonical lower-case name (`parse` accepts it).
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::L2 => "l2",
+            Metric::Ip => "ip",
+            Metric::Cos => "cos",
+            Metric::Hamming => "hamming",
+            Metric::Nphd => "nphd",
+        }
+    }
 }
 
 impl DType {
+    /// Canonical short name (`parse` accepts it).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::I8 => "i8",
+            DType::B1 => "b1",
+        }
+    }
+
     /// Parses `f32`, `f16`, `i8`, `b1`.
     pub fn parse(s: &str) -> Option<DType> {
         Some(match s.to_ascii_lowercase().as_str() {

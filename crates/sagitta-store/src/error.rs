@@ -41,6 +41,34 @@ pub enum StoreError {
         /// Newest version this build reads.
         newest: u32,
     },
+    /// Environment error: another process holds the collection's writer
+    /// lock.
+    #[error("{dir}: another writer has this collection open (open it read-only, or close the other writer)")]
+    Locked {
+        /// The collection directory.
+        dir: PathBuf,
+    },
+    /// User error: a write on a collection opened read-only.
+    #[error("{op}: the collection is open read-only")]
+    ReadOnly {
+        /// The refused operation.
+        op: &'static str,
+    },
+    /// User error: `create` on a directory that already holds a collection.
+    #[error("{dir}: a collection already exists here")]
+    AlreadyExists {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// User error: `open` on a directory with no collection manifest.
+    #[error("{dir}: not a collection (no MANIFEST)")]
+    NotACollection {
+        /// The directory.
+        dir: PathBuf,
+    },
+    /// User error: a collection setting is invalid.
+    #[error("invalid collection config: {0}")]
+    Config(String),
     /// User error from the index layer (bad query, bad k, ...).
     #[error(transparent)]
     Index(#[from] IndexError),

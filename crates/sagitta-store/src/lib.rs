@@ -13,9 +13,15 @@ compile_error!(
     "sagitta-store maps little-endian files zero-copy and supports little-endian targets only"
 );
 
+pub mod bloom;
+pub mod collection;
 mod error;
 pub mod npy;
 pub mod segment;
+pub mod wal;
 
+pub use collection::{
+    Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability, OpenMode,
+};
 pub use error::{Result, StoreError};
 pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};

@@ -425,18 +425,7 @@ impl Segment {
     /// Copies this segment's bytes to `path` as durably as [`Segment::write`]
     /// (tmp file, fsync, rename, fsync of the directory).
     pub fn copy_to(&self, path: &Path) -> Result<()> {
-        let tmp = tmp_path(path);
-        let r = (|| {
-            let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-            f.write_all(&self.map).map_err(io("write", &tmp))?;
-            f.sync_all().map_err(io("fsync", &tmp))
-        })();
-        if r.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        r?;
-        std::fs::rename(&tmp, path).map_err(io("rename", path))?;
-        sync_dir(path)
+        write_durably(path, &self.map)
     }
 
     /// Sets the default search beam width for this open segment.
@@ -708,7 +697,8 @@ impl IndexRead for Segment {
     }
 }
 
-fn tmp_path(path: &Path) -> PathBuf {
+/// `path` with `.tmp` appended: where durable writers stage a file.
+pub(crate) fn tmp_path(path: &Path) -> PathBuf {
     let mut name = path
         .file_name()
         .map(|n| n.to_os_string())
@@ -717,7 +707,8 @@ fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-fn sync_dir(path: &Path) -> Result<()> {
+/// Fsyncs the directory holding `path` (makes a rename or create durable).
+pub(crate) fn sync_dir(path: &Path) -> Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -725,6 +716,23 @@ fn sync_dir(path: &Path) -> Result<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(io("fsync dir", dir))
+}
+
+/// Writes `bytes` to `path` durably: `path.tmp`, fsync, rename, fsync of
+/// the directory. A crash leaves the old file or the new one, never a mix.
+pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = tmp_path(path);
+    let r = (|| {
+        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
+        f.write_all(bytes).map_err(io("write", &tmp))?;
+        f.sync_all().map_err(io("fsync", &tmp))
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r?;
+    std::fs::rename(&tmp, path).map_err(io("rename", path))?;
+    sync_dir(path)
 }
 
 /// Streams sections into a file, tracking offset and CRC of each.

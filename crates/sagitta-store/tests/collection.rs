@@ -1,0 +1,424 @@
+//! Collection behaviour: multi-segment search against the Flat oracle,
+//! upserts and deletes across segments, reopen, locks, torn WAL tails,
+//! corrupt files, compaction.
+
+#![allow(clippy::unwrap_used)]
+
+use sagitta_index::{
+    DType, HnswParams, Index, IndexKind, IndexRead, IndexWrite, Metric, SearchOptions, Space,
+    VectorRef,
+};
+use sagitta_store::{
+    Collection, CollectionConfig, CollectionSearch, Durability, OpenMode, StoreError,
+};
+use std::path::Path;
+
+fn vector(key: u64, dims: usize) -> Vec<f32> {
+    // Deterministic per key, so any reader can check a stored vector.
+    let mut z = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..dims)
+        .map(|_| {
+            z ^= z << 13;
+            z ^= z >> 7;
+            z ^= z << 17;
+            (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn config(dims: usize, segment_vectors: u64) -> CollectionConfig {
+    let space = Space::new(dims, Metric::L2, DType::F32).unwrap();
+    let mut c = CollectionConfig::new(space);
+    c.segment_size = (segment_vectors * c.bytes_per_vector()).max(4096);
+    c
+}
+
+fn add_range(c: &Collection, keys: std::ops::Range<u64>, dims: usize) {
+    let rows: Vec<Vec<f32>> = keys.clone().map(|k| vector(k, dims)).collect();
+    let refs: Vec<VectorRef<'_>> = rows.iter().map(|r| VectorRef::F32(r)).collect();
+    let keys: Vec<u64> = keys.collect();
+    c.add(&keys, &refs).unwrap();
+}
+
+fn exact_oracle(keys: &[u64], dims: usize, q: &[f32], k: usize) -> Vec<u64> {
+    let flat = Index::flat(Space::new(dims, Metric::L2, DType::F32).unwrap()).unwrap();
+    for &key in keys {
+        flat.add(key, VectorRef::F32(&vector(key, dims))).unwrap();
+    }
+    flat.search(VectorRef::F32(q), k, &SearchOptions::default())
+        .unwrap()
+        .iter()
+        .map(|n| n.key)
+        .collect()
+}
+
+fn search_keys(c: &Collection, q: &[f32], k: usize, exact: bool) -> Vec<u64> {
+    let opts = CollectionSearch {
+        exact,
+        ..Default::default()
+    };
+    c.search(&[VectorRef::F32(q)], k, &opts).unwrap()[0]
+        .iter()
+        .map(|n| n.key)
+        .collect()
+}
+
+#[test]
+fn twenty_segments_match_the_flat_oracle_and_survive_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 16;
+    let c = Collection::create(dir.path(), config(dims, 100)).unwrap();
+    for start in (0..2000u64).step_by(250) {
+        add_range(&c, start..start + 250, dims);
+    }
+    let stats = c.stats();
+    assert!(stats.segments >= 19, "{stats:?}");
+    assert_eq!(c.len(), 2000);
+    // Replace keys living in old segments, delete others.
+    let up: Vec<u64> = (0..2000).step_by(7).collect();
+    let rows: Vec<Vec<f32>> = up.iter().map(|&k| vector(k + 1_000_000, dims)).collect();
+    let refs: Vec<VectorRef<'_>> = rows.iter().map(|r| VectorRef::F32(r)).collect();
+    c.upsert(&up, &refs).unwrap();
+    let del: Vec<u64> = (3..2000).step_by(11).collect();
+    let removed = c.remove(&del).unwrap();
+    assert_eq!(removed, del.len());
+    assert_eq!(c.remove(&del).unwrap(), 0);
+    let live: Vec<u64> = (0..2000).filter(|k| !del.contains(k)).collect();
+    assert_eq!(c.len(), live.len());
+
+    let check = |c: &Collection| {
+        let flat = Index::flat(Space::new(dims, Metric::L2, DType::F32).unwrap()).unwrap();
+        for &key in &live {
+            let v = if up.contains(&key) {
+                vector(key + 1_000_000, dims)
+            } else {
+                vector(key, dims)
+            };
+            flat.add(key, VectorRef::F32(&v)).unwrap();
+        }
+        for qi in 0..30u64 {
+            let q = vector(5_000_000 + qi, dims);
+            let want: Vec<u64> = flat
+                .search(VectorRef::F32(&q), 10, &SearchOptions::default())
+                .unwrap()
+                .iter()
+                .map(|n| n.key)
+                .collect();
+            assert_eq!(search_keys(c, &q, 10, true), want);
+        }
+        assert!(del
+            .iter()
+            .all(|&k| !c.contains(k) && c.get_raw(k).is_none()));
+        let got = c.get_raw(up[3]).unwrap();
+        let want: Vec<u8> = vector(up[3] + 1_000_000, dims)
+            .iter()
+            .flat_map(|x| x.to_ne_bytes())
+            .collect();
+        assert_eq!(got, want);
+        let mut keys: Vec<u64> = c.keys().collect();
+        keys.sort_unstable();
+        assert_eq!(keys, live);
+        assert_eq!(c.items().count(), live.len());
+    };
+    check(&c);
+    drop(c);
+    let c = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    check(&c);
+    let before = c.stats();
+    assert!(before.tombstones > 0);
+    c.compact().unwrap();
+    let after = c.stats();
+    assert_eq!(after.tombstones, 0);
+    assert!(after.segments <= before.segments, "{after:?}");
+    check(&c);
+    drop(c);
+    let c = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    check(&c);
+}
+
+#[test]
+fn default_settings_recall_over_many_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 24;
+    let c = Collection::create(dir.path(), config(dims, 500)).unwrap();
+    add_range(&c, 0..5000, dims);
+    assert!(c.stats().segments >= 8);
+    let keys: Vec<u64> = (0..5000).collect();
+    let mut hit = 0;
+    for qi in 0..50u64 {
+        let q = vector(9_000_000 + qi, dims);
+        let want = exact_oracle(&keys, dims, &q, 10);
+        let got = search_keys(&c, &q, 10, false);
+        hit += got.iter().filter(|k| want.contains(k)).count();
+    }
+    let recall = hit as f64 / 500.0;
+    assert!(recall >= 0.95, "recall {recall}");
+}
+
+#[test]
+fn add_semantics_and_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 8;
+    let c = Collection::create(dir.path(), config(dims, 50)).unwrap();
+    add_range(&c, 0..120, dims);
+    let v = vector(1, dims);
+    let nan = vec![f32::NAN; dims];
+    let e = c
+        .add(&[500, 501], &[VectorRef::F32(&v), VectorRef::F32(&nan)])
+        .unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("row 1: component 0 is not finite"),
+        "{e}"
+    );
+    let e = c
+        .add(&[600, 5], &[VectorRef::F32(&v), VectorRef::F32(&v)])
+        .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "row 1: key 5 already exists (use upsert to replace it)"
+    );
+    let e = c
+        .add(&[600, 600], &[VectorRef::F32(&v), VectorRef::F32(&v)])
+        .unwrap_err();
+    assert!(e.to_string().contains("key 600 already exists"));
+    assert!(!c.contains(500) && !c.contains(600));
+    assert_eq!(c.len(), 120);
+    let n = c
+        .add_once(&[5, 700, 700, 701], &[VectorRef::F32(&v); 4])
+        .unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(c.len(), 122);
+    let short = vec![0.0f32; dims - 1];
+    assert!(matches!(
+        c.upsert(&[1], &[VectorRef::F32(&short)]),
+        Err(StoreError::Index(_))
+    ));
+    let q = vector(3, dims);
+    assert!(c
+        .search(&[VectorRef::F32(&q)], 0, &Default::default())
+        .is_err());
+    assert!(c
+        .search(&[VectorRef::F32(&q)], 123, &Default::default())
+        .is_err());
+    // filters and radius
+    let allowed = [3u64, 77, 110, 9999];
+    let opts = CollectionSearch {
+        filter: Some(&allowed),
+        ..Default::default()
+    };
+    let r = &c.search(&[VectorRef::F32(&q)], 10, &opts).unwrap()[0];
+    let mut got: Vec<u64> = r.iter().map(|n| n.key).collect();
+    got.sort_unstable();
+    assert_eq!(got, vec![3, 77, 110]);
+    let opts = CollectionSearch {
+        radius: Some(0.0),
+        ..Default::default()
+    };
+    let r = &c.search(&[VectorRef::F32(&q)], 10, &opts).unwrap()[0];
+    assert_eq!(r.iter().map(|n| n.key).collect::<Vec<_>>(), vec![3]);
+}
+
+#[test]
+fn one_writer_many_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(8, 100)).unwrap();
+    add_range(&c, 0..300, 8);
+    assert!(matches!(
+        Collection::open(dir.path(), OpenMode::ReadWrite),
+        Err(StoreError::Locked { .. })
+    ));
+    let r1 = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    add_range(&c, 300..400, 8);
+    let r2 = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    assert_eq!(r1.len(), 300);
+    assert_eq!(r2.len(), 400);
+    assert!(matches!(
+        r1.add(&[1000], &[VectorRef::F32(&vector(1, 8))]),
+        Err(StoreError::ReadOnly { .. })
+    ));
+    assert!(matches!(r1.remove(&[1]), Err(StoreError::ReadOnly { .. })));
+    drop(c);
+    let c = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    assert_eq!(c.len(), 400);
+    assert!(matches!(
+        Collection::create(dir.path(), config(8, 100)),
+        Err(StoreError::AlreadyExists { .. })
+    ));
+    assert!(matches!(
+        Collection::open(&dir.path().join("nope"), OpenMode::ReadOnly),
+        Err(StoreError::NotACollection { .. })
+    ));
+}
+
+fn wal_files(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn torn_wal_tail_is_cut_not_replayed() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(8, 10_000)).unwrap();
+    add_range(&c, 0..50, 8);
+    drop(c);
+    let wal = wal_files(dir.path()).pop().unwrap();
+    let good_len = std::fs::metadata(&wal).unwrap().len();
+    // A half-written record: a plausible length and garbage after it.
+    let mut f = std::fs::OpenOptions::new().append(true).open(&wal).unwrap();
+    std::io::Write::write_all(&mut f, &[60, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7]).unwrap();
+    drop(f);
+    let c = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    assert_eq!(c.len(), 50);
+    drop(c);
+    let c = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    assert_eq!(std::fs::metadata(&wal).unwrap().len(), good_len);
+    add_range(&c, 50..60, 8);
+    drop(c);
+    let c = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    assert_eq!(c.len(), 60);
+    for k in 0..60 {
+        let want: Vec<u8> = vector(k, 8).iter().flat_map(|x| x.to_ne_bytes()).collect();
+        assert_eq!(c.get_raw(k).unwrap(), want);
+    }
+}
+
+#[test]
+fn corrupt_manifest_is_an_error_and_a_corrupt_bloom_is_rebuilt() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(8, 100)).unwrap();
+    add_range(&c, 0..450, 8);
+    drop(c);
+    let bloom = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("bloom-")
+        })
+        .unwrap();
+    let mut b = std::fs::read(&bloom).unwrap();
+    let mid = b.len() / 2;
+    b[mid] ^= 0xFF;
+    std::fs::write(&bloom, &b).unwrap();
+    let c = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    assert!((0..450).all(|k| c.contains(k)));
+    drop(c);
+    let m = dir.path().join("MANIFEST");
+    let mut text = std::fs::read(&m).unwrap();
+    text[20] ^= 0x01;
+    std::fs::write(&m, &text).unwrap();
+    assert!(matches!(
+        Collection::open(dir.path(), OpenMode::ReadOnly),
+        Err(StoreError::Corrupt { .. })
+    ));
+}
+
+#[test]
+fn stale_tmp_and_orphan_files_are_removed_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(8, 100)).unwrap();
+    add_range(&c, 0..250, 8);
+    drop(c);
+    std::fs::write(dir.path().join("seg-000099.sgt.tmp"), b"partial").unwrap();
+    std::fs::write(dir.path().join("seg-000099.sgt"), b"orphan").unwrap();
+    std::fs::write(dir.path().join("MANIFEST.tmp"), b"partial").unwrap();
+    let c = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    assert_eq!(c.len(), 250);
+    for name in ["seg-000099.sgt.tmp", "seg-000099.sgt", "MANIFEST.tmp"] {
+        assert!(!dir.path().join(name).exists(), "{name}");
+    }
+}
+
+#[test]
+fn nphd_collection_takes_variable_length_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let space = Space::new(256, Metric::Nphd, DType::B1).unwrap();
+    let mut cfg = CollectionConfig::new(space);
+    cfg.segment_size = 200 * cfg.bytes_per_vector();
+    cfg.durability = Durability::Off;
+    cfg.kind = IndexKind::Hnsw;
+    cfg.hnsw = HnswParams::default();
+    let c = Collection::create(dir.path(), cfg).unwrap();
+    let codes: Vec<Vec<u8>> = (0..1000u64)
+        .map(|k| {
+            let len = 1 + (k % 32) as usize;
+            (0..len)
+                .map(|i| (k.wrapping_mul(31).wrapping_add(i as u64 * 7)) as u8)
+                .collect()
+        })
+        .collect();
+    let refs: Vec<VectorRef<'_>> = codes.iter().map(|c| VectorRef::Bytes(c)).collect();
+    let keys: Vec<u64> = (0..1000).collect();
+    c.add(&keys, &refs).unwrap();
+    assert!(c.stats().segments >= 4);
+    let r = &c
+        .search(
+            &[VectorRef::Bytes(&codes[77])],
+            1,
+            &CollectionSearch {
+                exact: true,
+                ..Default::default()
+            },
+        )
+        .unwrap()[0];
+    assert_eq!(r[0].distance, 0.0);
+    let long = vec![1u8; 33];
+    assert!(c.add(&[5000], &[VectorRef::Bytes(&long)]).is_err());
+}
+
+#[test]
+fn compaction_merges_small_segments_while_readers_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 8;
+    let c = std::sync::Arc::new(Collection::create(dir.path(), config(dims, 1000)).unwrap());
+    for i in 0..12u64 {
+        add_range(&c, i * 40..(i + 1) * 40, dims);
+        c.seal().unwrap();
+    }
+    assert_eq!(c.stats().segments, 12);
+    c.remove(&(0..480).step_by(3).collect::<Vec<u64>>())
+        .unwrap();
+    let live: Vec<u64> = (0..480).filter(|k| k % 3 != 0).collect();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = {
+        let (c, stop, live) = (c.clone(), stop.clone(), live.clone());
+        std::thread::spawn(move || {
+            let mut rounds = 0;
+            while !stop.load(std::sync::atomic::Ordering::Acquire) || rounds < 3 {
+                let q = vector(777_000 + rounds, dims);
+                assert_eq!(
+                    search_keys(&c, &q, 5, true),
+                    exact_oracle(&live, dims, &q, 5)
+                );
+                rounds += 1;
+            }
+            rounds
+        })
+    };
+    c.compact().unwrap();
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    assert!(reader.join().unwrap() >= 3);
+    let s = c.stats();
+    assert_eq!(s.segments, 1, "{s:?}");
+    assert_eq!(s.tombstones, 0);
+    assert_eq!(c.len(), live.len());
+    let segs = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".sgt")
+        })
+        .count();
+    assert_eq!(segs, 1, "old segment files are removed");
+}
