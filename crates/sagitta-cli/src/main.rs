@@ -6,6 +6,7 @@
 //!   Hamming over sign bits, filtered).
 //! * `build`, `inspect`, `open-bench`, `bench-search`, `bench-kernels`.
 
+mod crash;
 mod data;
 mod eval;
 
@@ -86,6 +87,18 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         repeat: usize,
     },
+    /// The writer process of the crash-safety test (see src/crash.rs).
+    #[command(hide = true)]
+    CrashWriter {
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long)]
+        round: u64,
+        #[arg(long, default_value_t = 100_000)]
+        ops: usize,
+        #[arg(long, default_value_t = 3000)]
+        keys: u64,
+    },
     /// Kernel throughput (GB/s) next to a memory-read bandwidth estimate.
     BenchKernels {
         #[arg(long, default_value_t = 384)]
@@ -124,6 +137,12 @@ fn main() -> Result<()> {
             ef,
             repeat,
         } => eval::bench_search(&index, &queries, k, ef, repeat),
+        Cmd::CrashWriter {
+            dir,
+            round,
+            ops,
+            keys,
+        } => crash::run(&dir, round, ops, keys),
         Cmd::BenchKernels { dims } => eval::bench_kernels(dims),
     }
 }
