@@ -11,8 +11,11 @@ See ``help(sagitta.Index)`` and the package README.
 
 from ._sagitta import (
     NO_KEY,
+    Collection,
+    CollectionIterator,
     CorruptFileError,
     Index,
+    LockedError,
     ReadOnlyError,
     SearchResult,
     __version__,
@@ -21,8 +24,11 @@ from ._sagitta import (
 
 __all__ = [
     "NO_KEY",
+    "Collection",
+    "CollectionIterator",
     "CorruptFileError",
     "Index",
+    "LockedError",
     "ReadOnlyError",
     "SearchResult",
     "__version__",

@@ -25,7 +25,11 @@ class CorruptFileError(OSError):
     format version this build cannot read."""
 
 class ReadOnlyError(RuntimeError):
-    """A mutation was attempted on an index opened read-only from a file."""
+    """A mutation was attempted on an index opened from a file, or on a
+    collection opened read-only."""
+
+class LockedError(OSError):
+    """Another process has the collection open for writing."""
 
 def isa() -> Literal["avx512", "avx2", "neon", "scalar"]:
     """The instruction set the distance kernels use on this machine."""
@@ -124,3 +128,98 @@ class Index:
     @property
     def path(self) -> os.PathLike[str] | None:
         """The file an opened index maps, or ``None``."""
+
+class CollectionIterator(Iterator[Any]):
+    """Lazy iterator over a collection's keys or (key, vector) pairs."""
+
+    def __iter__(self) -> CollectionIterator: ...
+    def __next__(self) -> Any: ...
+
+class Collection:
+    """A durable collection on a directory: an active segment, sealed
+    memory-mapped segments and a write-ahead log."""
+
+    @staticmethod
+    def create(
+        path: PathLike,
+        *,
+        ndim: int,
+        metric: Metric = "cos",
+        dtype: DType | None = None,
+        kind: Kind = "hnsw",
+        segment_size: int = 64 << 20,
+        durability: str = "batch",
+        key_bits: int = 64,
+        connectivity: int = 16,
+        expansion_add: int = 128,
+        expansion_search: int = 64,
+    ) -> Collection:
+        """Creates a collection in ``path`` and opens it for writing."""
+    @staticmethod
+    def open(path: PathLike, *, read_only: bool = False) -> Collection:
+        """Opens a collection (one writer, any number of readers)."""
+    def add(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> None:
+        """Adds new keys; the batch is validated whole first."""
+    def add_once(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> int:
+        """Adds the keys not already present; returns how many were added."""
+    def upsert(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> None:
+        """Inserts or replaces vectors."""
+    def remove(self, keys: KeyLike | KeysLike) -> int:
+        """Deletes keys; returns how many were present."""
+    def search(
+        self,
+        queries: VectorsLike,
+        k: int,
+        *,
+        filter: KeysLike | None = None,
+        radius: float | None = None,
+        exact: bool = False,
+        expansion: int | None = None,
+        threads: int | None = None,
+    ) -> SearchResult:
+        """The ``k`` nearest neighbours over every segment."""
+    @overload
+    def get(self, keys: KeyLike) -> npt.NDArray[Any] | bytes | None: ...
+    @overload
+    def get(self, keys: KeysLike) -> list[npt.NDArray[Any] | bytes | None]: ...
+    @overload
+    def contains(self, keys: KeyLike) -> bool: ...
+    @overload
+    def contains(self, keys: KeysLike) -> npt.NDArray[np.bool_]: ...
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is present."""
+    def count(self) -> int:
+        """Live vectors."""
+    def __len__(self) -> int:
+        """Live vectors."""
+    def keys(self) -> CollectionIterator:
+        """Lazy iterator over every live key."""
+    def items(self) -> CollectionIterator:
+        """Lazy iterator over every live (key, vector)."""
+    def compact(self) -> None:
+        """Rewrites segments without deleted vectors, merging small ones."""
+    def flush(self) -> None:
+        """Makes every acknowledged write durable now."""
+    def seal(self) -> None:
+        """Seals the active segment now."""
+    def stats(self) -> dict[str, int | float]:
+        """Segments, vectors, tombstones, bytes, bloom fill."""
+    def close(self) -> None:
+        """Flushes and closes; releases the writer lock."""
+    def __enter__(self) -> Collection: ...
+    def __exit__(self, *args: object) -> bool: ...
+    @property
+    def ndim(self) -> int:
+        """Dimensions."""
+    @property
+    def metric(self) -> str:
+        """Metric name."""
+    @property
+    def dtype(self) -> str:
+        """Storage type."""
+    @property
+    def read_only(self) -> bool:
+        """Whether opened read-only."""
+    @property
+    def path(self) -> os.PathLike[str]:
+        """The collection's directory."""

@@ -41,10 +41,10 @@ fn numpy_dtype(d: DType) -> &'static str {
 }
 
 /// Rayon pools for explicit `threads=N`, built once per size.
-static POOLS: LazyLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> =
+pub(crate) static POOLS: LazyLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
 
-fn pool(threads: usize) -> PyResult<Arc<ThreadPool>> {
+pub(crate) fn pool(threads: usize) -> PyResult<Arc<ThreadPool>> {
     let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(p) = pools.get(&threads) {
         return Ok(p.clone());
@@ -61,7 +61,7 @@ fn pool(threads: usize) -> PyResult<Arc<ThreadPool>> {
 }
 
 /// `None` → 0 (all cores); otherwise at least 1.
-fn threads_arg(threads: Option<i64>) -> PyResult<usize> {
+pub(crate) fn threads_arg(threads: Option<i64>) -> PyResult<usize> {
     match threads {
         None => Ok(0),
         Some(t) if t >= 1 => Ok(usize::try_from(t).unwrap_or(usize::MAX).min(1024)),
@@ -116,6 +116,51 @@ pub struct SearchResult {
     counts: Py<PyAny>,
 }
 
+impl SearchResult {
+    /// Wraps flat result buffers (`n * k` entries) as numpy arrays; one
+    /// 1-D query (`single`) gives 1-D arrays and an int count.
+    pub(crate) fn new(
+        py: Python<'_>,
+        keys_out: Vec<u64>,
+        dist_out: Vec<f32>,
+        counts: Vec<i64>,
+        k: usize,
+        single: bool,
+    ) -> PyResult<SearchResult> {
+        let n = counts.len();
+        let (keys, distances, counts) = if single {
+            (
+                PyArray1::from_vec(py, keys_out).into_any(),
+                PyArray1::from_vec(py, dist_out).into_any(),
+                counts
+                    .first()
+                    .copied()
+                    .unwrap_or(0)
+                    .into_pyobject(py)?
+                    .into_any(),
+            )
+        } else {
+            let shape = |e: numpy::ndarray::ShapeError| PyValueError::new_err(e.to_string());
+            (
+                Array2::from_shape_vec((n, k), keys_out)
+                    .map_err(shape)?
+                    .into_pyarray(py)
+                    .into_any(),
+                Array2::from_shape_vec((n, k), dist_out)
+                    .map_err(shape)?
+                    .into_pyarray(py)
+                    .into_any(),
+                PyArray1::from_vec(py, counts).into_any(),
+            )
+        };
+        Ok(SearchResult {
+            keys: keys.unbind(),
+            distances: distances.unbind(),
+            counts: counts.unbind(),
+        })
+    }
+}
+
 #[pymethods]
 impl SearchResult {
     fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
@@ -132,7 +177,7 @@ impl SearchResult {
     }
 }
 
-fn rename_param(e: IndexError) -> IndexError {
+pub(crate) fn rename_param(e: IndexError) -> IndexError {
     match e {
         IndexError::InvalidParameter {
             name,
@@ -153,7 +198,7 @@ fn rename_param(e: IndexError) -> IndexError {
     }
 }
 
-fn positive(name: &str, v: i64) -> PyResult<usize> {
+pub(crate) fn positive(name: &str, v: i64) -> PyResult<usize> {
     usize::try_from(v)
         .ok()
         .filter(|&v| v > 0)
@@ -174,64 +219,63 @@ impl PyIndex {
             Inner::Seg(_) => Err(read_only(op)),
         }
     }
+}
 
-    /// Stored bytes of a vector → a Python value (numpy row, or bytes for
-    /// NPHD codes).
-    fn decode_rows<'py>(
-        &self,
-        py: Python<'py>,
-        found: Vec<Option<Vec<u8>>>,
-        single: bool,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let space = self.read().space();
-        if space.metric == Metric::Nphd {
-            let items: Vec<Bound<'py, PyAny>> = found
-                .into_iter()
-                .map(|r| match r {
-                    Some(b) => {
-                        let len = sagitta_kernels::nphd_code_len(&b).min(b.len().saturating_sub(1));
-                        PyBytes::new(py, &b[1..=len]).into_any()
-                    }
-                    None => py.None().into_bound(py),
-                })
-                .collect();
-            return if single {
-                Ok(items
-                    .into_iter()
-                    .next()
-                    .unwrap_or_else(|| py.None().into_bound(py)))
-            } else {
-                Ok(PyList::new(py, items)?.into_any())
-            };
-        }
-        let vb = space.vector_bytes();
-        let mut flat = Vec::with_capacity(found.iter().flatten().count() * vb);
-        for r in found.iter().flatten() {
-            flat.extend_from_slice(&r[..vb]);
-        }
-        let m = flat.len() / vb.max(1);
-        let matrix = Array2::from_shape_vec((m, vb), flat)
-            .map_err(|e| PyValueError::new_err(e.to_string()))?
-            .into_pyarray(py)
-            .call_method1("view", (numpy_dtype(space.dtype),))?;
-        let mut next = 0usize;
-        let mut items = Vec::with_capacity(found.len());
-        for r in &found {
-            if r.is_some() {
-                items.push(matrix.get_item(next)?);
-                next += 1;
-            } else {
-                items.push(py.None().into_bound(py));
-            }
-        }
-        if single {
+/// Stored bytes of a vector → a Python value (numpy row, or bytes for
+/// NPHD codes).
+pub(crate) fn decode_rows<'py>(
+    py: Python<'py>,
+    space: Space,
+    found: Vec<Option<Vec<u8>>>,
+    single: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    if space.metric == Metric::Nphd {
+        let items: Vec<Bound<'py, PyAny>> = found
+            .into_iter()
+            .map(|r| match r {
+                Some(b) => {
+                    let len = sagitta_kernels::nphd_code_len(&b).min(b.len().saturating_sub(1));
+                    PyBytes::new(py, &b[1..=len]).into_any()
+                }
+                None => py.None().into_bound(py),
+            })
+            .collect();
+        return if single {
             Ok(items
                 .into_iter()
                 .next()
                 .unwrap_or_else(|| py.None().into_bound(py)))
         } else {
             Ok(PyList::new(py, items)?.into_any())
+        };
+    }
+    let vb = space.vector_bytes();
+    let mut flat = Vec::with_capacity(found.iter().flatten().count() * vb);
+    for r in found.iter().flatten() {
+        flat.extend_from_slice(&r[..vb]);
+    }
+    let m = flat.len() / vb.max(1);
+    let matrix = Array2::from_shape_vec((m, vb), flat)
+        .map_err(|e| PyValueError::new_err(e.to_string()))?
+        .into_pyarray(py)
+        .call_method1("view", (numpy_dtype(space.dtype),))?;
+    let mut next = 0usize;
+    let mut items = Vec::with_capacity(found.len());
+    for r in &found {
+        if r.is_some() {
+            items.push(matrix.get_item(next)?);
+            next += 1;
+        } else {
+            items.push(py.None().into_bound(py));
         }
+    }
+    if single {
+        Ok(items
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| py.None().into_bound(py)))
+    } else {
+        Ok(PyList::new(py, items)?.into_any())
     }
 }
 
@@ -493,36 +537,7 @@ impl PyIndex {
                 res.map(|()| (keys_out, dist_out, counts))
             })
             .map_err(|e| index_err(e, "queries"))?;
-        let (keys, distances, counts) = if single {
-            (
-                PyArray1::from_vec(py, keys_out).into_any(),
-                PyArray1::from_vec(py, dist_out).into_any(),
-                counts
-                    .first()
-                    .copied()
-                    .unwrap_or(0)
-                    .into_pyobject(py)?
-                    .into_any(),
-            )
-        } else {
-            let shape = |e: numpy::ndarray::ShapeError| PyValueError::new_err(e.to_string());
-            (
-                Array2::from_shape_vec((n, k), keys_out)
-                    .map_err(shape)?
-                    .into_pyarray(py)
-                    .into_any(),
-                Array2::from_shape_vec((n, k), dist_out)
-                    .map_err(shape)?
-                    .into_pyarray(py)
-                    .into_any(),
-                PyArray1::from_vec(py, counts).into_any(),
-            )
-        };
-        Ok(SearchResult {
-            keys: keys.unbind(),
-            distances: distances.unbind(),
-            counts: counts.unbind(),
-        })
+        SearchResult::new(py, keys_out, dist_out, counts, k, single)
     }
 
     /// The stored vector of each key, or ``None`` for a key not in the
@@ -538,7 +553,7 @@ impl PyIndex {
         let r = self.read();
         let found: Vec<Option<Vec<u8>>> =
             py.detach(|| keys.keys.iter().map(|&k| r.get_raw(k)).collect());
-        self.decode_rows(py, found, keys.single)
+        decode_rows(py, self.read().space(), found, keys.single)
     }
 
     /// Whether each key is in the index: a bool for one key, a bool array

@@ -1,6 +1,7 @@
 //! The `sagitta._sagitta` extension module: Python bindings over
 //! `sagitta-index` and `sagitta-store`. See `python/README.md`.
 
+mod collection;
 mod convert;
 mod errors;
 mod index;
@@ -20,6 +21,8 @@ fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<index::PyIndex>()?;
     m.add_class::<index::SearchResult>()?;
+    m.add_class::<collection::PyCollection>()?;
+    m.add_class::<collection::PyCollectionIter>()?;
     m.add(
         "CorruptFileError",
         py.get_type::<errors::CorruptFileError>(),

@@ -1,0 +1,514 @@
+//! `sagitta.Collection`: a durable, sharded collection on a directory.
+
+use crate::convert::{self, NO_KEY};
+use crate::errors::{index_err, store_err};
+use crate::index::{decode_rows, pool, positive, rename_param, threads_arg, SearchResult};
+use numpy::PyArray1;
+use pyo3::exceptions::{PyStopIteration, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyInt, PyTuple};
+use sagitta_index::{HnswParams, IndexError, IndexKind, Space};
+use sagitta_kernels::{DType, Metric};
+use sagitta_store::{
+    Collection, CollectionConfig, CollectionSearch, Durability, OpenMode, StoreError,
+};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// A collection of vectors on a directory: one mutable active segment and
+/// any number of sealed, memory-mapped segments, with a write-ahead log.
+///
+/// Every write is in the log before the call returns (and fsynced first
+/// under ``durability="batch"``, the default), so a crash loses nothing
+/// acknowledged. When the active segment passes ``segment_size`` bytes it is
+/// sealed into a segment file. Opening reads the manifest and maps the
+/// segments: its cost does not grow with the number of vectors.
+///
+/// One process may open a collection for writing (others get
+/// :class:`LockedError`); any number may open it with ``read_only=True``,
+/// each seeing it as of the moment it opened. Usable as a context manager;
+/// every heavy call releases the GIL.
+#[derive(Debug)]
+#[pyclass(name = "Collection", module = "sagitta", frozen)]
+pub struct PyCollection {
+    inner: parking_lot::RwLock<Option<Arc<Collection>>>,
+}
+
+/// A lazy iterator over a collection's keys or (key, vector) pairs.
+#[pyclass(name = "CollectionIterator", module = "sagitta", frozen)]
+pub struct PyCollectionIter {
+    it: Mutex<Box<dyn Iterator<Item = (u64, Vec<u8>)> + Send>>,
+    space: Space,
+    items: bool,
+}
+
+impl std::fmt::Debug for PyCollectionIter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PyCollectionIter")
+            .field("items", &self.items)
+            .finish()
+    }
+}
+
+#[pymethods]
+impl PyCollectionIter {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let next = py.detach(|| self.it.lock().unwrap_or_else(|e| e.into_inner()).next());
+        let Some((key, v)) = next else {
+            return Err(PyStopIteration::new_err(()));
+        };
+        let key = key.into_pyobject(py)?.into_any();
+        if !self.items {
+            return Ok(key);
+        }
+        let vector = decode_rows(py, self.space, vec![Some(v)], true)?;
+        Ok(PyTuple::new(py, [key, vector])?.into_any())
+    }
+}
+
+fn parse_kind(kind: &str) -> PyResult<IndexKind> {
+    match kind.to_ascii_lowercase().as_str() {
+        "hnsw" => Ok(IndexKind::Hnsw),
+        "flat" => Ok(IndexKind::Flat),
+        _ => Err(PyValueError::new_err(format!(
+            "kind: unknown index kind '{kind}' (expected hnsw or flat)"
+        ))),
+    }
+}
+
+impl PyCollection {
+    fn coll(&self) -> PyResult<Arc<Collection>> {
+        self.inner
+            .read()
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the collection is closed"))
+    }
+}
+
+#[pymethods]
+impl PyCollection {
+    /// Creates a collection in the directory ``path`` (created if missing;
+    /// it must not already hold one) and opens it for writing.
+    ///
+    /// ndim / metric / dtype / kind / connectivity / expansion_add /
+    /// expansion_search: as for :class:`Index`. segment_size: seal the
+    /// active segment past this many bytes (default 64 MiB). durability:
+    /// ``"batch"`` (fsync before each write returns), ``"off"`` (never
+    /// fsync; survives a process crash, not a power loss), or a number of
+    /// milliseconds such as ``"100ms"`` (fsync in the background at that
+    /// interval). key_bits: 64 (128-bit keys are not supported yet).
+    #[staticmethod]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64))]
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        py: Python<'_>,
+        path: PathBuf,
+        ndim: i64,
+        metric: &str,
+        dtype: Option<&str>,
+        kind: &str,
+        segment_size: u64,
+        durability: &str,
+        key_bits: u32,
+        connectivity: i64,
+        expansion_add: i64,
+        expansion_search: i64,
+    ) -> PyResult<Self> {
+        let metric_v = Metric::parse(metric).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "metric: unknown metric '{metric}' (expected cos, l2, ip, hamming or nphd)"
+            ))
+        })?;
+        let dtype_v = match dtype {
+            None if metric_v.is_binary() => DType::B1,
+            None => DType::F32,
+            Some(d) => DType::parse(d).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "dtype: unknown dtype '{d}' (expected f32, f16, i8 or b1)"
+                ))
+            })?,
+        };
+        let ndim_u = usize::try_from(ndim).map_err(|_| {
+            PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}"))
+        })?;
+        let space = Space::new(ndim_u, metric_v, dtype_v)
+            .map_err(|e| index_err(rename_param(e), "ndim"))?;
+        let durability_v = Durability::parse(durability).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "durability: unknown policy '{durability}' (expected 'batch', 'off' or milliseconds like '100ms')"
+            ))
+        })?;
+        let mut cfg = CollectionConfig::new(space);
+        cfg.kind = parse_kind(kind)?;
+        cfg.segment_size = segment_size;
+        cfg.durability = durability_v;
+        cfg.key_bits = key_bits;
+        cfg.hnsw = HnswParams {
+            m: usize::try_from(connectivity).unwrap_or(0),
+            ef_construction: usize::try_from(expansion_add).unwrap_or(0),
+            ef_search: usize::try_from(expansion_search).unwrap_or(0),
+            ..HnswParams::default()
+        };
+        let c = py
+            .detach(|| Collection::create(&path, cfg))
+            .map_err(|e| match e {
+                StoreError::Index(e @ IndexError::InvalidParameter { .. }) => {
+                    index_err(rename_param(e), "")
+                }
+                e => store_err(e),
+            })?;
+        Ok(PyCollection {
+            inner: parking_lot::RwLock::new(Some(Arc::new(c))),
+        })
+    }
+
+    /// Opens the collection in ``path``: for writing (one process at a
+    /// time), or with ``read_only=True`` as one of any number of readers.
+    #[staticmethod]
+    #[pyo3(signature = (path, *, read_only = false))]
+    fn open(py: Python<'_>, path: PathBuf, read_only: bool) -> PyResult<Self> {
+        let mode = if read_only {
+            OpenMode::ReadOnly
+        } else {
+            OpenMode::ReadWrite
+        };
+        let c = py
+            .detach(|| Collection::open(&path, mode))
+            .map_err(store_err)?;
+        Ok(PyCollection {
+            inner: parking_lot::RwLock::new(Some(Arc::new(c))),
+        })
+    }
+
+    /// Adds new keys (same input forms as :meth:`Index.add`). The batch is
+    /// validated whole first; a bad row or a key already present raises
+    /// ``ValueError`` and nothing is written.
+    fn add(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.write(py, keys, vectors, WriteKind::Add).map(|_| ())
+    }
+
+    /// Adds the keys not already present; returns how many were added.
+    fn add_once(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+    ) -> PyResult<usize> {
+        self.write(py, keys, vectors, WriteKind::AddOnce)
+    }
+
+    /// Inserts or replaces vectors (within one batch the last row of a key
+    /// wins).
+    fn upsert(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.write(py, keys, vectors, WriteKind::Upsert).map(|_| ())
+    }
+
+    /// Deletes keys; returns how many were present.
+    fn remove(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let c = self.coll()?;
+        let keys = convert::keys(keys, "keys")?;
+        py.detach(|| c.remove(&keys.keys)).map_err(store_err)
+    }
+
+    /// The ``k`` nearest neighbours over every segment, merged exactly by
+    /// distance (ties by key); same arguments and result as
+    /// :meth:`Index.search`.
+    #[pyo3(signature = (queries, k, *, filter = None, radius = None, exact = false, expansion = None, threads = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn search(
+        &self,
+        py: Python<'_>,
+        queries: &Bound<'_, PyAny>,
+        k: i64,
+        filter: Option<&Bound<'_, PyAny>>,
+        radius: Option<f64>,
+        exact: bool,
+        expansion: Option<i64>,
+        threads: Option<i64>,
+    ) -> PyResult<SearchResult> {
+        let c = self.coll()?;
+        let k = usize::try_from(k)
+            .ok()
+            .filter(|&k| k > 0)
+            .ok_or_else(|| PyValueError::new_err(format!("k: must be at least 1, got {k}")))?;
+        if radius.is_some_and(f64::is_nan) {
+            return Err(PyValueError::new_err("radius: must be a number, got nan"));
+        }
+        let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
+        let threads = threads_arg(threads)?;
+        let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
+        let rows = convert::rows(queries, &c.config().space, "queries")?;
+        let single = rows.single();
+        let refs = rows.refs();
+        let n = refs.len();
+        let opts = CollectionSearch {
+            ef,
+            exact,
+            filter: allowed.as_ref().map(|a| a.keys.as_slice()),
+            radius: radius.map(|r| r as f32),
+        };
+        let run = || c.search(&refs, k, &opts);
+        let found = py
+            .detach(|| {
+                if n == 0 {
+                    sagitta_index::check_k(k, c.len())?;
+                    Ok(Vec::new())
+                } else if threads == 0 {
+                    run()
+                } else {
+                    match pool(threads) {
+                        Ok(p) => p.install(run),
+                        Err(_) => run(),
+                    }
+                }
+            })
+            .map_err(|e| match e {
+                StoreError::Index(IndexError::Row { source, .. }) if single => {
+                    index_err(*source, "queries")
+                }
+                StoreError::Index(e) => index_err(e, "queries"),
+                e => store_err(e),
+            })?;
+        let mut keys_out = vec![NO_KEY; n * k];
+        let mut dist_out = vec![f32::INFINITY; n * k];
+        let mut counts = vec![0i64; n];
+        for (i, row) in found.iter().enumerate() {
+            for (j, nb) in row.iter().enumerate().take(k) {
+                keys_out[i * k + j] = nb.key;
+                dist_out[i * k + j] = nb.distance;
+            }
+            counts[i] = row.len().min(k) as i64;
+        }
+        SearchResult::new(py, keys_out, dist_out, counts, k, single)
+    }
+
+    /// The stored vector of each key, or ``None`` (as :meth:`Index.get`).
+    fn get<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.coll()?;
+        let keys = convert::keys(keys, "keys")?;
+        let found: Vec<Option<Vec<u8>>> =
+            py.detach(|| keys.keys.iter().map(|&k| c.get_raw(k)).collect());
+        decode_rows(py, c.config().space, found, keys.single)
+    }
+
+    /// Whether each key is present: a bool, or a bool array for many keys.
+    /// Absent keys are usually answered by the bloom filter alone.
+    fn contains<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.coll()?;
+        let keys = convert::keys(keys, "keys")?;
+        let hits: Vec<bool> = py.detach(|| keys.keys.iter().map(|&k| c.contains(k)).collect());
+        if keys.single {
+            Ok(pyo3::types::PyBool::new(py, hits[0]).to_owned().into_any())
+        } else {
+            Ok(PyArray1::from_vec(py, hits).into_any())
+        }
+    }
+
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        if !key.is_instance_of::<PyInt>() {
+            return Ok(false);
+        }
+        let c = self.coll()?;
+        Ok(key.extract::<u64>().is_ok_and(|k| c.contains(k)))
+    }
+
+    /// Live vectors.
+    fn count(&self) -> PyResult<usize> {
+        Ok(self.coll()?.len())
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.count()
+    }
+
+    /// A lazy iterator over every live key (nothing is loaded up front).
+    fn keys(&self) -> PyResult<PyCollectionIter> {
+        let c = self.coll()?;
+        Ok(PyCollectionIter {
+            it: Mutex::new(Box::new(c.keys().map(|k| (k, Vec::new())))),
+            space: c.config().space,
+            items: false,
+        })
+    }
+
+    /// A lazy iterator over every live ``(key, vector)`` pair, read segment
+    /// by segment.
+    fn items(&self) -> PyResult<PyCollectionIter> {
+        let c = self.coll()?;
+        Ok(PyCollectionIter {
+            it: Mutex::new(Box::new(c.items())),
+            space: c.config().space,
+            items: true,
+        })
+    }
+
+    /// Rewrites sealed segments without deleted vectors and merges small
+    /// ones; searches keep working meanwhile.
+    fn compact(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.coll()?;
+        py.detach(|| c.compact()).map_err(store_err)
+    }
+
+    /// Makes every acknowledged write durable now (fsync of the log).
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.coll()?;
+        py.detach(|| c.flush()).map_err(store_err)
+    }
+
+    /// Seals the active segment into a segment file now.
+    fn seal(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.coll()?;
+        py.detach(|| c.seal()).map_err(store_err)
+    }
+
+    /// Figures: ``segments`` (sealed), ``vectors``, ``active_vectors``,
+    /// ``tombstones``, ``bytes_on_disk``, ``bytes_in_memory``,
+    /// ``bytes_mapped``, ``bloom_fill``, ``bloom_filters``, ``wal_seq``.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.coll()?.stats();
+        let d = PyDict::new(py);
+        d.set_item("segments", s.segments)?;
+        d.set_item("vectors", s.vectors)?;
+        d.set_item("active_vectors", s.active_vectors)?;
+        d.set_item("tombstones", s.tombstones)?;
+        d.set_item("bytes_on_disk", s.bytes_on_disk)?;
+        d.set_item("bytes_in_memory", s.bytes_in_memory)?;
+        d.set_item("bytes_mapped", s.bytes_mapped)?;
+        d.set_item("bloom_fill", s.bloom_fill)?;
+        d.set_item("bloom_filters", s.bloom_filters)?;
+        d.set_item("wal_seq", s.wal_seq)?;
+        Ok(d)
+    }
+
+    /// Flushes and closes (releasing the writer lock). Further calls raise
+    /// ``ValueError``; closing twice is harmless.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let c = self.inner.write().take();
+        if let Some(c) = c {
+            py.detach(|| {
+                let r = c.flush();
+                drop(c);
+                r
+            })
+            .map_err(store_err)?;
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    /// Dimensions.
+    #[getter]
+    fn ndim(&self) -> PyResult<usize> {
+        Ok(self.coll()?.config().space.dims)
+    }
+
+    /// Metric name.
+    #[getter]
+    fn metric(&self) -> PyResult<&'static str> {
+        Ok(self.coll()?.config().space.metric.name())
+    }
+
+    /// Storage type.
+    #[getter]
+    fn dtype(&self) -> PyResult<&'static str> {
+        Ok(self.coll()?.config().space.dtype.name())
+    }
+
+    /// Whether the collection was opened read-only.
+    #[getter]
+    fn read_only(&self) -> PyResult<bool> {
+        Ok(self.coll()?.mode() == OpenMode::ReadOnly)
+    }
+
+    /// The collection's directory.
+    #[getter]
+    fn path(&self) -> PyResult<PathBuf> {
+        Ok(self.coll()?.dir().to_path_buf())
+    }
+
+    fn __repr__(&self) -> String {
+        match self.inner.read().as_ref() {
+            Some(c) => format!(
+                "sagitta.Collection({:?}, ndim={}, metric={:?}, len={})",
+                c.dir().display().to_string(),
+                c.config().space.dims,
+                c.config().space.metric.name(),
+                c.len()
+            ),
+            None => "sagitta.Collection(closed)".into(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteKind {
+    Add,
+    AddOnce,
+    Upsert,
+}
+
+impl PyCollection {
+    fn write(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+        kind: WriteKind,
+    ) -> PyResult<usize> {
+        let c = self.coll()?;
+        let keys = convert::keys(keys, "keys")?;
+        let rows = convert::rows(vectors, &c.config().space, "vectors")?;
+        if keys.keys.len() != rows.len() {
+            return Err(PyValueError::new_err(format!(
+                "keys: got {} keys for {} vectors",
+                keys.keys.len(),
+                rows.len()
+            )));
+        }
+        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY) {
+            return Err(PyValueError::new_err(format!(
+                "keys: row {i}: key {NO_KEY} (2**64 - 1) is reserved to mark missing results"
+            )));
+        }
+        let single = rows.single() && keys.single;
+        let refs = rows.refs();
+        py.detach(|| match kind {
+            WriteKind::Add => c.add(&keys.keys, &refs).map(|()| refs.len()),
+            WriteKind::AddOnce => c.add_once(&keys.keys, &refs),
+            WriteKind::Upsert => c.upsert(&keys.keys, &refs).map(|()| refs.len()),
+        })
+        .map_err(|e| match e {
+            StoreError::Index(IndexError::Row { source, .. }) if single => {
+                index_err(*source, "vectors")
+            }
+            e => store_err(e),
+        })
+    }
+}
