@@ -6,6 +6,7 @@
 //!   Hamming over sign bits, filtered).
 //! * `build`, `inspect`, `open-bench`, `bench-search`, `bench-kernels`.
 
+mod collbench;
 mod crash;
 mod data;
 mod eval;
@@ -87,6 +88,25 @@ enum Cmd {
         #[arg(long, default_value_t = 5)]
         repeat: usize,
     },
+    /// Collection ingest rate per 100k window, open time and absent-key
+    /// lookups, on random binary codes.
+    CollectionBench {
+        /// Directory for the collection (replaced).
+        #[arg(long)]
+        dir: PathBuf,
+        #[arg(long, default_value_t = 64)]
+        segments: usize,
+        #[arg(long, default_value_t = 2000)]
+        per_segment: usize,
+        #[arg(long, default_value_t = 256)]
+        bits: usize,
+        /// Timed opens per mode.
+        #[arg(long, default_value_t = 50)]
+        opens: usize,
+        /// Measure an existing collection in --dir instead of building one.
+        #[arg(long)]
+        reuse: bool,
+    },
     /// The writer process of the crash-safety test (see src/crash.rs).
     #[command(hide = true)]
     CrashWriter {
@@ -137,6 +157,14 @@ fn main() -> Result<()> {
             ef,
             repeat,
         } => eval::bench_search(&index, &queries, k, ef, repeat),
+        Cmd::CollectionBench {
+            dir,
+            segments,
+            per_segment,
+            bits,
+            opens,
+            reuse,
+        } => collbench::run(&dir, segments, per_segment, bits, opens, reuse),
         Cmd::CrashWriter {
             dir,
             round,

@@ -14,7 +14,13 @@
 //! every filter's words, then a CRC32C of all preceding bytes.
 
 use crate::error::{io, Result, StoreError};
+use memmap2::{MmapMut, MmapOptions};
+use parking_lot::Mutex;
+use std::fs::File;
 use std::path::Path;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
 const MAGIC: &[u8; 8] = b"SGTABLM\0";
 const VERSION: u32 = 1;
@@ -23,7 +29,8 @@ const MAX_FILTERS: usize = 48;
 
 #[derive(Debug, Clone)]
 struct Filter {
-    words: Vec<u64>,
+    /// First word of this filter in the bloom's word storage.
+    offset: usize,
     blocks: u64,
     k: u32,
     capacity: u64,
@@ -39,7 +46,7 @@ fn mix(mut z: u64) -> u64 {
 }
 
 impl Filter {
-    fn new(capacity: u64, fp: f64) -> Filter {
+    fn new(capacity: u64, fp: f64, offset: usize) -> Filter {
         // Blocked filters lose a little accuracy; 20% more bits than the
         // classic optimum makes up for it at these rates.
         let bits = (-(capacity as f64) * fp.ln() / std::f64::consts::LN_2.powi(2) * 1.2).ceil();
@@ -47,7 +54,7 @@ impl Filter {
         let per_key = (blocks * 512) as f64 / capacity.max(1) as f64;
         let k = ((per_key * std::f64::consts::LN_2).round() as u32).clamp(1, 7);
         Filter {
-            words: vec![0; blocks as usize * BLOCK_WORDS],
+            offset,
             blocks,
             k,
             capacity,
@@ -55,38 +62,101 @@ impl Filter {
         }
     }
 
+    fn words(&self) -> usize {
+        self.blocks as usize * BLOCK_WORDS
+    }
+
     #[inline]
     fn probe(&self, key: u64) -> (usize, u64) {
         let h = mix(key);
-        let block = (h & (self.blocks - 1)) as usize * BLOCK_WORDS;
+        let block = self.offset + (h & (self.blocks - 1)) as usize * BLOCK_WORDS;
         (block, mix(h ^ 0xA076_1D64_78BD_642F))
     }
 
     #[inline]
-    fn contains(&self, key: u64) -> bool {
+    fn contains(&self, words: &[u64], key: u64) -> bool {
         let (block, bits) = self.probe(key);
         (0..self.k).all(|j| {
             let b = (bits >> (j * 9)) & 511;
-            self.words[block + (b / 64) as usize] & (1 << (b % 64)) != 0
+            words
+                .get(block + (b / 64) as usize)
+                .is_some_and(|w| w & (1 << (b % 64)) != 0)
         })
     }
 
-    fn insert(&mut self, key: u64) {
+    fn insert(&mut self, words: &mut [u64], key: u64) {
         let (block, bits) = self.probe(key);
         for j in 0..self.k {
             let b = (bits >> (j * 9)) & 511;
-            self.words[block + (b / 64) as usize] |= 1 << (b % 64);
+            if let Some(w) = words.get_mut(block + (b / 64) as usize) {
+                *w |= 1 << (b % 64);
+            }
         }
         self.count += 1;
     }
 }
 
+/// Where the filter words live: owned, or a private (copy-on-write)
+/// mapping of the file, so opening costs nothing per key.
+#[derive(Debug)]
+enum Words {
+    Owned(Vec<u64>),
+    Mapped {
+        map: MmapMut,
+        /// Byte offset of the first word.
+        start: usize,
+        /// Number of words.
+        len: usize,
+    },
+}
+
+impl Words {
+    fn slice(&self) -> &[u64] {
+        match self {
+            Words::Owned(v) => v,
+            Words::Mapped { map, start, len } => {
+                let bytes = &map[*start..*start + len * 8];
+                // SAFETY: the mapping is page aligned and `start` is a
+                // multiple of 8 (checked at open), the range is inside the
+                // mapping (checked at open), and every bit pattern is a
+                // valid u64. The target is little-endian like the file.
+                unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<u64>(), *len) }
+            }
+        }
+    }
+
+    fn slice_mut(&mut self) -> &mut [u64] {
+        match self {
+            Words::Owned(v) => v,
+            Words::Mapped { map, start, len } => {
+                let bytes = &mut map[*start..*start + *len * 8];
+                // SAFETY: as in `slice`; the mapping is private
+                // (copy-on-write), so writes never reach the file, and
+                // `&mut self` makes this the only reference.
+                unsafe { std::slice::from_raw_parts_mut(bytes.as_mut_ptr().cast::<u64>(), *len) }
+            }
+        }
+    }
+}
+
+const PENDING: u8 = 0;
+const GOOD: u8 = 1;
+const BAD: u8 = 2;
+
 /// The scalable bloom filter.
-#[derive(Debug, Clone)]
+///
+/// A filter opened from a file is memory-mapped and trusted only once a
+/// background thread has checked the file's CRC; until then (and for ever
+/// if the check fails) every key reads as "maybe present", which is always
+/// a correct answer.
+#[derive(Debug)]
 pub struct Bloom {
     filters: Vec<Filter>,
+    words: Words,
     fp: f64,
     initial: u64,
+    check: Arc<AtomicU8>,
+    checker: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Bloom {
@@ -95,22 +165,53 @@ impl Bloom {
     pub fn new(initial: u64, fp: f64) -> Bloom {
         let fp = fp.clamp(1e-9, 0.5);
         let initial = initial.max(1024);
+        let f = Filter::new(initial, fp / 2.0, 0);
         Bloom {
-            filters: vec![Filter::new(initial, fp / 2.0)],
+            words: Words::Owned(vec![0; f.words()]),
+            filters: vec![f],
             fp,
             initial,
+            check: Arc::new(AtomicU8::new(GOOD)),
+            checker: Mutex::new(None),
         }
+    }
+
+    /// Whether the filter's answers are trusted (always, except for a
+    /// file still being checked or one that failed its check).
+    pub fn trusted(&self) -> bool {
+        self.check.load(Ordering::Acquire) == GOOD
+    }
+
+    /// Waits for the background check of an opened file; returns whether
+    /// the filter is trusted.
+    pub fn wait_checked(&self) -> bool {
+        if let Some(h) = self.checker.lock().take() {
+            let _ = h.join();
+        }
+        if self.check.load(Ordering::Acquire) == PENDING {
+            self.check.store(BAD, Ordering::Release);
+        }
+        self.trusted()
     }
 
     /// Whether `key` may have been inserted (false means certainly not).
     #[inline]
     pub fn may_contain(&self, key: u64) -> bool {
-        self.filters.iter().any(|f| f.contains(key))
+        if !self.trusted() {
+            return true;
+        }
+        self.contains_bits(key)
+    }
+
+    #[inline]
+    fn contains_bits(&self, key: u64) -> bool {
+        let words = self.words.slice();
+        self.filters.iter().any(|f| f.contains(words, key))
     }
 
     /// Records `key`.
     pub fn insert(&mut self, key: u64) {
-        if self.may_contain(key) {
+        if self.contains_bits(key) {
             return;
         }
         let n = self.filters.len();
@@ -118,10 +219,14 @@ impl Bloom {
         if full && n < MAX_FILTERS {
             let cap = self.initial << n.min(40);
             let fp = self.fp / 2f64.powi(n as i32 + 1);
-            self.filters.push(Filter::new(cap, fp));
+            let mut words = self.words.slice().to_vec();
+            let f = Filter::new(cap, fp, words.len());
+            words.resize(words.len() + f.words(), 0);
+            self.words = Words::Owned(words);
+            self.filters.push(f);
         }
         if let Some(f) = self.filters.last_mut() {
-            f.insert(key);
+            f.insert(self.words.slice_mut(), key);
         }
     }
 
@@ -144,7 +249,7 @@ impl Bloom {
 
     /// Bytes of filter bits held in memory.
     pub fn memory_bytes(&self) -> usize {
-        self.filters.iter().map(|f| f.words.len() * 8).sum()
+        self.words.slice().len() * 8
     }
 
     /// Serialises to the file layout described in the module docs.
@@ -162,18 +267,19 @@ impl Bloom {
             b.extend_from_slice(&f.capacity.to_le_bytes());
             b.extend_from_slice(&f.count.to_le_bytes());
         }
-        for f in &self.filters {
-            for w in &f.words {
-                b.extend_from_slice(&w.to_le_bytes());
-            }
+        for w in self.words.slice() {
+            b.extend_from_slice(&w.to_le_bytes());
         }
         let crc = crc32c::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
 
-    /// Parses a serialised filter; every inconsistency is `Corrupt`.
-    pub fn from_bytes(b: &[u8], path: &Path) -> Result<Bloom> {
+    /// Parses the header and filter table of a serialised filter (not
+    /// the words, not the CRC); returns the filters, rate, initial
+    /// capacity and byte offset of the words. Every inconsistency is
+    /// `Corrupt`.
+    fn parse_header(b: &[u8], path: &Path) -> Result<(Vec<Filter>, f64, u64, usize)> {
         let bad = |offset: usize, reason: &str| StoreError::Corrupt {
             file: path.to_path_buf(),
             offset: offset as u64,
@@ -181,11 +287,6 @@ impl Bloom {
         };
         if b.len() < 36 || &b[..8] != MAGIC {
             return Err(bad(0, "not a bloom filter file"));
-        }
-        let (body, tail) = b.split_at(b.len() - 4);
-        let want = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
-        if crc32c::crc32c(body) != want {
-            return Err(bad(body.len(), "checksum mismatch"));
         }
         let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
         let u64_at = |o: usize| {
@@ -202,10 +303,12 @@ impl Bloom {
         if n == 0 || n > MAX_FILTERS || !(fp > 0.0 && fp < 1.0) {
             return Err(bad(12, "bad filter count or rate"));
         }
+        let body = b.len() - 4;
         let mut at = 32;
         let mut filters = Vec::with_capacity(n);
+        let mut offset = 0usize;
         for _ in 0..n {
-            if at + 32 > body.len() {
+            if at + 32 > body {
                 return Err(bad(at, "truncated filter table"));
             }
             let blocks = u64_at(at);
@@ -213,41 +316,102 @@ impl Bloom {
             if !blocks.is_power_of_two() || blocks > 1 << 34 || !(1..=7).contains(&k) {
                 return Err(bad(at, "bad filter geometry"));
             }
-            filters.push(Filter {
-                words: Vec::new(),
+            let f = Filter {
+                offset,
                 blocks,
                 k,
                 capacity: u64_at(at + 16),
                 count: u64_at(at + 24),
-            });
+            };
+            offset += f.words();
+            filters.push(f);
             at += 32;
         }
-        for f in &mut filters {
-            let len = f.blocks as usize * BLOCK_WORDS * 8;
-            if at + len > body.len() {
-                return Err(bad(at, "truncated filter bits"));
-            }
-            f.words = b[at..at + len]
-                .chunks_exact(8)
-                .map(|c| {
-                    let mut x = [0u8; 8];
-                    x.copy_from_slice(c);
-                    u64::from_le_bytes(x)
-                })
-                .collect();
-            at += len;
+        if at + offset * 8 != body {
+            return Err(bad(at, "file size does not match the filter table"));
         }
-        if at != body.len() {
-            return Err(bad(at, "trailing bytes"));
+        Ok((filters, fp, initial, at))
+    }
+
+    /// Parses a serialised filter, checking its CRC.
+    pub fn from_bytes(b: &[u8], path: &Path) -> Result<Bloom> {
+        let (filters, fp, initial, start) = Bloom::parse_header(b, path)?;
+        let (body, tail) = b.split_at(b.len() - 4);
+        if crc32c::crc32c(body) != u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) {
+            return Err(StoreError::Corrupt {
+                file: path.to_path_buf(),
+                offset: body.len() as u64,
+                reason: "checksum mismatch".into(),
+            });
         }
+        let words = body[start..]
+            .chunks_exact(8)
+            .map(|c| {
+                let mut x = [0u8; 8];
+                x.copy_from_slice(c);
+                u64::from_le_bytes(x)
+            })
+            .collect();
         Ok(Bloom {
             filters,
+            words: Words::Owned(words),
             fp,
             initial,
+            check: Arc::new(AtomicU8::new(GOOD)),
+            checker: Mutex::new(None),
         })
     }
 
-    /// Reads a filter file.
+    /// Opens a filter file without reading it: the words are mapped
+    /// privately (copy-on-write) and the CRC is checked by a background
+    /// thread, so the cost is the same for any number of keys. Until the
+    /// check passes the filter answers "maybe" for every key.
+    pub fn open(path: &Path) -> Result<Bloom> {
+        let file = File::open(path).map_err(io("open", path))?;
+        // SAFETY: bloom files are written once (tmp, fsync, rename) and
+        // never modified in place; the mapping is private, so our own
+        // inserts never reach the file. All reads are bounds checked
+        // against the length validated below.
+        let map = unsafe { MmapOptions::new().map_copy(&file) }.map_err(io("mmap", path))?;
+        let (filters, fp, initial, start) = Bloom::parse_header(&map, path)?;
+        if !start.is_multiple_of(8) {
+            return Err(StoreError::Corrupt {
+                file: path.to_path_buf(),
+                offset: start as u64,
+                reason: "misaligned words".into(),
+            });
+        }
+        let len = filters.iter().map(Filter::words).sum();
+        let check = Arc::new(AtomicU8::new(PENDING));
+        let flag = check.clone();
+        let owned = path.to_path_buf();
+        let checker = std::thread::Builder::new()
+            .name("sagitta-bloom-check".into())
+            .spawn(move || {
+                let ok = std::fs::read(&owned).is_ok_and(|b| {
+                    b.len() >= 4 && {
+                        let (body, tail) = b.split_at(b.len() - 4);
+                        crc32c::crc32c(body)
+                            == u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])
+                    }
+                });
+                flag.store(if ok { GOOD } else { BAD }, Ordering::Release);
+            })
+            .ok();
+        if checker.is_none() {
+            check.store(BAD, Ordering::Release);
+        }
+        Ok(Bloom {
+            filters,
+            words: Words::Mapped { map, start, len },
+            fp,
+            initial,
+            check,
+            checker: Mutex::new(checker),
+        })
+    }
+
+    /// Reads and checks a filter file completely.
     pub fn read(path: &Path) -> Result<Bloom> {
         let b = std::fs::read(path).map_err(io("read", path))?;
         Bloom::from_bytes(&b, path)
@@ -294,5 +458,35 @@ mod tests {
             Bloom::from_bytes(&flipped, p),
             Err(StoreError::Corrupt { .. })
         ));
+    }
+
+    #[test]
+    fn mapped_open_is_trusted_only_after_its_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = Bloom::new(2048, 0.01);
+        for k in 0..5000u64 {
+            b.insert(k);
+        }
+        let path = dir.path().join("bloom.bin");
+        std::fs::write(&path, b.to_bytes()).unwrap();
+        let mut m = Bloom::open(&path).unwrap();
+        assert!(m.wait_checked());
+        assert!((0..5000u64).all(|k| m.may_contain(k)));
+        let misses = (5000..105_000u64).filter(|&k| m.may_contain(k)).count();
+        assert!(misses < 1000, "{misses}");
+        m.insert(1_000_000); // copy-on-write: the file is unchanged
+        assert!(m.may_contain(1_000_000));
+        assert_eq!(std::fs::read(&path).unwrap(), b.to_bytes());
+
+        let mut bytes = b.to_bytes();
+        let n = bytes.len();
+        bytes[n - 40] ^= 0x10; // a word, not the header: only the CRC sees it
+        std::fs::write(&path, &bytes).unwrap();
+        let m = Bloom::open(&path).unwrap();
+        assert!(!m.wait_checked());
+        assert!(
+            m.may_contain(123_456_789),
+            "an unchecked filter answers maybe"
+        );
     }
 }

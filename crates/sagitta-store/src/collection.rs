@@ -566,10 +566,29 @@ impl Collection {
     /// segments (in parallel), loads the bloom filter and tombstones, and
     /// replays the WAL written since the last seal into the active segment.
     /// Nothing here grows with the number of sealed vectors (unless the
-    /// bloom file is missing or corrupt and must be rebuilt). A writer
+    /// bloom file is missing and must be rebuilt; its checksum is checked
+    /// by a background thread, see [`Bloom::open`]). A writer
     /// also removes leftovers of interrupted seals and cuts a torn WAL
     /// tail.
     pub fn open(dir: &Path, mode: OpenMode) -> Result<Collection> {
+        // A reader can race a writer's commit (a file named by the manifest
+        // it read is removed before it opens it): read the manifest again.
+        let mut attempt = 0;
+        loop {
+            match Collection::open_once(dir, mode) {
+                Err(StoreError::Io { source, .. })
+                    if mode == OpenMode::ReadOnly
+                        && source.kind() == std::io::ErrorKind::NotFound
+                        && attempt < 5 =>
+                {
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn open_once(dir: &Path, mode: OpenMode) -> Result<Collection> {
         let lock = match mode {
             OpenMode::ReadWrite => {
                 let path = dir.join(LOCK);
@@ -639,8 +658,8 @@ impl Collection {
         let bloom = manifest
             .bloom
             .as_ref()
-            .and_then(|b| Bloom::read(&dir.join(b)).ok())
-            .unwrap_or_else(|| rebuild_bloom(&config, &sealed));
+            .and_then(|b| Bloom::open(&dir.join(b)).ok())
+            .unwrap_or_else(|| rebuild_bloom(&config, &sealed, None));
         let active = Arc::new(Index::new(config.space, config.kind, config.hnsw)?);
         let c = Collection {
             dir: dir.to_path_buf(),
@@ -1073,6 +1092,26 @@ impl Collection {
         let tomb_name = format!("tomb-{:06}.bin", m.generation);
         write_tombstones(&self.dir.join(&tomb_name), &sealed)?;
         let bloom_name = format!("bloom-{:06}.bin", m.generation);
+        // A grown chain costs one probe per filter on every miss: fold it
+        // back into one filter (O(n), but only each time the collection
+        // has grown fourfold, so O(1) per insert amortised).
+        // A filter opened from a file that failed its check answers
+        // "maybe" to everything: rebuild it rather than persist it.
+        let new_bloom = match new_bloom {
+            Some(b) => Some(b),
+            None if !self.bloom.read().wait_checked() => {
+                let active = self.snapshot().active.clone();
+                Some(rebuild_bloom(
+                    &self.config,
+                    &sealed,
+                    (!sealed_active).then_some(&*active),
+                ))
+            }
+            None if sealed_active && self.bloom.read().filters() > 1 => {
+                Some(rebuild_bloom(&self.config, &sealed, None))
+            }
+            None => None,
+        };
         {
             let bytes = match &new_bloom {
                 Some(b) => b.to_bytes(),
@@ -1208,13 +1247,7 @@ impl Collection {
                 vectors: s.live_len() as u64,
             })
             .collect();
-        let mut bloom = rebuild_bloom(&self.config, &sealed);
-        let view = state.active.view();
-        for slot in 0..view.slots() as u32 {
-            if view.is_live(slot) {
-                bloom.insert(view.key(slot));
-            }
-        }
+        let bloom = rebuild_bloom(&self.config, &sealed, Some(&state.active));
         self.commit(w, m, sealed, Some(bloom), false)
     }
 
@@ -1451,8 +1484,25 @@ fn check_lengths(keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
     Ok(())
 }
 
-fn rebuild_bloom(config: &CollectionConfig, sealed: &[Arc<Sealed>]) -> Bloom {
-    let mut bloom = Bloom::new(bloom_capacity(config), 0.01);
+/// A bloom filter over the live keys of `sealed`, sized for four times
+/// their number (so it stays one filter, one probe, while the collection
+/// grows fourfold).
+fn rebuild_bloom(
+    config: &CollectionConfig,
+    sealed: &[Arc<Sealed>],
+    active: Option<&Index>,
+) -> Bloom {
+    let live: u64 = sealed.iter().map(|s| s.live_len() as u64).sum::<u64>()
+        + active.map_or(0, |a| a.len() as u64);
+    let mut bloom = Bloom::new(bloom_capacity(config).max(live * 4), 0.01);
+    if let Some(a) = active {
+        let view = a.view();
+        for slot in 0..view.slots() as u32 {
+            if view.is_live(slot) {
+                bloom.insert(view.key(slot));
+            }
+        }
+    }
     for s in sealed {
         let dead = s.dead();
         for slot in 0..s.seg.slot_count() as u32 {
