@@ -60,6 +60,18 @@ pub(crate) fn greedy<G: GraphView + ?Sized>(
 /// Beam search on one level. Leaves up to `ef` accepted candidates in
 /// `s.results` (a max-heap). Every reached node is expanded; only nodes
 /// for which `accept` holds enter the results.
+/// How many neighbours ahead of the distance computation vectors are
+/// prefetched.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Prefetches every cache line of a stored vector.
+#[inline]
+fn prefetch_vector(v: &[u8]) {
+    for line in v.chunks(64) {
+        prefetch(line.as_ptr());
+    }
+}
+
 pub(crate) fn search_layer<G: GraphView + ?Sized>(
     g: &G,
     dist: &Distance,
@@ -85,15 +97,16 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
             break;
         }
         g.neighbors(level, c.slot, &mut neigh);
-        if let Some(&first) = neigh.first() {
-            prefetch(g.vector(first).as_ptr());
+        // Keep only the unvisited neighbours, then stream their vectors in
+        // ahead of the distance computations (whole vectors, a few
+        // neighbours ahead): the search is bound by memory latency.
+        neigh.retain(|&n| s.visit(n));
+        for &n in neigh.iter().take(PREFETCH_AHEAD) {
+            prefetch_vector(g.vector(n));
         }
         for (i, &n) in neigh.iter().enumerate() {
-            if let Some(&next) = neigh.get(i + 1) {
-                prefetch(g.vector(next).as_ptr());
-            }
-            if !s.visit(n) {
-                continue;
+            if let Some(&next) = neigh.get(i + PREFETCH_AHEAD) {
+                prefetch_vector(g.vector(next));
             }
             let d = dist.eval(q, g.vector(n));
             let worst = s.results.peek().map_or(f32::INFINITY, |w| w.dist);

@@ -1,0 +1,5 @@
+"""`python -m sagitta_bench ...`."""
+
+from .cli import main
+
+main()

@@ -1,0 +1,108 @@
+"""Datasets: debian-minilm from ../shared/data, and a seeded synthetic set.
+
+Every dataset is materialised once as float32 ``.npy`` files plus exact
+ground truth in a cache directory (``$SAGITTA_BENCH_CACHE`` or
+``~/.cache/sagitta-bench``), so that engine subprocesses can memory-map it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def data_root() -> Path:
+    env = os.environ.get("SAGITTA_DATA")
+    return Path(env) if env else ROOT.parent / "shared" / "data"
+
+
+def cache_root() -> Path:
+    env = os.environ.get("SAGITTA_BENCH_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "sagitta-bench"
+
+
+@dataclass
+class Dataset:
+    """A materialised dataset: unit-norm float32 base and queries, and the
+    exact cosine top-``gt.shape[1]`` of each query (row ids)."""
+
+    name: str
+    dir: Path
+    metric: str = "cos"
+
+    @property
+    def base_path(self) -> Path:
+        return self.dir / "base.f32.npy"
+
+    def base(self) -> np.ndarray:
+        return np.load(self.base_path, mmap_mode="r")
+
+    def queries(self) -> np.ndarray:
+        return np.load(self.dir / "queries.f32.npy")
+
+    def gt(self) -> np.ndarray:
+        return np.load(self.dir / "gt.npy")
+
+
+def _normalize(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float32)
+    n = np.linalg.norm(x, axis=1, keepdims=True)
+    return x / np.maximum(n, 1e-30)
+
+
+def exact_topk(base: np.ndarray, queries: np.ndarray, k: int, chunk: int = 20_000) -> np.ndarray:
+    """Exact cosine top-k (inputs unit-norm), nearest first, ties by row."""
+    best_s = np.full((len(queries), k), -np.inf, dtype=np.float32)
+    best_i = np.zeros((len(queries), k), dtype=np.int64)
+    for start in range(0, len(base), chunk):
+        s = queries @ np.asarray(base[start : start + chunk]).T
+        idx = np.broadcast_to(np.arange(start, start + s.shape[1]), s.shape)
+        all_s = np.concatenate([best_s, s], axis=1)
+        all_i = np.concatenate([best_i, idx], axis=1)
+        order = np.lexsort((all_i, -all_s), axis=-1)[:, :k]
+        best_s = np.take_along_axis(all_s, order, 1)
+        best_i = np.take_along_axis(all_i, order, 1)
+    return best_i
+
+
+def load(spec: str, k: int) -> Dataset:
+    """``debian-minilm`` or ``synthetic:N:D[:SEED]``; materialised on first use."""
+    if spec == "debian-minilm":
+        d = cache_root() / "debian-minilm"
+        if not (d / "gt.npy").exists():
+            src = data_root() / "debian-minilm"
+            if not (src / "base.f16.npy").exists():
+                raise SystemExit(f"debian-minilm not found at {src} (set SAGITTA_DATA)")
+            d.mkdir(parents=True, exist_ok=True)
+            np.save(d / "base.f32.npy", _normalize(np.load(src / "base.f16.npy")))
+            np.save(d / "queries.f32.npy", _normalize(np.load(src / "queries.f16.npy")))
+            np.save(d / "gt.npy", np.load(src / "gt.i32.npy").astype(np.int64))
+        ds = Dataset("debian-minilm", d)
+    elif spec.startswith("synthetic:"):
+        parts = spec.split(":")
+        n, dims = int(parts[1]), int(parts[2])
+        seed = int(parts[3]) if len(parts) > 3 else 0
+        d = cache_root() / f"synthetic-{n}-{dims}-{seed}"
+        if not (d / "gt.npy").exists():
+            d.mkdir(parents=True, exist_ok=True)
+            rng = np.random.default_rng(seed)
+            # Clustered Gaussian data: closer to embeddings than uniform noise.
+            centers = rng.standard_normal((max(16, n // 500), dims)).astype(np.float32)
+            assign = rng.integers(0, len(centers), size=n + 1000)
+            x = centers[assign] + 0.6 * rng.standard_normal((n + 1000, dims)).astype(np.float32)
+            x = _normalize(x)
+            base, queries = x[:n], x[n:]
+            np.save(d / "base.f32.npy", base)
+            np.save(d / "queries.f32.npy", queries)
+            np.save(d / "gt.npy", exact_topk(base, queries, 100))
+        ds = Dataset(f"synthetic-{n}x{dims}", d)
+    else:
+        raise SystemExit(f"unknown dataset {spec!r} (debian-minilm or synthetic:N:D[:SEED])")
+    if ds.gt().shape[1] < k:
+        raise SystemExit(f"ground truth of {ds.name} has fewer than k={k} columns")
+    return ds

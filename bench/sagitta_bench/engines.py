@@ -1,0 +1,258 @@
+"""One small adapter per engine, all with the same interface.
+
+Every adapter indexes unit-norm float32 vectors for cosine similarity
+(inner product on normalised vectors where the engine has no cosine), with
+row numbers as ids, and exposes one search-time knob (HNSW ``ef``).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+
+class Engine:
+    """The adapter interface."""
+
+    name = "?"
+    knob = "ef"
+
+    def __init__(self, m: int, ef_construction: int) -> None:
+        self.m = m
+        self.ef_construction = ef_construction
+
+    def version(self) -> str:
+        raise NotImplementedError
+
+    def build(self, base: np.ndarray, threads: int) -> None:
+        raise NotImplementedError
+
+    def save(self, path: Path) -> None:
+        raise NotImplementedError
+
+    def open(self, path: Path) -> None:
+        """Replaces the in-memory index by the one saved at ``path``."""
+        raise NotImplementedError
+
+    def set_knob(self, value: int) -> None:
+        raise NotImplementedError
+
+    def search_one(self, q: np.ndarray, k: int) -> np.ndarray:
+        """One query on the calling thread; returns ids (k,)."""
+        raise NotImplementedError
+
+    def search_batch(self, queries: np.ndarray, k: int, threads: int) -> np.ndarray:
+        """All queries on ``threads`` threads; returns ids (n, k)."""
+        raise NotImplementedError
+
+
+class Sagitta(Engine):
+    name = "sagitta-hnsw"
+
+    def version(self) -> str:
+        import sagitta
+
+        return f"{sagitta.__version__} ({sagitta.isa()})"
+
+    def build(self, base, threads):
+        import sagitta
+
+        self.index = sagitta.Index(
+            base.shape[1],
+            metric="cos",
+            connectivity=self.m,
+            expansion_add=self.ef_construction,
+        )
+        self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
+
+    def save(self, path):
+        self.index.save(path / "index.sgt")
+
+    def open(self, path):
+        import sagitta
+
+        self.index = sagitta.Index.open(path / "index.sgt")
+
+    def set_knob(self, value):
+        self.index.expansion_search = value
+
+    def search_one(self, q, k):
+        return self.index.search(q, k, threads=1).keys
+
+    def search_batch(self, queries, k, threads):
+        return self.index.search(queries, k, threads=threads).keys
+
+
+class FaissHNSW(Engine):
+    name = "faiss-hnsw"
+
+    def version(self) -> str:
+        import faiss
+
+        return faiss.__version__
+
+    def build(self, base, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        self.index = faiss.IndexHNSWFlat(base.shape[1], self.m, faiss.METRIC_INNER_PRODUCT)
+        self.index.hnsw.efConstruction = self.ef_construction
+        self.index.add(np.ascontiguousarray(base))
+
+    def save(self, path):
+        import faiss
+
+        faiss.write_index(self.index, str(path / "index.faiss"))
+
+    def open(self, path):
+        import faiss
+
+        self.index = faiss.read_index(str(path / "index.faiss"))
+
+    def set_knob(self, value):
+        self.index.hnsw.efSearch = value
+
+    def search_one(self, q, k):
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        return self.index.search(q[None, :], k)[1][0]
+
+    def search_batch(self, queries, k, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        return self.index.search(queries, k)[1]
+
+
+class Hnswlib(Engine):
+    name = "hnswlib"
+
+    def version(self) -> str:
+        import importlib.metadata
+
+        return importlib.metadata.version("hnswlib")
+
+    def build(self, base, threads):
+        import hnswlib
+
+        self.dim, self.n = base.shape[1], len(base)
+        self.index = hnswlib.Index(space="ip", dim=self.dim)
+        self.index.init_index(max_elements=self.n, ef_construction=self.ef_construction, M=self.m)
+        self.index.set_num_threads(threads)
+        self.index.add_items(np.ascontiguousarray(base), np.arange(self.n))
+
+    def save(self, path):
+        self.index.save_index(str(path / "index.hnswlib"))
+
+    def open(self, path):
+        import hnswlib
+
+        self.index = hnswlib.Index(space="ip", dim=self.dim)
+        self.index.load_index(str(path / "index.hnswlib"), max_elements=self.n)
+
+    def set_knob(self, value):
+        self.index.set_ef(value)
+
+    def search_one(self, q, k):
+        return self.index.knn_query(q, k=k, num_threads=1)[0][0]
+
+    def search_batch(self, queries, k, threads):
+        return self.index.knn_query(queries, k=k, num_threads=threads)[0]
+
+
+class USearch(Engine):
+    name = "usearch-hnsw"
+
+    def version(self) -> str:
+        import usearch
+
+        return usearch.__version__
+
+    def build(self, base, threads):
+        from usearch.index import Index
+
+        self.index = Index(
+            ndim=base.shape[1],
+            metric="cos",
+            dtype="f32",
+            connectivity=self.m,
+            expansion_add=self.ef_construction,
+        )
+        self.index.add(np.arange(len(base)), np.ascontiguousarray(base), threads=threads)
+
+    def save(self, path):
+        self.index.save(str(path / "index.usearch"))
+
+    def open(self, path):
+        from usearch.index import Index
+
+        self.index = Index.restore(str(path / "index.usearch"), view=True)
+
+    def set_knob(self, value):
+        self.index.expansion_search = value
+
+    def search_one(self, q, k):
+        return self.index.search(q, k, threads=1).keys
+
+    def search_batch(self, queries, k, threads):
+        return self.index.search(queries, k, threads=threads).keys
+
+
+class LanceHNSW(Engine):
+    """LanceDB's IVF_HNSW_FLAT with one partition: plain HNSW over the data."""
+
+    name = "lancedb-hnsw"
+
+    def version(self) -> str:
+        import lancedb
+
+        return lancedb.__version__
+
+    def build(self, base, threads):
+        import lancedb
+        import pyarrow as pa
+
+        os.environ.setdefault("LANCE_CPU_THREADS", str(threads))
+        self.path = Path(os.environ["SAGITTA_BENCH_WORKDIR"]) / "lancedb"
+        db = lancedb.connect(str(self.path))
+        dims = base.shape[1]
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(base).ravel()), dims)
+        table = pa.table({"id": pa.array(np.arange(len(base), dtype=np.int64)), "vector": vec})
+        self.table = db.create_table("bench", table, mode="overwrite")
+        self.table.create_index(
+            metric="cosine",
+            index_type="IVF_HNSW_FLAT",
+            num_partitions=1,
+            m=self.m,
+            ef_construction=self.ef_construction,
+        )
+
+    def save(self, path):
+        pass  # LanceDB writes as it builds; its directory is measured
+
+    def open(self, path):
+        import lancedb
+
+        self.table = lancedb.connect(str(self.path)).open_table("bench")
+
+    def set_knob(self, value):
+        self.ef = value
+
+    def search_one(self, q, k):
+        res = self.table.search(q).limit(k).nprobes(1).ef(self.ef).select(["id"]).to_arrow()
+        return res.column("id").to_numpy()
+
+    def search_batch(self, queries, k, threads):
+        with ThreadPoolExecutor(threads) as pool:
+            rows = list(pool.map(lambda q: self.search_one(q, k), queries))
+        out = np.full((len(queries), k), -1, dtype=np.int64)
+        for i, r in enumerate(rows):
+            out[i, : len(r)] = r
+        return out
+
+
+ENGINES = {e.name: e for e in (Sagitta, FaissHNSW, Hnswlib, USearch, LanceHNSW)}

@@ -1,0 +1,32 @@
+"""Smoke test: the quick mode on a small synthetic set, every engine."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1]
+
+
+def test_quick_run_produces_results(tmp_path):
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "sagitta_bench", "run", "--dataset", "synthetic:4000:32:7"]
+    cmd += ["--mode", "quick", "--queries", "100", "--out", str(out)]
+    cmd += ["--write-benchmarks", str(tmp_path / "BENCHMARKS.md")]
+    subprocess.run(cmd, check=True, cwd=BENCH, capture_output=True, text=True)
+    run = json.loads((out / "synthetic-4000x32-k10-quick.json").read_text())
+    engines = {r["engine"] for r in run["results"]}
+    assert engines == {"sagitta-hnsw", "faiss-hnsw", "hnswlib", "usearch-hnsw", "lancedb-hnsw"}
+    for r in run["results"]:
+        assert r["build_s"] > 0 and r["size_bytes"] > 0 and r["rss_peak_mb"] > r["rss_base_mb"]
+        assert [p["knob"] for p in r["sweep"]] == [16, 32, 64, 128]
+        for p in r["sweep"]:
+            assert 0.0 <= p["recall"] <= 1.0
+            assert p["qps_1t"] > 0 and p["p50_us"] <= p["p99_us"]
+        # every HNSW reaches high recall on 4k clustered vectors at ef=128
+        assert r["sweep"][-1]["recall"] >= 0.95, r["engine"]
+        # batch and one-by-one searches agree on recall within noise
+        assert abs(r["sweep"][-1]["recall_batch"] - r["sweep"][-1]["recall"]) < 0.02
+    assert (out / "synthetic-4000x32-k10-quick.png").stat().st_size > 10_000
+    md = (tmp_path / "BENCHMARKS.md").read_text()
+    assert "| 0.95 |" in md and "sagitta-hnsw" in md
