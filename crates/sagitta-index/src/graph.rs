@@ -56,10 +56,6 @@ pub(crate) fn greedy<G: GraphView + ?Sized>(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-/// Beam search on one level. Leaves up to `ef` accepted candidates in
-/// `s.results` (a max-heap). Every reached node is expanded; only nodes
-/// for which `accept` holds enter the results.
 /// How many neighbours ahead of the distance computation vectors are
 /// prefetched.
 const PREFETCH_AHEAD: usize = 4;
@@ -72,6 +68,10 @@ fn prefetch_vector(v: &[u8]) {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
+/// Beam search on one level. Leaves up to `ef` accepted candidates in
+/// `s.results` (a max-heap). Every reached node is expanded; only nodes
+/// for which `accept` holds enter the results.
 pub(crate) fn search_layer<G: GraphView + ?Sized>(
     g: &G,
     dist: &Distance,
