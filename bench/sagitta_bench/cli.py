@@ -15,11 +15,17 @@ from pathlib import Path
 from tqdm import tqdm
 
 from . import datasets, report
-from .engines import ENGINES
+from .engines import ENGINES, select
 
 MODES = {
-    "quick": {"knobs": [16, 32, 64, 128], "queries": 200},
-    "full": {"knobs": [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512], "queries": 1000},
+    "quick": {"knobs": {"ef": [16, 32, 64, 128], "nprobe": [2, 8, 32]}, "queries": 200},
+    "full": {
+        "knobs": {
+            "ef": [10, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512],
+            "nprobe": [1, 2, 4, 8, 16, 32, 64, 128],
+        },
+        "queries": 1000,
+    },
 }
 
 
@@ -49,7 +55,8 @@ def run_engine(name: str, cfg: dict, bar: tqdm) -> dict:
             tail = [*tail, line][-20:]
             if line.startswith('{"progress"'):
                 p = json.loads(line)
-                bar.set_postfix_str(f"{name} ef={p['knob']} recall={p['recall']:.3f}")
+                knob = ENGINES[name].knob
+                bar.set_postfix_str(f"{name} {knob}={p['knob']} recall={p['recall']:.3f}")
                 bar.update(1)
         if proc.wait() != 0:
             raise SystemExit(f"{name} failed:\n{''.join(tail)}")
@@ -63,32 +70,48 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument(
         "--dataset", default="debian-minilm", help="debian-minilm | synthetic:N:D[:SEED]"
     )
-    r.add_argument("--engines", default="all", help=f"comma list of {','.join(ENGINES)} or all")
+    r.add_argument(
+        "--engines",
+        default="hnsw",
+        help=f"hnsw | ivf | all (for the dataset's metric), or a comma list of {','.join(ENGINES)}",
+    )
     r.add_argument("--mode", choices=MODES, default="full")
     r.add_argument("--k", type=int, default=10)
     r.add_argument("--m", type=int, default=16)
     r.add_argument("--ef-construction", type=int, default=128)
     r.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     r.add_argument("--queries", type=int, help="override the mode's query count")
+    r.add_argument(
+        "--passes", type=int, default=3, help="single-thread passes per point; the fastest is kept"
+    )
     r.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     r.add_argument("--write-benchmarks", type=Path, help="also write this BENCHMARKS.md")
+    w = sub.add_parser("report", help="rewrite BENCHMARKS.md from the runs in a results dir")
+    w.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
+    w.add_argument("--write-benchmarks", type=Path, required=True)
     args = ap.parse_args(argv)
+    if args.cmd == "report":
+        write_benchmarks(args.write_benchmarks, args.out)
+        print(f"wrote {args.write_benchmarks}")
+        return
 
-    names = list(ENGINES) if args.engines == "all" else args.engines.split(",")
-    unknown = [n for n in names if n not in ENGINES]
-    if unknown:
-        raise SystemExit(f"unknown engines {unknown}; known: {list(ENGINES)}")
     ds = datasets.load(args.dataset, args.k)
+    names = select(args.engines, ds.metric)
+    unknown = [n for n in names if n not in ENGINES]
+    if unknown or not names:
+        raise SystemExit(f"unknown or no engines {unknown or args.engines}; known: {list(ENGINES)}")
     mode = MODES[args.mode]
     n_queries = min(args.queries or mode["queries"], len(ds.queries()))
     cfg = {
         "dataset": ds.name,
         "dataset_dir": str(ds.dir),
+        "metric": ds.metric,
         "k": args.k,
         "m": args.m,
         "ef_construction": args.ef_construction,
         "threads": args.threads,
         "queries": n_queries,
+        "passes": args.passes,
         "knobs": mode["knobs"],
     }
     import sagitta
@@ -101,12 +124,18 @@ def main(argv: list[str] | None = None) -> None:
         "command": "python -m sagitta_bench " + " ".join(sys.argv[1:] if argv is None else argv),
     }
     results = []
-    with tqdm(total=len(names) * len(mode["knobs"]), desc="engines × ef", unit="pt") as bar:
+    points = sum(len(mode["knobs"][ENGINES[n].knob]) for n in names)
+    with tqdm(total=points, desc="engines × knob", unit="pt") as bar:
         for name in names:
             results.append(run_engine(name, cfg, bar))
     run = {**cfg, "mode": args.mode, "env": env, "results": results, "time": time.time()}
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{ds.name}-k{args.k}-{args.mode}"
+    stem = f"{ds.name}-k{args.k}-{args.mode}" + (
+        "" if args.engines == "hnsw" else f"-{args.engines}"
+    )
+    stem = stem.replace(",", "+")
+    run["stem"] = stem
+    run["engines"] = args.engines
     (args.out / f"{stem}.json").write_text(json.dumps(run, indent=1))
     md = report.markdown(run)
     (args.out / f"{stem}.md").write_text(md + "\n")
@@ -114,21 +143,43 @@ def main(argv: list[str] | None = None) -> None:
     print(md)
     print(f"\nwrote {args.out / stem}.{{json,md,png}}")
     if args.write_benchmarks:
-        rel = os.path.relpath(args.out / f"{stem}.png", args.write_benchmarks.parent)
-        versions = ", ".join(f"{r['engine']} {r['version']}" for r in results)
-        text = (
-            "# Benchmarks\n\n"
-            "Produced by the harness in `bench/` (see bench/README.md); every engine runs in "
-            "its own process on the same data in the same run.\n\n"
-            f"Command: `{env['command']}`\n\n"
-            f"Machine: {env['cpu']}, {env['cores']} cores; Python {env['python']}; "
-            f"Sagitta ISA {env['isa']}.\n\n"
-            f"Versions: {versions}.\n\n"
-            f"![recall vs QPS]({rel})\n\n{md}\n"
-        )
-        args.write_benchmarks.write_text(text)
+        write_benchmarks(args.write_benchmarks, args.out)
         print(f"wrote {args.write_benchmarks}")
 
 
-if __name__ == "__main__":
-    main()
+def write_benchmarks(path: Path, results_dir: Path) -> None:
+    """BENCHMARKS.md from every run in ``results_dir`` (debian-minilm HNSW
+    first), each with its command, machine, versions, plot and tables."""
+    runs = [json.loads(p.read_text()) for p in sorted(results_dir.glob("*.json"))]
+    # debian-minilm HNSW first, then other datasets, IVF runs after HNSW ones.
+    runs.sort(
+        key=lambda r: (
+            r["dataset"] != "debian-minilm",
+            r["dataset"],
+            r.get("engines", "hnsw") != "hnsw",
+            r["env"]["command"],
+        )
+    )
+    parts = [
+        "# Benchmarks\n\n"
+        "Produced by the harness in `bench/` (see bench/README.md): every engine runs in "
+        "its own process on the same data in the same run; QPS 1t is one query per call "
+        "on one thread. The machine is shared and noisy: compare engines within a run, "
+        "not across runs.\n"
+    ]
+    for run in runs:
+        env = run["env"]
+        stem = run.get("stem") or f"{run['dataset']}-k{run['k']}-{run['mode']}"
+        png = results_dir / f"{stem}.png"
+        png = png if png.exists() else None
+        versions = ", ".join(f"{r['engine']} {r['version']}" for r in run["results"])
+        parts.append(
+            f"\n## {run['dataset']}: {', '.join(r['engine'] for r in run['results'])}\n\n"
+            f"Command: `{env['command']}`\n\n"
+            f"Machine: {env['cpu']}, {env['cores']} cores; Python {env['python']}; "
+            f"Sagitta ISA {env['isa']}. Versions: {versions}.\n\n"
+            + (f"![recall vs QPS]({os.path.relpath(png, path.parent)})\n\n" if png else "")
+            + report.markdown(run)
+            + "\n"
+        )
+    path.write_text("".join(parts))

@@ -36,17 +36,42 @@ class Dataset:
     metric: str = "cos"
 
     @property
-    def base_path(self) -> Path:
-        return self.dir / "base.f32.npy"
+    def suffix(self) -> str:
+        return "u8" if self.metric == "hamming" else "f32"
 
     def base(self) -> np.ndarray:
-        return np.load(self.base_path, mmap_mode="r")
+        return np.load(self.dir / f"base.{self.suffix}.npy", mmap_mode="r")
 
     def queries(self) -> np.ndarray:
-        return np.load(self.dir / "queries.f32.npy")
+        return np.load(self.dir / f"queries.{self.suffix}.npy")
 
     def gt(self) -> np.ndarray:
         return np.load(self.dir / "gt.npy")
+
+    def kth_dist(self) -> np.ndarray | None:
+        """Hamming datasets: the exact distance of each query's 100th
+        neighbour column by column (``gt_dist[:, j]``), for tie-aware
+        recall; None for float datasets."""
+        p = self.dir / "gt_dist.npy"
+        return np.load(p) if p.exists() else None
+
+
+def hamming_topk(base: np.ndarray, queries: np.ndarray, k: int, chunk: int = 2_000):
+    """Exact Hamming top-k over packed uint8 codes: ids and distances."""
+    bw = base.view(np.uint64) if base.shape[1] % 8 == 0 else base
+    qw = queries.view(np.uint64) if queries.shape[1] % 8 == 0 else queries
+    best_d = np.full((len(queries), k), np.iinfo(np.int64).max, dtype=np.int64)
+    best_i = np.zeros((len(queries), k), dtype=np.int64)
+    for start in range(0, len(bw), chunk):
+        block = bw[start : start + chunk]
+        d = np.bitwise_count(qw[:, None, :] ^ block[None, :, :]).sum(-1, dtype=np.int64)
+        idx = np.broadcast_to(np.arange(start, start + len(block)), d.shape)
+        all_d = np.concatenate([best_d, d], axis=1)
+        all_i = np.concatenate([best_i, idx], axis=1)
+        order = np.lexsort((all_i, all_d), axis=-1)[:, :k]
+        best_d = np.take_along_axis(all_d, order, 1)
+        best_i = np.take_along_axis(all_i, order, 1)
+    return best_i, best_d
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:
@@ -71,7 +96,8 @@ def exact_topk(base: np.ndarray, queries: np.ndarray, k: int, chunk: int = 20_00
 
 
 def load(spec: str, k: int) -> Dataset:
-    """``debian-minilm`` or ``synthetic:N:D[:SEED]``; materialised on first use."""
+    """``debian-minilm``, ``debian-minilm-bits`` or ``synthetic:N:D[:SEED]``;
+    materialised on first use."""
     if spec == "debian-minilm":
         d = cache_root() / "debian-minilm"
         if not (d / "gt.npy").exists():
@@ -83,6 +109,20 @@ def load(spec: str, k: int) -> Dataset:
             np.save(d / "queries.f32.npy", _normalize(np.load(src / "queries.f16.npy")))
             np.save(d / "gt.npy", np.load(src / "gt.i32.npy").astype(np.int64))
         ds = Dataset("debian-minilm", d)
+    elif spec == "debian-minilm-bits":
+        # Sign bits of the embeddings: 384-bit codes, compared by Hamming.
+        d = cache_root() / "debian-minilm-bits"
+        if not (d / "gt_dist.npy").exists():
+            src = load("debian-minilm", k)
+            d.mkdir(parents=True, exist_ok=True)
+            base = np.packbits(np.asarray(src.base()) > 0, axis=1)
+            queries = np.packbits(src.queries() > 0, axis=1)
+            gt, gt_dist = hamming_topk(base, queries, 100)
+            np.save(d / "base.u8.npy", base)
+            np.save(d / "queries.u8.npy", queries)
+            np.save(d / "gt.npy", gt)
+            np.save(d / "gt_dist.npy", gt_dist)
+        ds = Dataset("debian-minilm-bits", d, metric="hamming")
     elif spec.startswith("synthetic:"):
         parts = spec.split(":")
         n, dims = int(parts[1]), int(parts[2])

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
@@ -19,6 +20,8 @@ class Engine:
 
     name = "?"
     knob = "ef"
+    family = "hnsw"
+    metrics = frozenset({"cos"})
 
     def __init__(self, m: int, ef_construction: int) -> None:
         self.m = m
@@ -255,4 +258,201 @@ class LanceHNSW(Engine):
         return out
 
 
-ENGINES = {e.name: e for e in (Sagitta, FaissHNSW, Hnswlib, USearch, LanceHNSW)}
+def nlist_for(n: int) -> int:
+    """IVF partitions: about 400 vectors each (250 for 100k)."""
+    return max(16, n // 400)
+
+
+class FaissIVFRaBitQ(Engine):
+    """faiss IndexIVFRaBitQ (1-bit RaBitQ codes) with an exact refine of
+    5 x k candidates (IndexRefineFlat)."""
+
+    name = "faiss-ivf-rabitq"
+    knob = "nprobe"
+    family = "ivf"
+
+    def version(self) -> str:
+        import faiss
+
+        return faiss.__version__
+
+    def build(self, base, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        d = base.shape[1]
+        self.quantizer = faiss.IndexFlatIP(d)
+        ivf = faiss.IndexIVFRaBitQ(
+            self.quantizer, d, nlist_for(len(base)), faiss.METRIC_INNER_PRODUCT
+        )
+        ivf.train(np.ascontiguousarray(base))
+        self.index = faiss.IndexRefineFlat(ivf)
+        self.index.k_factor = 5
+        self.index.add(np.ascontiguousarray(base))
+
+    def save(self, path):
+        import faiss
+
+        faiss.write_index(self.index, str(path / "index.faiss"))
+
+    def open(self, path):
+        import faiss
+
+        self.index = faiss.read_index(str(path / "index.faiss"))
+        self.index.k_factor = 5
+
+    def set_knob(self, value):
+        import faiss
+
+        faiss.extract_index_ivf(self.index).nprobe = value
+
+    def search_one(self, q, k):
+        import faiss
+
+        faiss.omp_set_num_threads(1)
+        return self.index.search(q[None, :], k)[1][0]
+
+    def search_batch(self, queries, k, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        return self.index.search(queries, k)[1]
+
+
+class LanceIVF(LanceHNSW):
+    """LanceDB IVF index (set by subclasses); knob: nprobes."""
+
+    knob = "nprobe"
+    family = "ivf"
+    index_type = "IVF_PQ"
+    extra: ClassVar[dict] = {}
+
+    def build(self, base, threads):
+        import lancedb
+        import pyarrow as pa
+
+        self.path = Path(os.environ["SAGITTA_BENCH_WORKDIR"]) / "lancedb"
+        db = lancedb.connect(str(self.path))
+        dims = base.shape[1]
+        vec = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(base).ravel()), dims)
+        table = pa.table({"id": pa.array(np.arange(len(base), dtype=np.int64)), "vector": vec})
+        self.table = db.create_table("bench", table, mode="overwrite")
+        self.table.create_index(
+            metric="cosine",
+            index_type=self.index_type,
+            num_partitions=nlist_for(len(base)),
+            **{k: (v(dims) if callable(v) else v) for k, v in self.extra.items()},
+        )
+
+    def set_knob(self, value):
+        self.nprobes = value
+
+    def search_one(self, q, k):
+        res = (
+            self.table.search(q)
+            .limit(k)
+            .nprobes(self.nprobes)
+            .refine_factor(5)
+            .select(["id"])
+            .to_arrow()
+        )
+        return res.column("id").to_numpy()
+
+
+class LanceIVFPQ(LanceIVF):
+    name = "lancedb-ivf-pq"
+    index_type = "IVF_PQ"
+    # 8 dimensions per sub-vector (48 for 384-d), 8-bit codes
+    extra: ClassVar[dict] = {"num_sub_vectors": lambda d: max(1, d // 8), "num_bits": 8}
+
+
+class LanceIVFRQ(LanceIVF):
+    name = "lancedb-ivf-rq"
+    index_type = "IVF_RQ"
+    extra: ClassVar[dict] = {"num_bits": 1}  # explicit: the legacy default is 8
+
+
+class SagittaBits(Sagitta):
+    name = "sagitta-hnsw-hamming"
+    metrics = frozenset({"hamming"})
+
+    def build(self, base, threads):
+        import sagitta
+
+        self.index = sagitta.Index(
+            base.shape[1] * 8,
+            metric="hamming",
+            connectivity=self.m,
+            expansion_add=self.ef_construction,
+        )
+        self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
+
+
+class FaissBinaryHNSW(FaissHNSW):
+    name = "faiss-binary-hnsw"
+    metrics = frozenset({"hamming"})
+
+    def build(self, base, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        self.index = faiss.IndexBinaryHNSW(base.shape[1] * 8, self.m)
+        self.index.hnsw.efConstruction = self.ef_construction
+        self.index.add(np.ascontiguousarray(base))
+
+    def save(self, path):
+        import faiss
+
+        faiss.write_index_binary(self.index, str(path / "index.faiss"))
+
+    def open(self, path):
+        import faiss
+
+        self.index = faiss.read_index_binary(str(path / "index.faiss"))
+
+
+class USearchBits(USearch):
+    name = "usearch-hnsw-hamming"
+    metrics = frozenset({"hamming"})
+
+    def build(self, base, threads):
+        from usearch.index import Index
+
+        self.index = Index(
+            ndim=base.shape[1] * 8,
+            metric="hamming",
+            dtype="b1",
+            connectivity=self.m,
+            expansion_add=self.ef_construction,
+        )
+        self.index.add(np.arange(len(base)), np.ascontiguousarray(base), threads=threads)
+
+
+ENGINES = {
+    e.name: e
+    for e in (
+        Sagitta,
+        FaissHNSW,
+        Hnswlib,
+        USearch,
+        LanceHNSW,
+        FaissIVFRaBitQ,
+        LanceIVFPQ,
+        LanceIVFRQ,
+        SagittaBits,
+        FaissBinaryHNSW,
+        USearchBits,
+    )
+}
+
+
+def select(spec: str, metric: str) -> list[str]:
+    """Engine names for ``--engines``: a comma list, or a group (``hnsw``,
+    ``ivf``, ``all``) filtered to the dataset's metric."""
+    if spec in ("hnsw", "ivf", "all"):
+        return [
+            n
+            for n, e in ENGINES.items()
+            if metric in e.metrics and (spec == "all" or e.family == spec)
+        ]
+    return spec.split(",")

@@ -23,10 +23,11 @@ def fmt(x: float | None, spec: str = ".0f") -> str:
     return "–" if x is None else format(x, spec)
 
 
-def ratios(results: list[dict], ours: str = "sagitta-hnsw") -> dict[float, tuple]:
+def ratios(results: list[dict]) -> dict[float, tuple]:
     """Per target: (our QPS, best peer name, best peer QPS, ratio)."""
     out = {}
-    mine = next((r for r in results if r["engine"] == ours), None)
+    mine = next((r for r in results if r["engine"].startswith("sagitta")), None)
+    ours = mine["engine"] if mine else None
     for t in TARGETS:
         q = qps_at(mine["sweep"], t) if mine else None
         peers = [(qps_at(r["sweep"], t), r["engine"]) for r in results if r["engine"] != ours]
@@ -41,8 +42,9 @@ def markdown(run: dict) -> str:
     res = run["results"]
     env = run["env"]
     lines = [
-        f"Dataset **{run['dataset']}** ({res[0]['n']} × {res[0]['dims']}, cosine), "
-        f"k = {run['k']}, {run['queries']} queries, HNSW M = {run['m']}, "
+        f"Dataset **{run['dataset']}** ({res[0]['n']} × {res[0]['dims']}, {run['metric']}), "
+        f"k = {run['k']}, {run['queries']} queries (single-thread figures: fastest of "
+        f"{run.get('passes', 1)} passes), HNSW M = {run['m']}, "
         f"ef_construction = {run['ef_construction']}; build and all-thread search on "
         f"{run['threads']} threads. CPU: {env['cpu']} ({env['cores']} cores), "
         f"Sagitta ISA {env['isa']}.",
@@ -72,7 +74,7 @@ def markdown(run: dict) -> str:
     lines += ["", "Sweeps (1t = one thread, one query per call; all = one batch call):", ""]
     for r in res:
         lines.append(f"<details><summary>{r['engine']}</summary>\n")
-        lines.append("| ef | recall@k | QPS 1t | QPS all | p50 µs | p95 µs | p99 µs |")
+        lines.append(f"| {r['knob']} | recall@k | QPS 1t | QPS all | p50 µs | p95 µs | p99 µs |")
         lines.append("|---:|---:|---:|---:|---:|---:|---:|")
         for p in r["sweep"]:
             lines.append(

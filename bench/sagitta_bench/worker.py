@@ -39,15 +39,26 @@ def dir_size(path: Path) -> int:
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
 
-def recall_at_k(ids: np.ndarray, gt: np.ndarray, k: int) -> float:
-    hits = sum(len(set(map(int, a[:k])) & set(map(int, b[:k]))) for a, b in zip(ids, gt))
-    return hits / (len(gt) * k)
+def recall_at_k(ids: np.ndarray, gt: np.ndarray, k: int, ties=None) -> float:
+    """Fraction of the exact top-k found. With ``ties`` (base, queries,
+    exact k-th distance per query; Hamming data, where distances tie
+    heavily) a result counts when its distance is at most the k-th."""
+    if ties is None:
+        hits = sum(len(set(map(int, a[:k])) & set(map(int, b[:k]))) for a, b in zip(ids, gt))
+        return hits / (len(gt) * k)
+    base, queries, kth = ties
+    hits = 0
+    for q, row, limit in zip(queries, ids, kth):
+        row = row[:k][row[:k] >= 0]
+        d = np.bitwise_count(np.asarray(base[row]) ^ q).sum(axis=1)
+        hits += int((d <= limit).sum())
+    return hits / (len(queries) * k)
 
 
 def main() -> None:
     cfg = json.loads(Path(sys.argv[1]).read_text())
     out_path = Path(sys.argv[2])
-    ds = Dataset(cfg["dataset"], Path(cfg["dataset_dir"]))
+    ds = Dataset(cfg["dataset"], Path(cfg["dataset_dir"]), cfg["metric"])
     k, threads = cfg["k"], cfg["threads"]
     workdir = Path(cfg["workdir"])
     shutil.rmtree(workdir, ignore_errors=True)
@@ -58,6 +69,8 @@ def main() -> None:
     base = np.ascontiguousarray(ds.base())
     queries = ds.queries()[: cfg["queries"]]
     gt = ds.gt()[: len(queries), :k]
+    kth = ds.kth_dist()
+    ties = (base, queries, kth[: len(queries), k - 1]) if kth is not None else None
     rss_base = proc.memory_info().rss
 
     engine = ENGINES[cfg["engine"]](cfg["m"], cfg["ef_construction"])
@@ -77,18 +90,24 @@ def main() -> None:
     open_s = time.perf_counter() - t
 
     sweep = []
-    for ef in cfg["knobs"]:
+    for ef in cfg["knobs"][engine.knob]:
         engine.set_knob(ef)
         for q in queries[:20]:
             engine.search_one(q, k)  # warm-up (page in, caches)
-        lat = np.empty(len(queries))
+        # The machine is shared: the fastest of `passes` passes over the
+        # queries is kept (its latencies give the percentiles).
+        lat = None
         ids = np.empty((len(queries), k), dtype=np.int64)
-        for i, q in enumerate(queries):
-            t = time.perf_counter()
-            r = engine.search_one(q, k)
-            lat[i] = time.perf_counter() - t
-            ids[i, : len(r)] = np.asarray(r[:k], dtype=np.int64)
-            ids[i, len(r) :] = -1
+        for _ in range(cfg.get("passes", 3)):
+            pass_lat = np.empty(len(queries))
+            for i, q in enumerate(queries):
+                t = time.perf_counter()
+                r = engine.search_one(q, k)
+                pass_lat[i] = time.perf_counter() - t
+                ids[i, : len(r)] = np.asarray(r[:k], dtype=np.int64)
+                ids[i, len(r) :] = -1
+            if lat is None or pass_lat.sum() < lat.sum():
+                lat = pass_lat
         # One batch call is short and the machine is shared: best of three.
         batch_s = float("inf")
         for _ in range(3):
@@ -97,8 +116,8 @@ def main() -> None:
             batch_s = min(batch_s, time.perf_counter() - t)
         point = {
             "knob": ef,
-            "recall": recall_at_k(ids, gt, k),
-            "recall_batch": recall_at_k(np.asarray(batch_ids, dtype=np.int64), gt, k),
+            "recall": recall_at_k(ids, gt, k, ties),
+            "recall_batch": recall_at_k(np.asarray(batch_ids, dtype=np.int64), gt, k, ties),
             "qps_1t": len(queries) / lat.sum(),
             "qps_all": len(queries) / batch_s,
             "p50_us": float(np.percentile(lat, 50) * 1e6),
@@ -110,6 +129,7 @@ def main() -> None:
 
     result = {
         "engine": cfg["engine"],
+        "knob": engine.knob,
         "version": engine.version(),
         "n": len(base),
         "dims": base.shape[1],

@@ -30,3 +30,23 @@ def test_quick_run_produces_results(tmp_path):
     assert (out / "synthetic-4000x32-k10-quick.png").stat().st_size > 10_000
     md = (tmp_path / "BENCHMARKS.md").read_text()
     assert "| 0.95 |" in md and "sagitta-hnsw" in md
+
+
+def test_quick_ivf_engines_run(tmp_path):
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "sagitta_bench", "run", "--dataset", "synthetic:4000:32:7"]
+    cmd += ["--mode", "quick", "--queries", "50", "--passes", "1", "--engines", "ivf"]
+    cmd += ["--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=BENCH, capture_output=True, text=True)
+    run = json.loads((out / "synthetic-4000x32-k10-quick-ivf.json").read_text())
+    assert {r["engine"] for r in run["results"]} == {
+        "faiss-ivf-rabitq",
+        "lancedb-ivf-pq",
+        "lancedb-ivf-rq",
+    }
+    for r in run["results"]:
+        assert r["knob"] == "nprobe"
+        recalls = [p["recall"] for p in r["sweep"]]
+        assert all(0.0 < x <= 1.0 for x in recalls)
+        # probing more partitions never loses recall (same candidates and more)
+        assert recalls[-1] >= recalls[0] - 0.02, (r["engine"], recalls)
