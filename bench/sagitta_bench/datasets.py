@@ -37,7 +37,12 @@ class Dataset:
 
     @property
     def suffix(self) -> str:
-        return "u8" if self.metric == "hamming" else "f32"
+        return "f32" if self.metric == "cos" else "u8"
+
+    def lengths(self, which: str) -> np.ndarray | None:
+        """Code lengths in bytes (NPHD datasets) of ``base`` or ``queries``."""
+        p = self.dir / f"{which}_len.npy"
+        return np.load(p) if p.exists() else None
 
     def base(self) -> np.ndarray:
         return np.load(self.dir / f"base.{self.suffix}.npy", mmap_mode="r")
@@ -54,6 +59,41 @@ class Dataset:
         recall; None for float datasets."""
         p = self.dir / "gt_dist.npy"
         return np.load(p) if p.exists() else None
+
+
+def nphd_dist(q: bytes, codes: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """NPHD of one code against padded codes (N x 32) of lengths ``lens``:
+    differing bits over the shorter code's prefix, divided by its bits."""
+    qa = np.zeros(codes.shape[1], dtype=np.uint8)
+    qa[: len(q)] = np.frombuffer(q, dtype=np.uint8)
+    m = np.minimum(lens, len(q))
+    x = np.bitwise_count(codes ^ qa)  # per-byte differing bits
+    mask = np.arange(codes.shape[1])[None, :] < m[:, None]
+    return (x * mask).sum(axis=1) / (8.0 * m)
+
+
+def nphd_topk(codes, lens, queries, qlens, k):
+    ids = np.empty((len(queries), k), dtype=np.int64)
+    dists = np.empty((len(queries), k))
+    for i, (q, ql) in enumerate(zip(queries, qlens)):
+        d = nphd_dist(bytes(q[:ql]), codes, lens)
+        order = np.lexsort((np.arange(len(d)), d))[:k]
+        ids[i], dists[i] = order, d[order]
+    return ids, dists
+
+
+def _iscc_codes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """ISCC text codes (iscc-core), 64 / 128 / 256 bits by row, padded."""
+    import iscc_core
+
+    codes = np.zeros((len(texts), 32), dtype=np.uint8)
+    lens = np.zeros(len(texts), dtype=np.int64)
+    for i, text in enumerate(texts):
+        bits = (64, 128, 256)[i % 3]
+        digest = iscc_core.iscc_decode(iscc_core.gen_text_code_v0(text, bits=bits)["iscc"])[4]
+        codes[i, : len(digest)] = np.frombuffer(digest, dtype=np.uint8)
+        lens[i] = len(digest)
+    return codes, lens
 
 
 def hamming_topk(base: np.ndarray, queries: np.ndarray, k: int, chunk: int = 2_000):
@@ -123,6 +163,27 @@ def load(spec: str, k: int) -> Dataset:
             np.save(d / "gt.npy", gt)
             np.save(d / "gt_dist.npy", gt_dist)
         ds = Dataset("debian-minilm-bits", d, metric="hamming")
+    elif spec == "debian-minilm-nphd":
+        # ISCC text codes of the passages, 64 / 128 / 256 bits mixed:
+        # variable-length codes compared by NPHD.
+        import gzip
+
+        d = cache_root() / "debian-minilm-nphd"
+        if not (d / "gt_dist.npy").exists():
+            src = data_root() / "debian-minilm"
+            d.mkdir(parents=True, exist_ok=True)
+            with gzip.open(src / "base_texts.txt.gz", "rt") as f:
+                base, blens = _iscc_codes([line.rstrip("\n") for line in f])
+            with gzip.open(src / "query_texts.txt.gz", "rt") as f:
+                queries, qlens = _iscc_codes([line.rstrip("\n") for line in f])
+            gt, gt_dist = nphd_topk(base, blens, queries, qlens, 100)
+            np.save(d / "base.u8.npy", base)
+            np.save(d / "base_len.npy", blens)
+            np.save(d / "queries.u8.npy", queries)
+            np.save(d / "queries_len.npy", qlens)
+            np.save(d / "gt.npy", gt)
+            np.save(d / "gt_dist.npy", gt_dist)
+        ds = Dataset("debian-minilm-nphd", d, metric="nphd")
     elif spec.startswith("synthetic:"):
         parts = spec.split(":")
         n, dims = int(parts[1]), int(parts[2])

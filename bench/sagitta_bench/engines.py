@@ -388,6 +388,24 @@ class SagittaBits(Sagitta):
         self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
 
 
+class SagittaNPHD(Sagitta):
+    """NPHD over variable-length codes: no peer engine has this metric."""
+
+    name = "sagitta-hnsw-nphd"
+    metrics = frozenset({"nphd"})
+
+    def build(self, base, threads):
+        import sagitta
+
+        self.index = sagitta.Index(
+            256, metric="nphd", connectivity=self.m, expansion_add=self.ef_construction
+        )
+        self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
+
+    def search_batch(self, queries, k, threads):
+        return self.index.search(list(queries), k, threads=threads).keys
+
+
 class FaissBinaryHNSW(FaissHNSW):
     name = "faiss-binary-hnsw"
     metrics = frozenset({"hamming"})
@@ -440,6 +458,7 @@ ENGINES = {
         LanceIVFPQ,
         LanceIVFRQ,
         SagittaBits,
+        SagittaNPHD,
         FaissBinaryHNSW,
         USearchBits,
     )

@@ -46,7 +46,17 @@ def recall_at_k(ids: np.ndarray, gt: np.ndarray, k: int, ties=None) -> float:
     if ties is None:
         hits = sum(len(set(map(int, a[:k])) & set(map(int, b[:k]))) for a, b in zip(ids, gt))
         return hits / (len(gt) * k)
-    base, queries, kth = ties
+    base, queries, kth = ties[:3]
+    if len(ties) > 3:  # NPHD: variable-length codes
+        from .datasets import nphd_dist
+
+        blens, qlens = ties[3], ties[4]
+        hits = 0
+        for q, ql, row, limit in zip(queries, qlens, ids, kth):
+            row = row[:k][row[:k] >= 0]
+            d = nphd_dist(bytes(q[:ql]), np.asarray(base[row]), blens[row])
+            hits += int((d <= limit + 1e-9).sum())
+        return hits / (len(queries) * k)
     hits = 0
     for q, row, limit in zip(queries, ids, kth):
         row = row[:k][row[:k] >= 0]
@@ -71,6 +81,13 @@ def main() -> None:
     gt = ds.gt()[: len(queries), :k]
     kth = ds.kth_dist()
     ties = (base, queries, kth[: len(queries), k - 1]) if kth is not None else None
+    blens, qlens = ds.lengths("base"), ds.lengths("queries")
+    if ties is not None and blens is not None:
+        ties = (*ties, blens, qlens[: len(queries)])
+        # NPHD engines take one bytes object per code
+        base = [bytes(c[:n]) for c, n in zip(base, blens)]
+        queries = [bytes(c[:n]) for c, n in zip(queries, qlens[: len(queries)])]
+        ties = (np.asarray(ds.base()), *ties[1:])
     rss_base = proc.memory_info().rss
 
     engine = ENGINES[cfg["engine"]](cfg["m"], cfg["ef_construction"])
@@ -132,7 +149,7 @@ def main() -> None:
         "knob": engine.knob,
         "version": engine.version(),
         "n": len(base),
-        "dims": base.shape[1],
+        "dims": ds.base().shape[1],
         "build_s": build_s,
         "build_vps": len(base) / build_s,
         "size_bytes": size,
