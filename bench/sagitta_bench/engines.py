@@ -215,7 +215,8 @@ class LanceHNSW(Engine):
 
         return lancedb.__version__
 
-    def build(self, base, threads):
+    def _create_table(self, base, threads):
+        """Writes ids and vectors as a LanceDB table in the work dir."""
         import lancedb
         import pyarrow as pa
 
@@ -226,6 +227,9 @@ class LanceHNSW(Engine):
         vec = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(base).ravel()), dims)
         table = pa.table({"id": pa.array(np.arange(len(base), dtype=np.int64)), "vector": vec})
         self.table = db.create_table("bench", table, mode="overwrite")
+
+    def build(self, base, threads):
+        self._create_table(base, threads)
         self.table.create_index(
             metric="cosine",
             index_type="IVF_HNSW_FLAT",
@@ -328,15 +332,8 @@ class LanceIVF(LanceHNSW):
     extra: ClassVar[dict] = {}
 
     def build(self, base, threads):
-        import lancedb
-        import pyarrow as pa
-
-        self.path = Path(os.environ["SAGITTA_BENCH_WORKDIR"]) / "lancedb"
-        db = lancedb.connect(str(self.path))
+        self._create_table(base, threads)
         dims = base.shape[1]
-        vec = pa.FixedSizeListArray.from_arrays(pa.array(np.ascontiguousarray(base).ravel()), dims)
-        table = pa.table({"id": pa.array(np.arange(len(base), dtype=np.int64)), "vector": vec})
-        self.table = db.create_table("bench", table, mode="overwrite")
         self.table.create_index(
             metric="cosine",
             index_type=self.index_type,

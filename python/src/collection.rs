@@ -2,13 +2,12 @@
 
 use crate::convert::{self, NO_KEY};
 use crate::errors::{index_err, store_err};
-use crate::index::{decode_rows, pool, positive, rename_param, threads_arg, SearchResult};
+use crate::index::{decode_rows, index_args, param_err, pool, positive, threads_arg, SearchResult};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyInt, PyTuple};
-use sagitta_index::{HnswParams, IndexError, IndexKind, Space};
-use sagitta_kernels::{DType, Metric};
+use sagitta_index::{IndexError, Space};
 use sagitta_store::{
     Collection, CollectionConfig, CollectionSearch, Durability, OpenMode, StoreError,
 };
@@ -70,16 +69,6 @@ impl PyCollectionIter {
     }
 }
 
-fn parse_kind(kind: &str) -> PyResult<IndexKind> {
-    match kind.to_ascii_lowercase().as_str() {
-        "hnsw" => Ok(IndexKind::Hnsw),
-        "flat" => Ok(IndexKind::Flat),
-        _ => Err(PyValueError::new_err(format!(
-            "kind: unknown index kind '{kind}' (expected hnsw or flat)"
-        ))),
-    }
-}
-
 impl PyCollection {
     fn coll(&self) -> PyResult<Arc<Collection>> {
         self.inner
@@ -118,46 +107,31 @@ impl PyCollection {
         expansion_add: i64,
         expansion_search: i64,
     ) -> PyResult<Self> {
-        let metric_v = Metric::parse(metric).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "metric: unknown metric '{metric}' (expected cos, l2, ip, hamming or nphd)"
-            ))
-        })?;
-        let dtype_v = match dtype {
-            None if metric_v.is_binary() => DType::B1,
-            None => DType::F32,
-            Some(d) => DType::parse(d).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "dtype: unknown dtype '{d}' (expected f32, f16, i8 or b1)"
-                ))
-            })?,
-        };
-        let ndim_u = usize::try_from(ndim).map_err(|_| {
-            PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}"))
-        })?;
-        let space = Space::new(ndim_u, metric_v, dtype_v)
-            .map_err(|e| index_err(rename_param(e), "ndim"))?;
+        let (space, kind_v, hnsw) = index_args(
+            ndim,
+            metric,
+            dtype,
+            kind,
+            connectivity,
+            expansion_add,
+            expansion_search,
+        )?;
         let durability_v = Durability::parse(durability).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "durability: unknown policy '{durability}' (expected 'batch', 'off' or milliseconds like '100ms')"
             ))
         })?;
         let mut cfg = CollectionConfig::new(space);
-        cfg.kind = parse_kind(kind)?;
+        cfg.kind = kind_v;
         cfg.segment_size = segment_size;
         cfg.durability = durability_v;
         cfg.key_bits = key_bits;
-        cfg.hnsw = HnswParams {
-            m: usize::try_from(connectivity).unwrap_or(0),
-            ef_construction: usize::try_from(expansion_add).unwrap_or(0),
-            ef_search: usize::try_from(expansion_search).unwrap_or(0),
-            ..HnswParams::default()
-        };
+        cfg.hnsw = hnsw;
         let c = py
             .detach(|| Collection::create(&path, cfg))
             .map_err(|e| match e {
                 StoreError::Index(e @ IndexError::InvalidParameter { .. }) => {
-                    index_err(rename_param(e), "")
+                    param_err(e, connectivity, expansion_add, expansion_search)
                 }
                 e => store_err(e),
             })?;

@@ -240,14 +240,7 @@ pub(crate) fn decode_rows<'py>(
                 None => py.None().into_bound(py),
             })
             .collect();
-        return if single {
-            Ok(items
-                .into_iter()
-                .next()
-                .unwrap_or_else(|| py.None().into_bound(py)))
-        } else {
-            Ok(PyList::new(py, items)?.into_any())
-        };
+        return one_or_list(py, items, single);
     }
     let vb = space.vector_bytes();
     let mut flat = Vec::with_capacity(found.iter().flatten().count() * vb);
@@ -269,6 +262,15 @@ pub(crate) fn decode_rows<'py>(
             items.push(py.None().into_bound(py));
         }
     }
+    one_or_list(py, items, single)
+}
+
+/// The first item for a single key (None if there is none), else a list.
+fn one_or_list<'py>(
+    py: Python<'py>,
+    items: Vec<Bound<'py, PyAny>>,
+    single: bool,
+) -> PyResult<Bound<'py, PyAny>> {
     if single {
         Ok(items
             .into_iter()
@@ -277,6 +279,86 @@ pub(crate) fn decode_rows<'py>(
     } else {
         Ok(PyList::new(py, items)?.into_any())
     }
+}
+
+/// Parses the index arguments shared by `Index(...)` and
+/// `Collection.create(...)` into a space, a kind and HNSW parameters
+/// (validated later by `Index::new`; see [`param_err`]).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn index_args(
+    ndim: i64,
+    metric: &str,
+    dtype: Option<&str>,
+    kind: &str,
+    connectivity: i64,
+    expansion_add: i64,
+    expansion_search: i64,
+) -> PyResult<(Space, IndexKind, HnswParams)> {
+    let metric_v = Metric::parse(metric).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "metric: unknown metric '{metric}' (expected cos, l2, ip, hamming or nphd)"
+        ))
+    })?;
+    let dtype_v = match dtype {
+        None if metric_v.is_binary() => DType::B1,
+        None => DType::F32,
+        Some(d) => DType::parse(d).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "dtype: unknown dtype '{d}' (expected f32, f16, i8 or b1)"
+            ))
+        })?,
+    };
+    let kind_v = match kind.to_ascii_lowercase().as_str() {
+        "hnsw" => IndexKind::Hnsw,
+        "flat" => IndexKind::Flat,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "kind: unknown index kind '{kind}' (expected hnsw or flat)"
+            )))
+        }
+    };
+    let ndim = usize::try_from(ndim)
+        .map_err(|_| PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}")))?;
+    let space =
+        Space::new(ndim, metric_v, dtype_v).map_err(|e| index_err(rename_param(e), "ndim"))?;
+    let params = HnswParams {
+        m: usize::try_from(connectivity).unwrap_or(0),
+        ef_construction: usize::try_from(expansion_add).unwrap_or(0),
+        ef_search: usize::try_from(expansion_search).unwrap_or(0),
+        ..HnswParams::default()
+    };
+    Ok((space, kind_v, params))
+}
+
+/// An index-parameter error under the Python argument names, showing the
+/// value the caller passed (negative values were clamped to 0 on the way).
+pub(crate) fn param_err(
+    e: IndexError,
+    connectivity: i64,
+    expansion_add: i64,
+    expansion_search: i64,
+) -> PyErr {
+    let e = match rename_param(e) {
+        IndexError::InvalidParameter {
+            name,
+            reason,
+            value,
+        } => {
+            let value = match name {
+                "connectivity" => connectivity.to_string(),
+                "expansion_add" => expansion_add.to_string(),
+                "expansion_search" => expansion_search.to_string(),
+                _ => value,
+            };
+            IndexError::InvalidParameter {
+                name,
+                value,
+                reason,
+            }
+        }
+        other => other,
+    };
+    index_err(e, "")
 }
 
 #[pymethods]
@@ -304,62 +386,20 @@ impl PyIndex {
         expansion_search: i64,
         seed: Option<u64>,
     ) -> PyResult<Self> {
-        let metric_v = Metric::parse(metric).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "metric: unknown metric '{metric}' (expected cos, l2, ip, hamming or nphd)"
-            ))
-        })?;
-        let dtype_v = match dtype {
-            None if metric_v.is_binary() => DType::B1,
-            None => DType::F32,
-            Some(d) => DType::parse(d).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "dtype: unknown dtype '{d}' (expected f32, f16, i8 or b1)"
-                ))
-            })?,
-        };
-        let kind_v = match kind.to_ascii_lowercase().as_str() {
-            "hnsw" => IndexKind::Hnsw,
-            "flat" => IndexKind::Flat,
-            _ => {
-                return Err(PyValueError::new_err(format!(
-                    "kind: unknown index kind '{kind}' (expected hnsw or flat)"
-                )))
-            }
-        };
-        let ndim = usize::try_from(ndim).map_err(|_| {
-            PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}"))
-        })?;
-        let space =
-            Space::new(ndim, metric_v, dtype_v).map_err(|e| index_err(rename_param(e), "ndim"))?;
-        let mut params = HnswParams {
-            m: usize::try_from(connectivity).unwrap_or(0),
-            ef_construction: usize::try_from(expansion_add).unwrap_or(0),
-            ef_search: usize::try_from(expansion_search).unwrap_or(0),
-            ..HnswParams::default()
-        };
+        let (space, kind_v, mut params) = index_args(
+            ndim,
+            metric,
+            dtype,
+            kind,
+            connectivity,
+            expansion_add,
+            expansion_search,
+        )?;
         if let Some(seed) = seed {
             params.seed = seed;
         }
-        let index = Index::new(space, kind_v, params).map_err(|e| {
-            let e = match rename_param(e) {
-                IndexError::InvalidParameter { name, reason, .. } => {
-                    let value = match name {
-                        "connectivity" => connectivity,
-                        "expansion_add" => expansion_add,
-                        "expansion_search" => expansion_search,
-                        _ => 0,
-                    };
-                    IndexError::InvalidParameter {
-                        name,
-                        value: value.to_string(),
-                        reason,
-                    }
-                }
-                other => other,
-            };
-            index_err(e, "")
-        })?;
+        let index = Index::new(space, kind_v, params)
+            .map_err(|e| param_err(e, connectivity, expansion_add, expansion_search))?;
         Ok(PyIndex {
             inner: Inner::Mem(index),
         })
@@ -493,10 +533,7 @@ impl PyIndex {
                             | IndexError::KTooLarge { .. }
                             | IndexError::Empty) => e,
                             e if single => e,
-                            e => IndexError::Row {
-                                row: i,
-                                source: Box::new(e),
-                            },
+                            e => IndexError::at_row(i, e),
                         })?;
                         let mut m = 0;
                         for nb in found {

@@ -95,5 +95,15 @@ pub enum IndexError {
     },
 }
 
+impl IndexError {
+    /// `e` attributed to row `row` of a batch.
+    pub fn at_row(row: usize, e: IndexError) -> IndexError {
+        IndexError::Row {
+            row,
+            source: Box::new(e),
+        }
+    }
+}
+
 /// Result alias for index operations.
 pub type Result<T, E = IndexError> = std::result::Result<T, E>;

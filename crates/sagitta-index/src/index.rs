@@ -839,19 +839,7 @@ impl Index {
                 .zip(stored.par_chunks_exact(stride.max(1)))
                 .try_for_each(|(&k, v)| self.upsert_encoded(k, v))
         };
-        if threads == 0 || keys.len() < 64 {
-            run()
-        } else {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .map_err(|_| IndexError::InvalidParameter {
-                    name: "threads",
-                    value: threads.to_string(),
-                    reason: "could not start a thread pool",
-                })?
-                .install(run)
-        }
+        with_threads(if keys.len() < 64 { 0 } else { threads }, run)
     }
 
     /// Checks a batch without changing the index: one key per vector,
@@ -866,10 +854,6 @@ impl Index {
                 reason: "must have one key per vector",
             });
         }
-        let row = |row: usize, e: IndexError| IndexError::Row {
-            row,
-            source: Box::new(e),
-        };
         let stride = self.space.stride();
         let bad = vectors
             .par_iter()
@@ -881,14 +865,14 @@ impl Index {
             .flatten()
             .min_by_key(|(i, _)| *i);
         if let Some((i, e)) = bad {
-            return Err(row(i, e));
+            return Err(IndexError::at_row(i, e));
         }
         let mut seen: HashMap<u64, (), BuildHasherDefault<KeyHasher>> =
             HashMap::with_capacity_and_hasher(keys.len(), Default::default());
         let keymap = self.keymap.lock();
         for (i, &k) in keys.iter().enumerate() {
             if seen.insert(k, ()).is_some() || keymap.contains_key(&k) {
-                return Err(row(i, IndexError::DuplicateKey(k)));
+                return Err(IndexError::at_row(i, IndexError::DuplicateKey(k)));
             }
         }
         Ok(())
@@ -907,24 +891,29 @@ impl Index {
                 .zip(vectors.par_iter())
                 .try_for_each(|(&k, &v)| self.add(k, v))
         };
-        if threads == 0 {
-            run()
-        } else {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .build()
-                .map_err(|_| IndexError::InvalidParameter {
-                    name: "threads",
-                    value: threads.to_string(),
-                    reason: "could not start a thread pool",
-                })?
-                .install(run)
-        }
+        with_threads(threads, run)
     }
 
     fn check_k(&self, k: usize) -> Result<()> {
         check_k(k, self.len())
     }
+}
+
+/// Runs `f` on the global rayon pool (`threads == 0`) or on a pool of
+/// `threads` workers.
+fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
+    if threads == 0 {
+        return f();
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .map_err(|_| IndexError::InvalidParameter {
+            name: "threads",
+            value: threads.to_string(),
+            reason: "could not start a thread pool",
+        })?
+        .install(f)
 }
 
 /// Validates `k` for an index holding `len` live vectors: the one place

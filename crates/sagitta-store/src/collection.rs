@@ -470,10 +470,7 @@ fn bloom_capacity(config: &CollectionConfig) -> u64 {
 }
 
 fn row_err(row: usize, e: IndexError) -> StoreError {
-    StoreError::Index(IndexError::Row {
-        row,
-        source: Box::new(e),
-    })
+    StoreError::Index(IndexError::at_row(row, e))
 }
 
 fn write_tombstones(path: &Path, sealed: &[Arc<Sealed>]) -> Result<()> {
