@@ -528,6 +528,23 @@ fn read_tombstones(path: &Path) -> Result<HashMap<u64, Vec<u64>>> {
     Ok(out)
 }
 
+/// One segment as a search sees it.
+struct Seg<'a> {
+    seg: &'a dyn IndexRead,
+    live: usize,
+    dead: Option<Arc<Dead>>,
+    /// The caller's key filter, already intersected with the dead bitmap.
+    combined: Option<Bitset>,
+}
+
+impl Seg<'_> {
+    fn filter(&self) -> Option<&Bitset> {
+        self.combined
+            .as_ref()
+            .or_else(|| self.dead.as_ref().and_then(|d| d.allowed.as_ref()))
+    }
+}
+
 /// Keys of a batch with their encoded vectors, deduplicated.
 struct Encoded {
     keys: Vec<u64>,
@@ -756,16 +773,17 @@ impl Collection {
             row[..n].copy_from_slice(&v[..n]);
         }
         let keys: Vec<u64> = batch.iter().map(|(k, _)| *k).collect();
-        self.put_encoded(state, &Encoded { keys, stored })
+        self.put_encoded(state, &keys, &stored)
     }
 
-    fn put_encoded(&self, state: &State, e: &Encoded) -> Result<()> {
+    /// Applies puts: `stored` holds one stride-long encoded row per key.
+    fn put_encoded(&self, state: &State, keys: &[u64], stored: &[u8]) -> Result<()> {
         // Keys living in sealed segments become dead there once the new
         // version is in the active segment.
         let mut kills: HashMap<u64, Vec<u64>> = HashMap::new();
         {
             let bloom = self.bloom.read();
-            for &k in &e.keys {
+            for &k in keys {
                 if bloom.may_contain(k) && !state.active.contains(k) {
                     if let Some(s) = state.sealed_holder(k) {
                         kills.entry(s.id).or_default().push(k);
@@ -773,14 +791,14 @@ impl Collection {
                 }
             }
         }
-        state.active.upsert_encoded_batch(&e.keys, &e.stored, 0)?;
+        state.active.upsert_encoded_batch(keys, stored, 0)?;
         for s in &state.sealed {
             if let Some(keys) = kills.get(&s.id) {
                 s.kill(keys);
             }
         }
         let mut bloom = self.bloom.write();
-        for &k in &e.keys {
+        for &k in keys {
             bloom.insert(k);
         }
         Ok(())
@@ -853,37 +871,33 @@ impl Collection {
             let used = self.snapshot().active.slot_count() as u64;
             let room = per_segment.saturating_sub(used).max(1) as usize;
             let end = (start + room).min(puts.keys.len());
-            let piece = Encoded {
-                keys: puts.keys[start..end].to_vec(),
-                stored: puts.stored[start * stride..end * stride].to_vec(),
-            };
-            self.write_piece(w, piece, &[])?;
+            self.write_piece(
+                w,
+                &puts.keys[start..end],
+                &puts.stored[start * stride..end * stride],
+                &[],
+            )?;
             start = end;
         }
         if !removes.is_empty() {
-            self.write_piece(
-                w,
-                Encoded {
-                    keys: Vec::new(),
-                    stored: Vec::new(),
-                },
-                removes,
-            )?;
+            self.write_piece(w, &[], &[], removes)?;
         }
         Ok(())
     }
 
     /// The one write path: log, sync per policy, apply, maybe seal.
-    fn write_piece(&self, w: &mut Writer, puts: Encoded, removes: &[u64]) -> Result<()> {
+    fn write_piece(
+        &self,
+        w: &mut Writer,
+        keys: &[u64],
+        stored: &[u8],
+        removes: &[u64],
+    ) -> Result<()> {
         let vb = self.config.space.vector_bytes();
         let stride = self.config.space.stride();
-        let mut buf = Vec::with_capacity(puts.keys.len() * (vb + 25) + removes.len() * 25);
+        let mut buf = Vec::with_capacity(keys.len() * (vb + 25) + removes.len() * 25);
         let mut seq = w.next_seq;
-        for (k, row) in puts
-            .keys
-            .iter()
-            .zip(puts.stored.chunks_exact(stride.max(1)))
-        {
+        for (k, row) in keys.iter().zip(stored.chunks_exact(stride.max(1))) {
             wal::encode(&mut buf, seq, Op::Put, *k, &row[..vb]);
             seq += 1;
         }
@@ -897,8 +911,8 @@ impl Collection {
             w.wal.sync()?;
         }
         let state = self.snapshot();
-        if !puts.keys.is_empty() {
-            self.put_encoded(&state, &puts)?;
+        if !keys.is_empty() {
+            self.put_encoded(&state, keys, stored)?;
         }
         if !removes.is_empty() {
             self.apply_removes(&state, removes);
@@ -1293,45 +1307,52 @@ impl Collection {
         check_k(k, total)?;
         // Every segment with its live count and its filter bitmap (dead
         // keys and the user's filter).
-        let segs: Vec<(&dyn IndexRead, usize, Option<Bitset>)> =
+        // Every segment with its live count, its dead set (whose bitmap is
+        // borrowed, not copied) and, when the caller filters by keys, that
+        // filter intersected with the dead bitmap.
+        let segs: Vec<Seg<'_>> =
             std::iter::once((&*st.active as &dyn IndexRead, st.active.len(), None))
-                .chain(st.sealed.iter().map(|s| {
-                    (
-                        &s.seg as &dyn IndexRead,
-                        s.live_len(),
-                        s.dead().allowed.clone(),
-                    )
-                }))
-                .map(|(seg, live, dead_allowed)| {
-                    let filter = match (opts.filter, dead_allowed) {
-                        (None, a) => a,
-                        (Some(keys), None) => Some(seg.filter_for_keys(keys)),
-                        (Some(keys), Some(a)) => {
-                            let f = seg.filter_for_keys(keys);
-                            let words = f
-                                .words()
-                                .iter()
-                                .zip(a.words())
-                                .map(|(x, y)| x & y)
-                                .collect();
-                            Some(Bitset::from_words(words, f.len()))
+                .chain(
+                    st.sealed
+                        .iter()
+                        .map(|s| (&s.seg as &dyn IndexRead, s.live_len(), Some(s.dead()))),
+                )
+                .map(|(seg, live, dead)| {
+                    let combined = opts.filter.map(|keys| {
+                        let f = seg.filter_for_keys(keys);
+                        match dead.as_ref().and_then(|d| d.allowed.as_ref()) {
+                            None => f,
+                            Some(a) => {
+                                let words = f
+                                    .words()
+                                    .iter()
+                                    .zip(a.words())
+                                    .map(|(x, y)| x & y)
+                                    .collect();
+                                Bitset::from_words(words, f.len())
+                            }
                         }
-                    };
-                    (seg, live, filter)
+                    });
+                    Seg {
+                        seg,
+                        live,
+                        dead,
+                        combined,
+                    }
                 })
                 .collect();
         let one = |q: VectorRef<'_>, parallel: bool| -> Result<Vec<Neighbor>> {
-            let per_seg = |(seg, live, filter): &(&dyn IndexRead, usize, Option<Bitset>)| {
-                let kk = k.min(*live).min(seg.len());
+            let per_seg = |s: &Seg<'_>| {
+                let kk = k.min(s.live).min(s.seg.len());
                 if kk == 0 {
                     return Ok(Vec::new());
                 }
                 let o = SearchOptions {
                     ef: opts.ef,
-                    filter: filter.as_ref(),
+                    filter: s.filter(),
                     exact: opts.exact,
                 };
-                seg.search(q, kk, &o)
+                s.seg.search(q, kk, &o)
             };
             let parts: Vec<Vec<Neighbor>> = if parallel {
                 segs.par_iter()
