@@ -28,7 +28,11 @@ use crate::graph::{self, GraphView};
 use crate::scratch::{query_bytes, Scratch, ScratchPool};
 use crate::storage::SlotBuf;
 use crate::topk::{Cand, Neighbor};
+use crate::ivf::{self, Encoded, IvfModel, IvfParams, IvfQuery, IvfSource, List, ListRef};
+use crate::kmeans::Progress;
 use crate::{Bitset, IndexError, Result, Space, VectorRef};
+use sagitta_kernels::DType;
+use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use rayon::prelude::*;
 use sagitta_kernels::Distance;
@@ -49,6 +53,30 @@ pub enum IndexKind {
     Flat,
     /// Hierarchical navigable small-world graph.
     Hnsw,
+    /// Inverted file of k-means partitions with RaBitQ codes (see
+    /// [`crate::ivf`]); the full-precision vectors are kept for reranking.
+    IvfRq,
+}
+
+impl IndexKind {
+    /// `flat`, `hnsw` or `ivf_rq`.
+    pub fn name(self) -> &'static str {
+        match self {
+            IndexKind::Flat => "flat",
+            IndexKind::Hnsw => "hnsw",
+            IndexKind::IvfRq => "ivf_rq",
+        }
+    }
+
+    /// Parses a name given by [`IndexKind::name`].
+    pub fn parse(s: &str) -> Option<IndexKind> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "flat" => IndexKind::Flat,
+            "hnsw" => IndexKind::Hnsw,
+            "ivf_rq" | "ivf-rq" | "ivf_rabitq" => IndexKind::IvfRq,
+            _ => return None,
+        })
+    }
 }
 
 /// HNSW construction and search parameters.
@@ -152,6 +180,11 @@ pub struct SearchOptions<'a> {
     pub filter: Option<&'a Bitset>,
     /// Force an exact scan even on an HNSW index.
     pub exact: bool,
+    /// Partitions probed (IVF); `None` uses the index default.
+    pub nprobe: Option<usize>,
+    /// Rerank depth (IVF): candidates re-scored from full-precision
+    /// vectors, 0 for none; `None` uses the index default.
+    pub refine: Option<usize>,
 }
 
 /// Read side of every index: mutable in-memory ones and sealed segments.
@@ -476,6 +509,54 @@ pub struct Index {
     keymap: Mutex<KeyMap>,
     live: AtomicUsize,
     scratch: ScratchPool,
+    ivf: Option<Box<IvfState>>,
+}
+
+/// The IVF part of an `IvfRq` index. Lock order: `trained` before the
+/// store, everywhere.
+struct IvfState {
+    params: IvfParams,
+    nprobe: AtomicUsize,
+    trained: RwLock<Option<Trained>>,
+}
+
+struct Trained {
+    model: Arc<IvfModel>,
+    lists: Box<[RwLock<List>]>,
+}
+
+impl IvfSource for Trained {
+    fn model(&self) -> &IvfModel {
+        &self.model
+    }
+    fn with_list(&self, p: usize, f: &mut dyn FnMut(ListRef<'_>)) {
+        if let Some(l) = self.lists.get(p) {
+            f(l.read().as_ref());
+        }
+    }
+}
+
+/// A copy of a trained IVF index's model and partitions (for writing it
+/// into a segment file).
+#[derive(Debug, Clone)]
+pub struct IvfExport {
+    /// Rotation seed, bits and centroids.
+    pub model: Arc<IvfModel>,
+    /// Per partition: slots, codes, factors, extra-bit planes.
+    pub lists: Vec<IvfListData>,
+}
+
+/// One partition's arrays (see [`crate::ivf::ListRef`]).
+#[derive(Debug, Clone, Default)]
+pub struct IvfListData {
+    /// Slots in list order.
+    pub slots: Vec<u32>,
+    /// 1-bit codes, fast-scan blocks.
+    pub codes: Vec<u8>,
+    /// 4 f32 per vector.
+    pub factors: Vec<f32>,
+    /// Extra-bit planes.
+    pub ex: Vec<u8>,
 }
 
 impl std::fmt::Debug for Index {
@@ -507,6 +588,9 @@ impl Index {
         params.validate()?;
         let dist = space.distance()?;
         let links = (kind == IndexKind::Hnsw).then(|| params.m0());
+        if kind == IndexKind::IvfRq {
+            return Self::ivf_rq(space, IvfParams::default());
+        }
         Ok(Index {
             space,
             kind,
@@ -517,7 +601,246 @@ impl Index {
             keymap: Mutex::new(KeyMap::default()),
             live: AtomicUsize::new(0),
             scratch: ScratchPool::default(),
+            ivf: None,
         })
+    }
+
+    /// An IVF-RaBitQ index (float dtypes only). Untrained until
+    /// [`Index::train`] or the first add, which trains on the vectors it
+    /// receives.
+    pub fn ivf_rq(space: Space, ivf: IvfParams) -> Result<Self> {
+        ivf.validate()?;
+        if !matches!(space.dtype, DType::F32 | DType::F16) || space.metric.is_binary() {
+            return Err(IndexError::InvalidParameter {
+                name: "kind",
+                value: "ivf_rq".into(),
+                reason: "IVF-RaBitQ needs float vectors (f32 or f16) under l2, ip or cos",
+            });
+        }
+        let mut idx = Self::new(space, IndexKind::Flat, HnswParams::default())?;
+        idx.kind = IndexKind::IvfRq;
+        idx.ivf = Some(Box::new(IvfState {
+            params: ivf,
+            nprobe: AtomicUsize::new(ivf.nprobe),
+            trained: RwLock::new(None),
+        }));
+        Ok(idx)
+    }
+
+    /// IVF parameters (`None` unless the kind is `IvfRq`), with the current
+    /// default nprobe.
+    pub fn ivf_params(&self) -> Option<IvfParams> {
+        self.ivf.as_ref().map(|s| IvfParams {
+            nprobe: s.nprobe.load(Ordering::Relaxed),
+            ..s.params
+        })
+    }
+
+    /// Changes the default nprobe of an IVF index.
+    pub fn set_nprobe(&self, nprobe: usize) -> Result<()> {
+        let s = self.ivf.as_ref().ok_or(IndexError::InvalidParameter {
+            name: "nprobe",
+            value: nprobe.to_string(),
+            reason: "only IVF indexes have nprobe",
+        })?;
+        IvfParams { nprobe, ..s.params }.validate()?;
+        s.nprobe.store(nprobe, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The trained IVF model, if any.
+    pub fn ivf_model(&self) -> Option<Arc<IvfModel>> {
+        let s = self.ivf.as_ref()?;
+        let t = s.trained.read();
+        t.as_ref().map(|t| Arc::clone(&t.model))
+    }
+
+    /// Whether the index can search: always for Flat/HNSW, after training
+    /// for IVF.
+    pub fn is_trained(&self) -> bool {
+        self.ivf
+            .as_ref()
+            .is_none_or(|s| s.trained.read().is_some())
+    }
+
+    /// Trains the IVF coarse quantizer on `sample` (row-major, `dims`
+    /// floats per row; rows are validated and normalised for cosine as
+    /// vectors are), reporting k-means progress, then encodes every vector
+    /// already in the index. Retraining replaces the model.
+    pub fn train(&self, sample: &[f32], progress: &mut dyn FnMut(Progress)) -> Result<()> {
+        let Some(state) = self.ivf.as_ref() else {
+            return Err(IndexError::InvalidParameter {
+                name: "kind",
+                value: self.kind.name().into(),
+                reason: "only IVF indexes are trained",
+            });
+        };
+        let dims = self.space.dims;
+        if sample.is_empty() || !sample.len().is_multiple_of(dims) {
+            return Err(IndexError::Dimensions {
+                expected: dims,
+                got: sample.len() % dims.max(1),
+            });
+        }
+        let rows = self.training_rows(sample.chunks_exact(dims).map(VectorRef::F32))?;
+        let mut trained = state.trained.write();
+        let model = IvfModel::train(&rows, dims, self.space.metric, &state.params, progress)?;
+        let t = Trained {
+            lists: (0..model.partitions())
+                .map(|_| RwLock::new(List::default()))
+                .collect(),
+            model: Arc::new(model),
+        };
+        // Encode what is already stored (in slot order, in parallel).
+        let store = self.store.read();
+        let used = store.used.load(Ordering::Acquire).min(store.capacity());
+        let encoded: Vec<(u32, Encoded)> = (0..used as u32)
+            .into_par_iter()
+            .filter(|&s| store.ready.get(s as usize))
+            .map_init(Vec::new, |tmp, slot| {
+                let x = self.stored_floats(store.vectors.get(slot as usize));
+                let mut e = Encoded::default();
+                t.model.encode(&x, tmp, &mut e);
+                (slot, e)
+            })
+            .collect();
+        for (slot, e) in &encoded {
+            t.lists[e.partition as usize].write().push(&t.model, *slot, e);
+        }
+        drop(store);
+        *trained = Some(t);
+        Ok(())
+    }
+
+    /// Validates and encodes rows, returning their stored form as floats
+    /// (normalised for cosine, rounded through f16 for f16 storage).
+    fn training_rows<'a>(&self, rows: impl Iterator<Item = VectorRef<'a>>) -> Result<Vec<f32>> {
+        let stride = self.space.stride();
+        let mut buf = vec![0u8; stride];
+        let mut out = Vec::new();
+        for (i, v) in rows.enumerate() {
+            self.space
+                .encode(v, &mut buf)
+                .map_err(|e| IndexError::at_row(i, e))?;
+            out.extend(self.stored_floats(&buf));
+        }
+        Ok(out)
+    }
+
+    fn stored_floats(&self, stored: &[u8]) -> Vec<f32> {
+        self.space.decode_floats(stored).unwrap_or_default()
+    }
+
+    /// A copy of the IVF model and partitions, `None` unless trained.
+    pub fn ivf_export(&self) -> Option<IvfExport> {
+        let s = self.ivf.as_ref()?;
+        let t = s.trained.read();
+        let t = t.as_ref()?;
+        Some(IvfExport {
+            model: Arc::clone(&t.model),
+            lists: t
+                .lists
+                .iter()
+                .map(|l| {
+                    let l = l.read();
+                    IvfListData {
+                        slots: l.slots.clone(),
+                        codes: l.codes.clone(),
+                        factors: l.factors.clone(),
+                        ex: l.ex.clone(),
+                    }
+                })
+                .collect(),
+        })
+    }
+
+    /// Searches into `out` (cleared first), reusing its capacity. For IVF
+    /// indexes this performs no heap allocation once the calling thread's
+    /// scratch is warm (see the crate's counting-allocator test).
+    pub fn search_into(
+        &self,
+        query: VectorRef<'_>,
+        k: usize,
+        opts: &SearchOptions<'_>,
+        out: &mut Vec<Neighbor>,
+    ) -> Result<()> {
+        if self.kind != IndexKind::IvfRq || opts.exact {
+            let r = self.search(query, k, opts)?;
+            out.clear();
+            out.extend_from_slice(&r);
+            return Ok(());
+        }
+        self.check_k(k)?;
+        let Some(state) = self.ivf.as_ref() else {
+            return Err(IndexError::Empty);
+        };
+        let trained = state.trained.read();
+        let Some(t) = trained.as_ref() else {
+            return Err(IndexError::Empty);
+        };
+        let VectorRef::F32(x) = query else {
+            return Err(IndexError::WrongInputKind {
+                expected: "float",
+                dtype: self.space.dtype,
+            });
+        };
+        let mut s = self.scratch.take();
+        let stride = self.space.stride();
+        if let Err(e) = self.space.encode(query, s.query_buf(stride)) {
+            self.scratch.give(s);
+            return Err(e);
+        }
+        let q = s.take_query();
+        let qb = query_bytes(&q, stride);
+        let qf = s.ivf.query_mut(self.space.dims);
+        qf.copy_from_slice(x);
+        if self.space.metric == sagitta_kernels::Metric::Cos {
+            let n = qf.iter().map(|v| v * v).sum::<f32>().sqrt();
+            if n > 0.0 {
+                qf.iter_mut().for_each(|v| *v /= n);
+            }
+        }
+        let store = self.store.read();
+        let view = Graph {
+            store: &store,
+            m: self.params.m,
+        };
+        let result = match opts.filter {
+            Some(f) if f.len() < view.slots() => Err(IndexError::FilterSize {
+                expected: view.slots(),
+                got: f.len(),
+            }),
+            _ => {
+                let iq = IvfQuery {
+                    k,
+                    nprobe: opts
+                        .nprobe
+                        .unwrap_or_else(|| state.nprobe.load(Ordering::Relaxed)),
+                    refine: opts
+                        .refine
+                        .unwrap_or_else(|| state.params.default_refine(k)),
+                    filter: opts.filter,
+                };
+                ivf::search(t, &view, &self.dist, qb, iq, &mut s.ivf, out);
+                Ok(())
+            }
+        };
+        drop(store);
+        s.put_query(q);
+        self.scratch.give(s);
+        result
+    }
+
+    /// Appends a just-written slot to its IVF partition (IVF indexes, once
+    /// trained).
+    fn ivf_append(&self, t: &Trained, slot: u32, stored: &[u8]) {
+        let x = self.stored_floats(stored);
+        let mut tmp = Vec::new();
+        let mut e = Encoded::default();
+        t.model.encode(&x, &mut tmp, &mut e);
+        t.lists[e.partition as usize]
+            .write()
+            .push(&t.model, slot, &e);
     }
 
     /// The kind of index.
@@ -578,7 +901,26 @@ impl Index {
                 .map(|b| b.len() * 4)
                 .sum::<usize>();
         }
+        if let Some(t) = self.ivf.as_ref().map(|s| s.trained.read()) {
+            if let Some(t) = t.as_ref() {
+                bytes += (t.model.centroids.len() + t.model.rcentroids.len()) * 4;
+                bytes += t.lists.iter().map(|l| l.read().heap_bytes()).sum::<usize>();
+            }
+        }
         bytes + self.keymap.lock().capacity() * 16
+    }
+
+    /// Bytes of the IVF codes, factors, lists and centroids alone (what a
+    /// sealed IVF segment keeps resident; the full vectors stay on disk
+    /// until a rerank touches them). 0 for other kinds.
+    pub fn ivf_memory_usage(&self) -> usize {
+        let Some(t) = self.ivf.as_ref().map(|s| s.trained.read()) else {
+            return 0;
+        };
+        t.as_ref().map_or(0, |t| {
+            (t.model.centroids.len() + t.model.rcentroids.len()) * 4
+                + t.lists.iter().map(|l| l.read().heap_bytes()).sum::<usize>()
+        })
     }
 
     /// Makes room for `additional` more slots without growing later.
@@ -625,6 +967,22 @@ impl Index {
     }
 
     fn insert_encoded(&self, key: u64, scratch: &mut Scratch, replace: bool) -> Result<()> {
+        // IVF: hold the model for the whole insert (so training, which
+        // takes it exclusively, sees every slot either before or after),
+        // training first on this one vector when nothing trained it yet.
+        let mut ivf = self.ivf.as_ref().map(|s| s.trained.read());
+        if ivf.as_ref().is_some_and(|g| g.is_none()) {
+            drop(ivf.take());
+            let stride = self.space.stride();
+            let q = scratch.take_query();
+            let rows = self.stored_floats(query_bytes(&q, stride));
+            scratch.put_query(q);
+            if !self.is_trained() {
+                self.train(&rows, &mut |_| {})?;
+            }
+            ivf = self.ivf.as_ref().map(|s| s.trained.read());
+        }
+        let trained = ivf.as_ref().and_then(|g| g.as_ref());
         loop {
             let store = self.store.read();
             let claimed = {
@@ -665,6 +1023,9 @@ impl Index {
                     m: self.params.m,
                 };
                 self.link(&g, links, slot as u32, qb, scratch);
+            }
+            if let Some(t) = trained {
+                self.ivf_append(t, slot as u32, qb);
             }
             scratch.put_query(q);
             store.ready.set(slot);
@@ -833,6 +1194,13 @@ impl Index {
                 reason: "must hold one stride-long row per key",
             });
         }
+        if !self.is_trained() && !keys.is_empty() {
+            let rows: Vec<f32> = stored
+                .chunks_exact(stride)
+                .flat_map(|r| self.stored_floats(r))
+                .collect();
+            with_threads(threads, || self.train(&rows, &mut |_| {}))?;
+        }
         self.reserve(keys.len())?;
         let run = || {
             keys.par_iter()
@@ -885,6 +1253,10 @@ impl Index {
     /// make a later row fail with [`IndexError::DuplicateKey`].)
     pub fn add_batch(&self, keys: &[u64], vectors: &[VectorRef<'_>], threads: usize) -> Result<()> {
         self.validate_batch(keys, vectors)?;
+        if !self.is_trained() && !vectors.is_empty() {
+            let rows = self.training_rows(vectors.iter().copied())?;
+            with_threads(threads, || self.train(&rows, &mut |_| {}))?;
+        }
         self.reserve(keys.len())?;
         let run = || {
             keys.par_iter()
@@ -968,6 +1340,11 @@ impl IndexRead for Index {
         k: usize,
         opts: &SearchOptions<'_>,
     ) -> Result<Vec<Neighbor>> {
+        if self.kind == IndexKind::IvfRq && !opts.exact {
+            let mut out = Vec::with_capacity(k);
+            self.search_into(query, k, opts, &mut out)?;
+            return Ok(out);
+        }
         self.check_k(k)?;
         let mut s = self.scratch.take();
         let stride = self.space.stride();

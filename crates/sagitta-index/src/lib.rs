@@ -19,6 +19,9 @@ mod bitset;
 mod error;
 mod graph;
 mod index;
+pub mod ivf;
+pub mod kmeans;
+pub mod rotation;
 mod scratch;
 mod space;
 mod storage;
@@ -29,8 +32,9 @@ pub use error::{IndexError, Result};
 pub use graph::GraphView;
 pub use index::{
     check_k, prefer_exact_scan, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite,
-    SearchOptions, MAX_LEVEL, MAX_SLOTS,
+    IvfExport, IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
+pub use ivf::{IvfModel, IvfParams};
 pub use sagitta_kernels::{DType, Metric};
 pub use space::{Space, VectorRef, VECTOR_ALIGN};
 pub use topk::Neighbor;
@@ -45,6 +49,11 @@ pub mod search {
     pub struct SearchScratch(pub(crate) scratch::Scratch);
 
     impl SearchScratch {
+        /// The IVF part of the scratch.
+        pub fn ivf(&mut self) -> &mut crate::ivf::IvfScratch {
+            &mut self.0.ivf
+        }
+
         /// Encodes `query` into the scratch's aligned query buffer and runs
         /// `f` with the encoded bytes and the rest of the scratch.
         pub fn with_query<R>(

@@ -19,6 +19,8 @@ pub(crate) struct Scratch {
     /// 8-byte aligned backing for the encoded query.
     query: Vec<u64>,
     pub pool: Vec<Cand>,
+    /// Working space of IVF searches.
+    pub ivf: crate::ivf::IvfScratch,
 }
 
 impl Scratch {

@@ -26,6 +26,7 @@ mod avx512;
 mod distance;
 mod neon;
 pub mod scalar;
+pub mod fastscan;
 
 pub use distance::{
     nphd_code_len, nphd_encode, DType, Distance, KernelError, Metric, NPHD_MAX_BYTES,
@@ -123,6 +124,9 @@ pub struct Kernels {
     pub hamming: fn(&[u8], &[u8]) -> u32,
     /// Whether `hamming` uses a vector popcount (AVX-512 VPOPCNTDQ, NEON CNT).
     pub vector_popcount: bool,
+    /// RaBitQ fast scan: lookup-table sums for one block of 32 codes (see
+    /// [`fastscan`]).
+    pub fastscan: fn(&[u8], &[u8], &mut [u16; 32]),
 }
 
 impl std::fmt::Debug for Kernels {
@@ -149,6 +153,7 @@ impl Kernels {
         cos_i8: scalar::cos_i8,
         hamming: scalar::hamming,
         vector_popcount: false,
+        fastscan: fastscan::fastscan_scalar,
     };
 
     /// The table for `isa`, or `None` when this CPU cannot run it.
@@ -172,6 +177,7 @@ impl Kernels {
                 cos_i8: avx2::cos_i8,
                 hamming: avx2::hamming,
                 vector_popcount: false,
+                fastscan: fastscan::x86::fastscan_avx2,
             }),
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
@@ -193,6 +199,7 @@ impl Kernels {
                         avx2::hamming
                     },
                     vector_popcount: vpopcnt,
+                    fastscan: fastscan::x86::fastscan_avx512,
                 })
             }
             #[cfg(target_arch = "aarch64")]
@@ -209,6 +216,7 @@ impl Kernels {
                 cos_i8: neon::cos_i8,
                 hamming: neon::hamming,
                 vector_popcount: true,
+                fastscan: fastscan::arm::fastscan_neon,
             }),
             #[allow(unreachable_patterns)]
             _ => None,
