@@ -708,8 +708,24 @@ impl Index {
             t.lists[e.partition as usize].write().push(&t.model, *slot, e);
         }
         drop(store);
+        self.prepare_scratch(&t.model);
         *trained = Some(t);
         Ok(())
+    }
+
+    /// Sizes one search scratch per pool thread for `model`, so searches
+    /// allocate nothing from the first query on.
+    fn prepare_scratch(&self, model: &IvfModel) {
+        let mut all: Vec<Scratch> = (0..rayon::current_num_threads().max(1))
+            .map(|_| self.scratch.take())
+            .collect();
+        for s in &mut all {
+            s.ivf.prepare(model, 256);
+            s.query_buf(self.space.stride());
+        }
+        for s in all {
+            self.scratch.give(s);
+        }
     }
 
     /// Validates and encodes rows, returning their stored form as floats
