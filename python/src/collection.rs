@@ -2,7 +2,10 @@
 
 use crate::convert::{self, NO_KEY};
 use crate::errors::{index_err, store_err};
-use crate::index::{decode_rows, index_args, param_err, pool, positive, threads_arg, SearchResult};
+use crate::index::{
+    decode_rows, index_args, ivf_args, ivf_overrides, param_err, pool, positive, threads_arg,
+    SearchResult,
+};
 use numpy::PyArray1;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
@@ -90,8 +93,11 @@ impl PyCollection {
     /// fsync; survives a process crash, not a power loss), or a number of
     /// milliseconds such as ``"100ms"`` (fsync in the background at that
     /// interval). key_bits: 64 (128-bit keys are not supported yet).
+    /// bits / partitions / nprobe / refine: as for :class:`Index` with
+    /// ``kind="ivf_rq"``; the active segment is then HNSW, and each
+    /// segment is trained on its own vectors when it is sealed.
     #[staticmethod]
-    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64))]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -106,7 +112,12 @@ impl PyCollection {
         connectivity: i64,
         expansion_add: i64,
         expansion_search: i64,
+        bits: i64,
+        partitions: Option<i64>,
+        nprobe: i64,
+        refine: Option<i64>,
     ) -> PyResult<Self> {
+        let ivf = ivf_args(bits, partitions, nprobe, refine, None)?;
         let (space, kind_v, hnsw) = index_args(
             ndim,
             metric,
@@ -127,6 +138,7 @@ impl PyCollection {
         cfg.durability = durability_v;
         cfg.key_bits = key_bits;
         cfg.hnsw = hnsw;
+        cfg.ivf = ivf;
         let c = py
             .detach(|| Collection::create(&path, cfg))
             .map_err(|e| match e {
@@ -201,7 +213,7 @@ impl PyCollection {
     /// The ``k`` nearest neighbours over every segment, merged exactly by
     /// distance (ties by key); same arguments and result as
     /// :meth:`Index.search`.
-    #[pyo3(signature = (queries, k, *, filter = None, radius = None, exact = false, expansion = None, threads = None))]
+    #[pyo3(signature = (queries, k, *, filter = None, radius = None, exact = false, expansion = None, nprobe = None, refine = None, threads = None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -212,6 +224,8 @@ impl PyCollection {
         radius: Option<f64>,
         exact: bool,
         expansion: Option<i64>,
+        nprobe: Option<i64>,
+        refine: Option<i64>,
         threads: Option<i64>,
     ) -> PyResult<SearchResult> {
         let c = self.coll()?;
@@ -223,6 +237,7 @@ impl PyCollection {
             return Err(PyValueError::new_err("radius: must be a number, got nan"));
         }
         let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
+        let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
         let threads = threads_arg(threads)?;
         let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
         let rows = convert::rows(queries, &c.config().space, "queries")?;
@@ -234,6 +249,8 @@ impl PyCollection {
             exact,
             filter: allowed.as_ref().map(|a| a.keys.as_slice()),
             radius: radius.map(|r| r as f32),
+            nprobe,
+            refine,
         };
         let run = || c.search(&refs, k, &opts);
         let found = py

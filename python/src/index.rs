@@ -11,7 +11,7 @@ use pyo3::types::{PyBytes, PyInt, PyList, PyTuple};
 use rayon::prelude::*;
 use rayon::ThreadPool;
 use sagitta_index::{
-    check_k, Bitset, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexWrite,
+    check_k, Bitset, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexWrite, IvfParams,
     SearchOptions, Space, VectorRef,
 };
 use sagitta_kernels::{DType, Metric};
@@ -308,15 +308,11 @@ pub(crate) fn index_args(
             ))
         })?,
     };
-    let kind_v = match kind.to_ascii_lowercase().as_str() {
-        "hnsw" => IndexKind::Hnsw,
-        "flat" => IndexKind::Flat,
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "kind: unknown index kind '{kind}' (expected hnsw or flat)"
-            )))
-        }
-    };
+    let kind_v = IndexKind::parse(kind).ok_or_else(|| {
+        PyValueError::new_err(format!(
+            "kind: unknown index kind '{kind}' (expected hnsw, flat or ivf_rq)"
+        ))
+    })?;
     let ndim = usize::try_from(ndim)
         .map_err(|_| PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}")))?;
     let space =
@@ -361,6 +357,52 @@ pub(crate) fn param_err(
     index_err(e, "")
 }
 
+/// IVF parameters from the Python arguments.
+pub(crate) fn ivf_args(
+    bits: i64,
+    partitions: Option<i64>,
+    nprobe: i64,
+    refine: Option<i64>,
+    seed: Option<u64>,
+) -> PyResult<IvfParams> {
+    let bits = u8::try_from(bits)
+        .ok()
+        .filter(|b| (1..=8).contains(b))
+        .ok_or_else(|| PyValueError::new_err(format!("bits: must be in 1..=8, got {bits}")))?;
+    let partitions = partitions.map(|p| positive("partitions", p)).transpose()?;
+    let refine = refine
+        .map(|r| {
+            usize::try_from(r)
+                .map_err(|_| PyValueError::new_err(format!("refine: must be >= 0, got {r}")))
+        })
+        .transpose()?;
+    let p = IvfParams {
+        bits,
+        partitions,
+        nprobe: positive("nprobe", nprobe)?,
+        refine,
+        seed: seed.unwrap_or(IvfParams::default().seed),
+        ..IvfParams::default()
+    };
+    p.validate().map_err(|e| index_err(e, ""))?;
+    Ok(p)
+}
+
+/// `nprobe` / `refine` search overrides.
+pub(crate) fn ivf_overrides(
+    nprobe: Option<i64>,
+    refine: Option<i64>,
+) -> PyResult<(Option<usize>, Option<usize>)> {
+    let nprobe = nprobe.map(|p| positive("nprobe", p)).transpose()?;
+    let refine = refine
+        .map(|r| {
+            usize::try_from(r)
+                .map_err(|_| PyValueError::new_err(format!("refine: must be >= 0, got {r}")))
+        })
+        .transpose()?;
+    Ok((nprobe, refine))
+}
+
 #[pymethods]
 impl PyIndex {
     /// Creates an empty in-memory index.
@@ -372,9 +414,19 @@ impl PyIndex {
     /// metrics, ``"f32"`` otherwise). kind: ``"hnsw"`` or ``"flat"``
     /// (exact). connectivity: HNSW links per node (M). expansion_add /
     /// expansion_search: beam widths while adding / searching. seed:
-    /// seed of the HNSW level assignment (builds are reproducible).
+    /// seed of the HNSW level assignment or of the IVF rotation and
+    /// k-means (builds are reproducible).
+    ///
+    /// ``kind="ivf_rq"`` makes an IVF-RaBitQ index (f32 / f16 under l2,
+    /// ip or cos): ``bits`` per dimension (1..8: one sign bit plus
+    /// ``bits - 1`` extra bits), ``partitions`` (``None``: about one per
+    /// 4096 training vectors), default ``nprobe`` and ``refine`` (rerank
+    /// depth; ``None`` picks 10k / 4k / 2k / 0 for 1 / 2-3 / 4-6 / 7-8
+    /// bits). It must be trained: :meth:`train` on a sample, or the first
+    /// :meth:`add` trains on the vectors it receives (so make it a large,
+    /// representative batch; a single vector trains one partition).
     #[new]
-    #[pyo3(signature = (ndim, metric = "cos", dtype = None, kind = "hnsw", connectivity = 16, expansion_add = 128, expansion_search = 64, seed = None))]
+    #[pyo3(signature = (ndim, metric = "cos", dtype = None, kind = "hnsw", connectivity = 16, expansion_add = 128, expansion_search = 64, seed = None, bits = 1, partitions = None, nprobe = 8, refine = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         ndim: i64,
@@ -385,6 +437,10 @@ impl PyIndex {
         expansion_add: i64,
         expansion_search: i64,
         seed: Option<u64>,
+        bits: i64,
+        partitions: Option<i64>,
+        nprobe: i64,
+        refine: Option<i64>,
     ) -> PyResult<Self> {
         let (space, kind_v, mut params) = index_args(
             ndim,
@@ -398,8 +454,13 @@ impl PyIndex {
         if let Some(seed) = seed {
             params.seed = seed;
         }
-        let index = Index::new(space, kind_v, params)
-            .map_err(|e| param_err(e, connectivity, expansion_add, expansion_search))?;
+        let index = if kind_v == IndexKind::IvfRq {
+            let ivf = ivf_args(bits, partitions, nprobe, refine, seed)?;
+            Index::ivf_rq(space, ivf).map_err(|e| index_err(rename_param(e), "kind"))?
+        } else {
+            Index::new(space, kind_v, params)
+                .map_err(|e| param_err(e, connectivity, expansion_add, expansion_search))?
+        };
         Ok(PyIndex {
             inner: Inner::Mem(index),
         })
@@ -473,6 +534,63 @@ impl PyIndex {
             })
     }
 
+    /// Trains an IVF index's coarse quantizer (k-means) on ``sample``
+    /// (a 2-D float array, validated like :meth:`add`), then encodes every
+    /// vector already added. ``partitions=None`` at construction means
+    /// ``len(sample) / 4096``: pass ``partitions`` when the sample is a
+    /// subset. progress: print each k-means iteration to stderr.
+    #[pyo3(signature = (sample, *, progress = false, threads = None))]
+    fn train(
+        &self,
+        py: Python<'_>,
+        sample: &Bound<'_, PyAny>,
+        progress: bool,
+        threads: Option<i64>,
+    ) -> PyResult<()> {
+        let index = self.mem("train")?;
+        if index.kind() != IndexKind::IvfRq {
+            return Err(PyValueError::new_err(format!(
+                "train: only ivf_rq indexes are trained (this one is {})",
+                index.kind().name()
+            )));
+        }
+        let threads = threads_arg(threads)?;
+        let rows = convert::rows(sample, &index.space(), "sample")?;
+        let mut flat: Vec<f32> = Vec::new();
+        for r in rows.refs() {
+            if let VectorRef::F32(x) = r {
+                flat.extend_from_slice(x);
+            }
+        }
+        let run = || {
+            index.train(&flat, &mut |p| {
+                if progress {
+                    let sagitta_index::kmeans::Progress::Iteration {
+                        clusters,
+                        points,
+                        iter,
+                        of,
+                        inertia,
+                    } = p;
+                    eprintln!(
+                        "sagitta: k-means {clusters} partitions over {points} points: iteration {iter}/{of}, mean squared distance {inertia:.5}"
+                    );
+                }
+            })
+        };
+        py.detach(|| {
+            if threads == 0 {
+                run()
+            } else {
+                match pool(threads) {
+                    Ok(p) => p.install(run),
+                    Err(_) => run(),
+                }
+            }
+        })
+        .map_err(|e| index_err(e, "sample"))
+    }
+
     /// Finds the ``k`` nearest neighbours of each query.
     ///
     /// queries: one vector (1-D) or a 2-D array (same input forms as
@@ -482,10 +600,12 @@ impl PyIndex {
     /// matches with distance <= radius are returned. exact: scan every
     /// vector instead of walking the graph. expansion: beam width for this
     /// call (default :attr:`expansion_search`; at least ``k`` is used).
+    /// nprobe / refine (``ivf_rq``): partitions probed and rerank depth
+    /// for this call (``refine=0`` returns estimated distances).
     /// threads: ``None`` uses every core for a batch.
     ///
     /// Returns a :class:`SearchResult`.
-    #[pyo3(signature = (queries, k, *, filter = None, radius = None, exact = false, expansion = None, threads = None))]
+    #[pyo3(signature = (queries, k, *, filter = None, radius = None, exact = false, expansion = None, nprobe = None, refine = None, threads = None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -496,8 +616,11 @@ impl PyIndex {
         radius: Option<f64>,
         exact: bool,
         expansion: Option<i64>,
+        nprobe: Option<i64>,
+        refine: Option<i64>,
         threads: Option<i64>,
     ) -> PyResult<SearchResult> {
+        let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
         let r = self.read();
         let k = usize::try_from(k)
             .ok()
@@ -522,6 +645,8 @@ impl PyIndex {
                     ef,
                     filter: bitset.as_ref(),
                     exact,
+                    nprobe,
+                    refine,
                 };
                 let mut keys_out = vec![NO_KEY; n * k];
                 let mut dist_out = vec![f32::INFINITY; n * k];
@@ -654,17 +779,14 @@ impl PyIndex {
             Inner::Mem(i) => i.kind(),
             Inner::Seg(s) => s.info().kind,
         };
-        match kind {
-            IndexKind::Hnsw => "hnsw",
-            IndexKind::Flat => "flat",
-        }
+        kind.name()
     }
 
     /// HNSW links per node (M); 0 for a flat index, which has no graph.
     #[getter]
     fn connectivity(&self) -> usize {
         match &self.inner {
-            Inner::Mem(i) if i.kind() == IndexKind::Flat => 0,
+            Inner::Mem(i) if i.kind() != IndexKind::Hnsw => 0,
             Inner::Mem(i) => i.params().m,
             Inner::Seg(s) => s.info().m as usize,
         }
@@ -700,14 +822,64 @@ impl PyIndex {
         }
     }
 
-    /// Bytes the index occupies: heap memory for an in-memory index, the
-    /// mapped file size (an upper bound of what is resident) for an opened
-    /// file.
+    /// Bytes the index occupies: heap memory for an in-memory index; for
+    /// an opened file, the mapped file size (an upper bound of what is
+    /// resident), except ``ivf_rq`` files, where it is what searches keep
+    /// resident (codes, factors, lists, centroids: the vectors are read
+    /// only to rerank).
     #[getter]
     fn memory_usage(&self) -> usize {
         match &self.inner {
             Inner::Mem(i) => i.memory_usage(),
+            Inner::Seg(s) if s.info().kind == IndexKind::IvfRq => s.ivf_resident_bytes(),
             Inner::Seg(s) => s.info().file_len as usize,
+        }
+    }
+
+    /// Whether the index can search: always, except an ``ivf_rq`` index
+    /// that has been neither trained nor added to.
+    #[getter]
+    fn is_trained(&self) -> bool {
+        match &self.inner {
+            Inner::Mem(i) => i.is_trained(),
+            Inner::Seg(_) => true,
+        }
+    }
+
+    /// RaBitQ bits per dimension of an ``ivf_rq`` index, else ``None``.
+    #[getter]
+    fn bits(&self) -> Option<u8> {
+        match &self.inner {
+            Inner::Mem(i) => i.ivf_params().map(|p| p.bits),
+            Inner::Seg(s) => s.info().ivf.map(|i| i.bits),
+        }
+    }
+
+    /// Partitions of a trained ``ivf_rq`` index, else ``None``.
+    #[getter]
+    fn partitions(&self) -> Option<usize> {
+        match &self.inner {
+            Inner::Mem(i) => i.ivf_model().map(|m| m.partitions()),
+            Inner::Seg(s) => s.info().ivf.map(|i| i.partitions as usize),
+        }
+    }
+
+    /// Default partitions probed per query (``ivf_rq``), else ``None``;
+    /// settable.
+    #[getter]
+    fn nprobe(&self) -> Option<usize> {
+        match &self.inner {
+            Inner::Mem(i) => i.ivf_params().map(|p| p.nprobe),
+            Inner::Seg(s) => s.nprobe(),
+        }
+    }
+
+    #[setter]
+    fn set_nprobe(&self, nprobe: i64) -> PyResult<()> {
+        let n = positive("nprobe", nprobe)?;
+        match &self.inner {
+            Inner::Mem(i) => i.set_nprobe(n).map_err(|e| index_err(e, "nprobe")),
+            Inner::Seg(s) => s.set_nprobe(n).map_err(store_err),
         }
     }
 

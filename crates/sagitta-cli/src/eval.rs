@@ -306,7 +306,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 &SearchOptions {
                     ef: Some(ef),
                     filter: Some(&fh),
-                    exact: false,
+                    ..Default::default()
                 },
             )?;
             let r = if bits {

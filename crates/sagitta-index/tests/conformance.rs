@@ -211,6 +211,7 @@ fn filtered_search_recall_at_low_and_high_selectivity() {
                 ef: Some(128),
                 filter: Some(&fh),
                 exact: false,
+                ..Default::default()
             },
         );
         let want = keys_of(

@@ -36,7 +36,7 @@ use parking_lot::{Mutex, RwLock};
 use rayon::prelude::*;
 use sagitta_index::{
     check_k, Bitset, DType, GraphView, HnswParams, Index, IndexError, IndexKind, IndexRead,
-    IndexWrite, Metric, Neighbor, SearchOptions, Space, VectorRef,
+    IndexWrite, IvfParams, Metric, Neighbor, SearchOptions, Space, VectorRef,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -97,8 +97,11 @@ pub struct CollectionConfig {
     pub space: Space,
     /// Index of the active and sealed segments.
     pub kind: IndexKind,
-    /// HNSW parameters.
+    /// HNSW parameters (also of the active segment of an IVF collection).
     pub hnsw: HnswParams,
+    /// IVF-RaBitQ parameters (kind `IvfRq`): each segment is trained on
+    /// its own vectors when it is sealed.
+    pub ivf: IvfParams,
     /// Seal the active segment when its estimated size passes this many
     /// bytes.
     pub segment_size: u64,
@@ -116,6 +119,7 @@ impl CollectionConfig {
             space,
             kind: IndexKind::Hnsw,
             hnsw: HnswParams::default(),
+            ivf: IvfParams::default(),
             segment_size: 64 << 20,
             durability: Durability::Batch,
             key_bits: 64,
@@ -135,15 +139,34 @@ impl CollectionConfig {
                 self.segment_size
             )));
         }
-        Index::new(self.space, self.kind, self.hnsw)?;
+        self.sealed_index()?;
+        self.active_index()?;
         Ok(())
+    }
+
+    /// A new, empty active segment: HNSW for IVF collections (an IVF index
+    /// needs its segment's vectors to train on, so it is built at seal).
+    pub(crate) fn active_index(&self) -> Result<Index> {
+        Ok(match self.kind {
+            IndexKind::IvfRq => Index::hnsw(self.space, self.hnsw)?,
+            k => Index::new(self.space, k, self.hnsw)?,
+        })
+    }
+
+    /// A new, empty index of the kind sealed segments have.
+    pub(crate) fn sealed_index(&self) -> Result<Index> {
+        Ok(match self.kind {
+            IndexKind::IvfRq => Index::ivf_rq(self.space, self.ivf)?,
+            k => Index::new(self.space, k, self.hnsw)?,
+        })
     }
 
     /// Estimated bytes one vector occupies in a segment (vector, key, and
     /// level-0 links for HNSW).
     pub fn bytes_per_vector(&self) -> u64 {
+        // The active segment decides rotation; it is HNSW for IVF too.
         let links = match self.kind {
-            IndexKind::Hnsw => 4 * (self.hnsw.m0() as u64 + 1),
+            IndexKind::Hnsw | IndexKind::IvfRq => 4 * (self.hnsw.m0() as u64 + 1),
             IndexKind::Flat => 0,
         };
         self.space.stride() as u64 + 16 + links
@@ -163,6 +186,26 @@ struct ConfigFile {
     segment_size: u64,
     durability: String,
     key_bits: u32,
+    #[serde(default = "default_bits")]
+    ivf_bits: u8,
+    #[serde(default)]
+    ivf_partitions: Option<usize>,
+    #[serde(default = "default_partition_size")]
+    ivf_partition_size: usize,
+    #[serde(default = "default_nprobe")]
+    ivf_nprobe: usize,
+    #[serde(default)]
+    ivf_refine: Option<usize>,
+}
+
+fn default_bits() -> u8 {
+    IvfParams::default().bits
+}
+fn default_partition_size() -> usize {
+    IvfParams::default().partition_size
+}
+fn default_nprobe() -> usize {
+    IvfParams::default().nprobe
 }
 
 impl ConfigFile {
@@ -171,10 +214,7 @@ impl ConfigFile {
             dims: c.space.dims,
             metric: c.space.metric.name().into(),
             dtype: c.space.dtype.name().into(),
-            kind: match c.kind {
-                IndexKind::Hnsw => "hnsw".into(),
-                IndexKind::Flat => "flat".into(),
-            },
+            kind: c.kind.name().into(),
             m: c.hnsw.m,
             ef_construction: c.hnsw.ef_construction,
             ef_search: c.hnsw.ef_search,
@@ -182,6 +222,11 @@ impl ConfigFile {
             segment_size: c.segment_size,
             durability: c.durability.name(),
             key_bits: c.key_bits,
+            ivf_bits: c.ivf.bits,
+            ivf_partitions: c.ivf.partitions,
+            ivf_partition_size: c.ivf.partition_size,
+            ivf_nprobe: c.ivf.nprobe,
+            ivf_refine: c.ivf.refine,
         }
     }
 
@@ -194,17 +239,21 @@ impl ConfigFile {
         .ok()?;
         Some(CollectionConfig {
             space,
-            kind: match self.kind.as_str() {
-                "hnsw" => IndexKind::Hnsw,
-                "flat" => IndexKind::Flat,
-                _ => return None,
-            },
+            kind: IndexKind::parse(&self.kind)?,
             hnsw: HnswParams {
                 m: self.m,
                 ef_construction: self.ef_construction,
                 ef_search: self.ef_search,
                 seed: self.seed,
                 ..HnswParams::default()
+            },
+            ivf: IvfParams {
+                bits: self.ivf_bits,
+                partitions: self.ivf_partitions,
+                partition_size: self.ivf_partition_size,
+                nprobe: self.ivf_nprobe,
+                refine: self.ivf_refine,
+                ..IvfParams::default()
             },
             segment_size: self.segment_size,
             durability: Durability::parse(&self.durability)?,
@@ -381,6 +430,10 @@ pub struct CollectionSearch<'a> {
     pub filter: Option<&'a [u64]>,
     /// Only matches at most this far away.
     pub radius: Option<f32>,
+    /// Partitions probed per IVF segment.
+    pub nprobe: Option<usize>,
+    /// Rerank depth per IVF segment.
+    pub refine: Option<usize>,
 }
 
 /// Numbers describing a collection.
@@ -674,7 +727,7 @@ impl Collection {
             .as_ref()
             .and_then(|b| Bloom::open(&dir.join(b)).ok())
             .unwrap_or_else(|| rebuild_bloom(&config, &sealed, None));
-        let active = Arc::new(Index::new(config.space, config.kind, config.hnsw)?);
+        let active = Arc::new(config.active_index()?);
         let c = Collection {
             dir: dir.to_path_buf(),
             mode,
@@ -1068,7 +1121,29 @@ impl Collection {
         let id = w.manifest.next_segment_id;
         let file = segment_file(id);
         let path = self.dir.join(&file);
-        Segment::write(&state.active, &path)?;
+        if self.config.kind == IndexKind::IvfRq {
+            // Train this segment's IVF model on its own live vectors.
+            let stride = self.config.space.stride();
+            let (mut keys, mut stored) = (Vec::new(), Vec::new());
+            {
+                let view = state.active.view();
+                for slot in 0..view.slots() as u32 {
+                    if view.is_live(slot) {
+                        keys.push(view.key(slot));
+                        stored.extend_from_slice(&view.vector(slot)[..stride]);
+                    }
+                }
+            }
+            let index = self.config.sealed_index()?;
+            if !keys.is_empty() {
+                index.upsert_encoded_batch(&keys, &stored, 0)?;
+                Segment::write(&index, &path)?;
+            } else {
+                Segment::write(&self.config.active_index()?, &path)?;
+            }
+        } else {
+            Segment::write(&state.active, &path)?;
+        }
         let seg = Segment::open(&path)?;
         let mut sealed = state.sealed.clone();
         sealed.push(Arc::new(Sealed {
@@ -1136,11 +1211,7 @@ impl Collection {
         {
             let mut st = self.state.write();
             let active = if sealed_active {
-                Arc::new(Index::new(
-                    self.config.space,
-                    self.config.kind,
-                    self.config.hnsw,
-                )?)
+                Arc::new(self.config.active_index()?)
             } else {
                 st.active.clone()
             };
@@ -1207,7 +1278,7 @@ impl Collection {
         let mut replaced: HashMap<usize, Option<Arc<Sealed>>> = HashMap::new();
         let stride = self.config.space.stride();
         for group in &groups {
-            let index = Index::new(self.config.space, self.config.kind, self.config.hnsw)?;
+            let index = self.config.sealed_index()?;
             let mut keys = Vec::new();
             let mut stored = Vec::new();
             for &i in group {
@@ -1221,6 +1292,13 @@ impl Collection {
                     }
                 }
             }
+            // An IVF group left with no live vector has nothing to train
+            // on: it is written as an empty active-kind segment.
+            let index = if keys.is_empty() && !index.is_trained() {
+                self.config.active_index()?
+            } else {
+                index
+            };
             index.upsert_encoded_batch(&keys, &stored, 0)?;
             let id = m.next_segment_id;
             m.next_segment_id += 1;
@@ -1351,6 +1429,8 @@ impl Collection {
                     ef: opts.ef,
                     filter: s.filter(),
                     exact: opts.exact,
+                    nprobe: opts.nprobe,
+                    refine: opts.refine,
                 };
                 s.seg.search(q, kk, &o)
             };

@@ -57,10 +57,11 @@
 use crate::error::{io, Result, StoreError};
 use memmap2::Mmap;
 use parking_lot::Mutex;
+use sagitta_index::ivf::{self, IvfQuery, IvfSource, ListRef, FACTORS};
 use sagitta_index::search::{self, SearchScratch};
 use sagitta_index::{
     prefer_exact_scan, Bitset, DType, GraphView, HnswParams, Index, IndexError, IndexKind,
-    IndexRead, Metric, Neighbor, SearchOptions, Space, VectorRef,
+    IndexRead, IvfModel, IvfParams, Metric, Neighbor, SearchOptions, Space, VectorRef,
 };
 use sagitta_kernels::Distance;
 use std::fs::{File, OpenOptions};
@@ -70,7 +71,7 @@ use std::path::{Path, PathBuf};
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"SGTASEG\0";
 /// The format version this build writes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 /// The oldest format version this build reads.
 pub const OLDEST_SUPPORTED_VERSION: u32 = 1;
 /// Bytes in the fixed header.
@@ -96,6 +97,36 @@ pub enum SectionKind {
     Level0 = 5,
     /// Upper levels, CSR.
     Upper = 6,
+    /// IVF centroids, partitions × dims × f32 (format 2).
+    IvfCentroids = 7,
+    /// IVF directory: (partitions + 1) × u64 list starts, then
+    /// (partitions + 1) × u64 block starts (format 2).
+    IvfDirectory = 8,
+    /// IVF list slots, u32 per listed vector in partition order (format 2).
+    IvfSlots = 9,
+    /// RaBitQ 1-bit codes in fast-scan blocks, per partition (format 2).
+    IvfCodes = 10,
+    /// RaBitQ factors, 4 × f32 per listed vector (format 2).
+    IvfFactors = 11,
+    /// RaBitQ extra-bit planes, per listed vector (format 2).
+    IvfExtra = 12,
+}
+
+/// IVF-RaBitQ parameters of a segment (header bytes 72..100).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IvfInfo {
+    /// Partition count.
+    pub partitions: u32,
+    /// Bits per dimension (1..=8).
+    pub bits: u8,
+    /// Rotation seed.
+    pub seed: u64,
+    /// Default partitions probed.
+    pub nprobe: u32,
+    /// Default rerank depth (`None`: chosen from `bits` and k).
+    pub refine: Option<u32>,
+    /// Vectors listed in partitions (live and deleted).
+    pub listed: u64,
 }
 
 /// The decoded fixed header.
@@ -125,6 +156,8 @@ pub struct SegmentInfo {
     pub ef_construction: u32,
     /// File size in bytes.
     pub file_len: u64,
+    /// IVF-RaBitQ parameters (IVF segments only).
+    pub ivf: Option<IvfInfo>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -166,6 +199,65 @@ struct UpperLevel {
     adj: (usize, usize),
 }
 
+/// The IVF part of an open segment: the model (rotation rebuilt from the
+/// seed, centroids copied: O(partitions)) and the byte ranges of the lists.
+#[derive(Debug)]
+struct SegIvf {
+    model: IvfModel,
+    params: IvfParams,
+    nprobe: std::sync::atomic::AtomicUsize,
+    directory: (usize, usize),
+    slots: (usize, usize),
+    codes: (usize, usize),
+    factors: (usize, usize),
+    extra: (usize, usize),
+}
+
+/// A segment seen as an IVF source.
+struct SegIvfView<'a> {
+    seg: &'a Segment,
+    ivf: &'a SegIvf,
+}
+
+impl IvfSource for SegIvfView<'_> {
+    fn model(&self) -> &IvfModel {
+        &self.ivf.model
+    }
+
+    fn with_list(&self, p: usize, f: &mut dyn FnMut(ListRef<'_>)) {
+        let parts = self.ivf.model.partitions();
+        let dir: &[u64] = words(self.seg.bytes(self.ivf.directory));
+        let (Some(&a), Some(&b), Some(&ba), Some(&bb)) = (
+            dir.get(p),
+            dir.get(p + 1),
+            dir.get(parts + 1 + p),
+            dir.get(parts + 2 + p),
+        ) else {
+            return;
+        };
+        let (a, b, ba, bb) = (a as usize, b as usize, ba as usize, bb as usize);
+        let m = &self.ivf.model;
+        let slots: &[u32] = words(self.seg.bytes(self.ivf.slots));
+        let factors: &[f32] = words(self.seg.bytes(self.ivf.factors));
+        let codes = self.seg.bytes(self.ivf.codes);
+        let extra = self.seg.bytes(self.ivf.extra);
+        let (bbytes, xbytes) = (m.block_bytes(), m.ex_bytes());
+        let list = (|| {
+            Some(ListRef {
+                slots: slots.get(a..b)?,
+                codes: codes.get(ba.checked_mul(bbytes)?..bb.checked_mul(bbytes)?)?,
+                factors: factors.get(a * FACTORS..b.checked_mul(FACTORS)?)?,
+                ex: extra.get(a.checked_mul(xbytes)?..b.checked_mul(xbytes)?)?,
+            })
+        })();
+        // Out-of-range directory entries (a corrupt file) read as an empty
+        // list; `ivf::search` also checks the lengths agree.
+        if let Some(list) = list {
+            f(list);
+        }
+    }
+}
+
 /// An open, memory-mapped segment.
 pub struct Segment {
     path: PathBuf,
@@ -180,6 +272,7 @@ pub struct Segment {
     tombstones: (usize, usize),
     level0: (usize, usize),
     upper: Vec<UpperLevel>,
+    ivf: Option<SegIvf>,
     ef_search: std::sync::atomic::AtomicUsize,
     scratch: Mutex<Vec<SearchScratch>>,
 }
@@ -265,6 +358,7 @@ impl Segment {
         let kind = match h[22] {
             0 => IndexKind::Flat,
             1 => IndexKind::Hnsw,
+            2 if version >= 2 => IndexKind::IvfRq,
             _ => return Err(Self::corrupt(path, 22, "unknown index kind")),
         };
         let space =
@@ -375,6 +469,12 @@ impl Segment {
             upper = parse_upper(&map[uoff..uoff + ulen], uoff, top_level as usize)
                 .map_err(|(at, why)| Self::corrupt(path, at as u64, why))?;
         }
+        let (mut ivf, mut ivf_info) = (None, None);
+        if kind == IndexKind::IvfRq {
+            let (parsed, i) = Self::open_ivf(path, &map, h, space, slots, &find)?;
+            ivf = Some(parsed);
+            ivf_info = Some(i);
+        }
         let info = SegmentInfo {
             version,
             space,
@@ -388,6 +488,7 @@ impl Segment {
             ef_search: u32_at(h, 64).max(1),
             ef_construction: u32_at(h, 68),
             file_len,
+            ivf: ivf_info,
         };
         Ok(Segment {
             path: path.to_path_buf(),
@@ -399,11 +500,150 @@ impl Segment {
             tombstones,
             level0,
             upper,
+            ivf,
             ef_search: std::sync::atomic::AtomicUsize::new(info.ef_search as usize),
             scratch: Mutex::new(Vec::new()),
             sections,
             info,
             map,
+        })
+    }
+
+    /// Reads the IVF header fields and sections: O(partitions).
+    fn open_ivf(
+        path: &Path,
+        map: &[u8],
+        h: &[u8],
+        space: Space,
+        slots: u64,
+        find: &dyn Fn(SectionKind, Option<u64>) -> Result<(usize, usize)>,
+    ) -> Result<(SegIvf, IvfInfo)> {
+        let parts = u32_at(h, 72);
+        let bits = h[76];
+        let seed = u64_at(h, 80);
+        let nprobe = u32_at(h, 88).max(1);
+        let refine = u32_at(h, 92);
+        let listed = u64_at(h, 96);
+        if parts == 0 || parts as usize > sagitta_index::ivf::MAX_PARTITIONS {
+            return Err(Self::corrupt(path, 72, format!("{parts} IVF partitions")));
+        }
+        if !(1..=8).contains(&bits) {
+            return Err(Self::corrupt(path, 76, format!("{bits} RaBitQ bits")));
+        }
+        if listed > slots {
+            return Err(Self::corrupt(
+                path,
+                96,
+                format!("{listed} listed vectors but {slots} slots"),
+            ));
+        }
+        let dims = space.dims;
+        let p = u64::from(parts);
+        let centroids = find(SectionKind::IvfCentroids, Some(p * dims as u64 * 4))?;
+        let directory = find(SectionKind::IvfDirectory, Some((p + 1) * 16))?;
+        let cbytes = &map[centroids.0..centroids.0 + centroids.1];
+        let centroids_f: Vec<f32> = cbytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect();
+        if centroids_f.iter().any(|x| !x.is_finite()) {
+            return Err(Self::corrupt(path, centroids.0 as u64, "non-finite centroid"));
+        }
+        let model = IvfModel::from_centroids(dims, bits, space.metric, seed, centroids_f);
+        // The directory must be two non-decreasing runs ending at the
+        // section sizes; checked here so scans can trust list bounds.
+        let dir: Vec<u64> = map[directory.0..directory.0 + directory.1]
+            .chunks_exact(8)
+            .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .collect();
+        let (lists, blocks) = dir.split_at(parts as usize + 1);
+        let monotone = |v: &[u64]| v.windows(2).all(|w| w[0] <= w[1]) && v[0] == 0;
+        let block_ok = lists.windows(2).zip(blocks.windows(2)).all(|(l, b)| {
+            b[1].checked_sub(b[0]) == Some((l[1] - l[0].min(l[1])).div_ceil(32))
+        });
+        let total_blocks = blocks[parts as usize];
+        if !monotone(lists) || !monotone(blocks) || lists[parts as usize] != listed || !block_ok {
+            return Err(Self::corrupt(path, directory.0 as u64, "bad IVF directory"));
+        }
+        let slots_sec = find(SectionKind::IvfSlots, Some(listed * 4))?;
+        let codes = find(
+            SectionKind::IvfCodes,
+            Some(total_blocks * model.block_bytes() as u64),
+        )?;
+        let factors = find(SectionKind::IvfFactors, Some(listed * FACTORS as u64 * 4))?;
+        let extra = find(SectionKind::IvfExtra, Some(listed * model.ex_bytes() as u64))?;
+        let params = IvfParams {
+            bits,
+            partitions: Some(parts as usize),
+            nprobe: nprobe as usize,
+            refine: (refine != u32::MAX).then_some(refine as usize),
+            seed,
+            ..IvfParams::default()
+        };
+        let info = IvfInfo {
+            partitions: parts,
+            bits,
+            seed,
+            nprobe,
+            refine: params.refine.map(|r| r as u32),
+            listed,
+        };
+        Ok((
+            SegIvf {
+                model,
+                params,
+                nprobe: std::sync::atomic::AtomicUsize::new(nprobe as usize),
+                directory,
+                slots: slots_sec,
+                codes,
+                factors,
+                extra,
+            },
+            info,
+        ))
+    }
+
+    /// The default nprobe of an IVF segment (`None` for other kinds).
+    pub fn nprobe(&self) -> Option<usize> {
+        self.ivf
+            .as_ref()
+            .map(|i| i.nprobe.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Sets the default nprobe of an open IVF segment.
+    pub fn set_nprobe(&self, nprobe: usize) -> Result<()> {
+        let Some(i) = self.ivf.as_ref() else {
+            return Err(IndexError::InvalidParameter {
+                name: "nprobe",
+                value: nprobe.to_string(),
+                reason: "only IVF indexes have nprobe",
+            }
+            .into());
+        };
+        IvfParams { nprobe, ..i.params }
+            .validate()
+            .map_err(StoreError::Index)?;
+        i.nprobe
+            .store(nprobe, std::sync::atomic::Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The IVF model of an IVF segment.
+    pub fn ivf_model(&self) -> Option<&IvfModel> {
+        self.ivf.as_ref().map(|i| &i.model)
+    }
+
+    /// Bytes of an IVF segment that searches keep resident: codes,
+    /// factors, extra bits, lists and centroids (the vectors are read only
+    /// for reranking). 0 for other kinds.
+    pub fn ivf_resident_bytes(&self) -> usize {
+        self.ivf.as_ref().map_or(0, |i| {
+            i.slots.1
+                + i.codes.1
+                + i.factors.1
+                + i.extra.1
+                + i.directory.1
+                + (i.model.centroids().len() + i.model.rotated_centroids().len()) * 4
         })
     }
 
@@ -480,6 +720,16 @@ impl Segment {
                         "level-0 list out of range",
                     ));
                 }
+            }
+        }
+        if let Some(ivf) = &self.ivf {
+            let slots: &[u32] = words(self.bytes(ivf.slots));
+            if let Some(i) = slots.iter().position(|&s| s as usize >= n) {
+                return Err(Self::corrupt(
+                    &self.path,
+                    (ivf.slots.0 + i * 4) as u64,
+                    "IVF list slot out of range",
+                ));
             }
         }
         Ok(())
@@ -685,6 +935,39 @@ impl IndexRead for Segment {
                 prefer_exact_scan(f.count(), slots, ef, self.info.m0 as usize, graph_cost)
             });
         let space = self.info.space;
+        if let (Some(ivf), false) = (&self.ivf, opts.exact) {
+            let VectorRef::F32(x) = query else {
+                return Err(IndexError::WrongInputKind {
+                    expected: "float",
+                    dtype: space.dtype,
+                });
+            };
+            let iq = IvfQuery {
+                k,
+                nprobe: opts
+                    .nprobe
+                    .unwrap_or_else(|| ivf.nprobe.load(std::sync::atomic::Ordering::Relaxed)),
+                refine: opts.refine.unwrap_or_else(|| ivf.params.default_refine(k)),
+                filter: opts.filter,
+            };
+            let view = SegIvfView { seg: self, ivf };
+            return self.with_scratch(|s| {
+                s.with_query(&space, query, |q, s| {
+                    let scratch = s.ivf();
+                    let qf = scratch.query_mut(space.dims);
+                    qf.copy_from_slice(x);
+                    if space.metric == Metric::Cos {
+                        let n = qf.iter().map(|v| v * v).sum::<f32>().sqrt();
+                        if n > 0.0 {
+                            qf.iter_mut().for_each(|v| *v /= n);
+                        }
+                    }
+                    let mut out = Vec::with_capacity(k);
+                    ivf::search(&view, self, &self.dist, q, iq, scratch, &mut out);
+                    out
+                })
+            });
+        }
         self.with_scratch(|s| {
             s.with_query(&space, query, |q, s| {
                 if exact {
@@ -783,7 +1066,24 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
     let n = view.slots();
     let params = index.params();
     let hnsw = index.kind() == IndexKind::Hnsw;
-    let nsec = if hnsw { 6 } else { 4 };
+    let ivf = if index.kind() == IndexKind::IvfRq {
+        Some(index.ivf_export().ok_or_else(|| {
+            StoreError::Index(IndexError::InvalidParameter {
+                name: "index",
+                value: "ivf_rq".into(),
+                reason: "an untrained IVF index cannot be written",
+            })
+        })?)
+    } else {
+        None
+    };
+    let nsec = if hnsw {
+        6
+    } else if ivf.is_some() {
+        10
+    } else {
+        4
+    };
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -886,6 +1186,61 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
         w.end();
     }
 
+    let mut ivf_info = None;
+    if let Some(x) = &ivf {
+        let parts = x.lists.len();
+        let dims = space.dims;
+        w.begin(SectionKind::IvfCentroids)?;
+        for c in &x.model.centroids()[..parts * dims] {
+            w.put(&c.to_le_bytes())?;
+        }
+        w.end();
+        let mut lists = vec![0u64];
+        let mut blocks = vec![0u64];
+        for l in &x.lists {
+            lists.push(lists[lists.len() - 1] + l.slots.len() as u64);
+            blocks.push(blocks[blocks.len() - 1] + l.slots.len().div_ceil(32) as u64);
+        }
+        w.begin(SectionKind::IvfDirectory)?;
+        for v in lists.iter().chain(&blocks) {
+            w.put(&v.to_le_bytes())?;
+        }
+        w.end();
+        w.begin(SectionKind::IvfSlots)?;
+        for l in &x.lists {
+            for s in &l.slots {
+                w.put(&s.to_le_bytes())?;
+            }
+        }
+        w.end();
+        w.begin(SectionKind::IvfCodes)?;
+        for l in &x.lists {
+            w.put(&l.codes)?;
+        }
+        w.end();
+        w.begin(SectionKind::IvfFactors)?;
+        for l in &x.lists {
+            for f in &l.factors {
+                w.put(&f.to_le_bytes())?;
+            }
+        }
+        w.end();
+        w.begin(SectionKind::IvfExtra)?;
+        for l in &x.lists {
+            w.put(&l.ex)?;
+        }
+        w.end();
+        let p = index.ivf_params().unwrap_or_default();
+        ivf_info = Some(IvfInfo {
+            partitions: parts as u32,
+            bits: x.model.bits(),
+            seed: x.model.seed(),
+            nprobe: p.nprobe as u32,
+            refine: p.refine.map(|r| r.min(u32::MAX as usize - 1) as u32),
+            listed: lists[parts],
+        });
+    }
+
     let info = SegmentInfo {
         version: FORMAT_VERSION,
         space,
@@ -899,6 +1254,7 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
         ef_search: params.ef_search as u32,
         ef_construction: params.ef_construction as u32,
         file_len: w.pos,
+        ivf: ivf_info,
     };
     let mut table = Vec::with_capacity(nsec * SECTION_ENTRY_LEN);
     for s in &w.sections {
@@ -926,11 +1282,26 @@ fn encode_header(info: &SegmentInfo, nsec: u32, entry: u32, table_crc: u32) -> [
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    h[12..16].copy_from_slice(&OLDEST_SUPPORTED_VERSION.to_le_bytes());
+    // Flat and HNSW files are laid out as in version 1, so a version-1
+    // reader may read them; IVF files need a version-2 reader.
+    let oldest_reader: u32 = if info.ivf.is_some() { 2 } else { 1 };
+    h[12..16].copy_from_slice(&oldest_reader.to_le_bytes());
     h[16..20].copy_from_slice(&(info.space.dims as u32).to_le_bytes());
     h[20] = info.space.dtype as u8;
     h[21] = info.space.metric as u8;
-    h[22] = u8::from(info.kind == IndexKind::Hnsw);
+    h[22] = match info.kind {
+        IndexKind::Flat => 0,
+        IndexKind::Hnsw => 1,
+        IndexKind::IvfRq => 2,
+    };
+    if let Some(i) = &info.ivf {
+        h[72..76].copy_from_slice(&i.partitions.to_le_bytes());
+        h[76] = i.bits;
+        h[80..88].copy_from_slice(&i.seed.to_le_bytes());
+        h[88..92].copy_from_slice(&i.nprobe.to_le_bytes());
+        h[92..96].copy_from_slice(&i.refine.unwrap_or(u32::MAX).to_le_bytes());
+        h[96..104].copy_from_slice(&i.listed.to_le_bytes());
+    }
     h[24..32].copy_from_slice(&info.slots.to_le_bytes());
     h[32..40].copy_from_slice(&info.live.to_le_bytes());
     h[40..44].copy_from_slice(&(info.space.stride() as u32).to_le_bytes());

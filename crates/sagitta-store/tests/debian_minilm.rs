@@ -106,7 +106,7 @@ fn hnsw_segment_recall_and_filters_on_debian_minilm() {
                     &SearchOptions {
                         ef: Some(128),
                         filter: Some(&f),
-                        exact: false,
+                        ..Default::default()
                     },
                 )
                 .unwrap();
