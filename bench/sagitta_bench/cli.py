@@ -40,27 +40,32 @@ def cpu_model() -> str:
 
 
 def run_engine(name: str, cfg: dict, bar: tqdm) -> dict:
+    """Builds in one worker process, then opens and searches in another."""
     with tempfile.TemporaryDirectory(prefix=f"sgb-{name}-") as tmp:
-        cfg = {**cfg, "engine": name, "workdir": str(Path(tmp) / "work")}
-        cfg_path, out_path = Path(tmp) / "cfg.json", Path(tmp) / "out.json"
-        cfg_path.write_text(json.dumps(cfg))
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sagitta_bench.worker", str(cfg_path), str(out_path)],
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=Path(__file__).resolve().parents[1],
-        )
-        tail = []
-        for line in proc.stderr:
-            tail = [*tail, line][-20:]
-            if line.startswith('{"progress"'):
-                p = json.loads(line)
-                knob = ENGINES[name].knob
-                bar.set_postfix_str(f"{name} {knob}={p['knob']} recall={p['recall']:.3f}")
-                bar.update(1)
-        if proc.wait() != 0:
-            raise SystemExit(f"{name} failed:\n{''.join(tail)}")
-        return json.loads(out_path.read_text())
+        result: dict = {}
+        for phase in ("build", "search"):
+            pcfg = {**cfg, "engine": name, "workdir": str(Path(tmp) / "work"), "phase": phase}
+            cfg_path, out_path = Path(tmp) / f"{phase}.json", Path(tmp) / f"{phase}-out.json"
+            cfg_path.write_text(json.dumps(pcfg))
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sagitta_bench.worker", str(cfg_path), str(out_path)],
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=Path(__file__).resolve().parents[1],
+            )
+            tail = []
+            for line in proc.stderr:
+                tail = [*tail, line][-20:]
+                if line.startswith('{"progress"'):
+                    p = json.loads(line)
+                    knob = ENGINES[name].knob
+                    bar.set_postfix_str(f"{name} {knob}={p['knob']} recall={p['recall']:.3f}")
+                    bar.update(1)
+            if proc.wait() != 0:
+                raise SystemExit(f"{name} ({phase}) failed:\n{''.join(tail)}")
+            result.update(json.loads(out_path.read_text()))
+        result["rss_peak_mb"] = max(result["rss_build_peak_mb"], result["rss_search_peak_mb"])
+        return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -73,7 +78,10 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument(
         "--engines",
         default="hnsw",
-        help=f"hnsw | ivf | all (for the dataset's metric), or a comma list of {','.join(ENGINES)}",
+        help=(
+            "hnsw | ivf | ivf-rq (the bits x refine grid) | all (for the dataset's metric), "
+            f"or a comma list of {','.join(ENGINES)}"
+        ),
     )
     r.add_argument("--mode", choices=MODES, default="full")
     r.add_argument("--k", type=int, default=10)

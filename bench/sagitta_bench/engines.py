@@ -244,6 +244,7 @@ class LanceHNSW(Engine):
     def open(self, path):
         import lancedb
 
+        self.path = Path(path) / "lancedb"
         self.table = lancedb.connect(str(self.path)).open_table("bench")
 
     def set_knob(self, value):
@@ -344,15 +345,13 @@ class LanceIVF(LanceHNSW):
     def set_knob(self, value):
         self.nprobes = value
 
+    refine = 5  # exact rerank of refine × k candidates; 0: none
+
     def search_one(self, q, k):
-        res = (
-            self.table.search(q)
-            .limit(k)
-            .nprobes(self.nprobes)
-            .refine_factor(5)
-            .select(["id"])
-            .to_arrow()
-        )
+        s = self.table.search(q).limit(k).nprobes(self.nprobes)
+        if self.refine:
+            s = s.refine_factor(self.refine)
+        res = s.select(["id"]).to_arrow()
         return res.column("id").to_numpy()
 
 
@@ -443,6 +442,114 @@ class USearchBits(USearch):
         self.index.add(np.arange(len(base)), np.ascontiguousarray(base), threads=threads)
 
 
+class SagittaIVFRQ(Engine):
+    """Sagitta IVF-RaBitQ at ``bits`` per dimension, reranking
+    ``refine`` × k candidates exactly (0: estimated distances)."""
+
+    name = "sagitta-ivf-rq"
+    knob = "nprobe"
+    family = "ivf"
+    bits = 1
+    refine = 5
+
+    def version(self) -> str:
+        import sagitta
+
+        return f"{sagitta.__version__} ({sagitta.isa()})"
+
+    def build(self, base, threads):
+        import sagitta
+
+        self.index = sagitta.Index(
+            base.shape[1],
+            metric="cos",
+            kind="ivf_rq",
+            bits=self.bits,
+            partitions=nlist_for(len(base)),
+        )
+        self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
+
+    def save(self, path):
+        self.index.save(path / "index.sgt")
+
+    def open(self, path):
+        import sagitta
+
+        self.index = sagitta.Index.open(path / "index.sgt")
+
+    def set_knob(self, value):
+        self.nprobe = value
+
+    def search_one(self, q, k):
+        return self.index.search(
+            q, k, nprobe=self.nprobe, refine=self.refine * k, threads=1
+        ).keys
+
+    def search_batch(self, queries, k, threads):
+        return self.index.search(
+            queries, k, nprobe=self.nprobe, refine=self.refine * k, threads=threads
+        ).keys
+
+
+class FaissIVFRaBitQBits(FaissIVFRaBitQ):
+    """faiss IndexIVFRaBitQ with ``nb_bits`` = bits (faiss's default query
+    quantization, qb = 4), wrapped in IndexRefineFlat when refine > 0."""
+
+    bits = 1
+    refine = 5
+
+    def build(self, base, threads):
+        import faiss
+
+        faiss.omp_set_num_threads(threads)
+        d = base.shape[1]
+        self.quantizer = faiss.IndexFlatIP(d)
+        ivf = faiss.IndexIVFRaBitQ(
+            self.quantizer, d, nlist_for(len(base)), faiss.METRIC_INNER_PRODUCT, True, self.bits
+        )
+        ivf.train(np.ascontiguousarray(base))
+        if self.refine:
+            self.index = faiss.IndexRefineFlat(ivf)
+            self.index.k_factor = self.refine
+        else:
+            self.index = ivf
+        self.index.add(np.ascontiguousarray(base))
+
+    def open(self, path):
+        import faiss
+
+        self.index = faiss.read_index(str(path / "index.faiss"))
+        if self.refine:
+            self.index.k_factor = self.refine
+
+
+def _variants() -> list[type]:
+    """The IVF-RaBitQ grid of the issue: bits {1, 4, 8} × refine
+    {0, 2k, 5k}, for Sagitta, faiss and LanceDB, at the same partition
+    count (``nlist_for``)."""
+    out = []
+    for bits in (1, 4, 8):
+        for refine in (0, 2, 5):
+            tag = f"b{bits}-r{refine}k"
+            for base, prefix in (
+                (SagittaIVFRQ, "sagitta-ivf-rq"),
+                (FaissIVFRaBitQBits, "faiss-ivf-rabitq"),
+                (LanceIVFRQ, "lancedb-ivf-rq"),
+            ):
+                extra = {"num_bits": bits} if base is LanceIVFRQ else {}
+                attrs = {
+                    "name": f"{prefix}-{tag}",
+                    "family": "ivf-rq",
+                    "bits": bits,
+                    "refine": refine,
+                    "__doc__": f"{prefix} at {bits} bits, refine {refine} x k.",
+                }
+                if extra:
+                    attrs["extra"] = extra
+                out.append(type(f"{base.__name__}_{bits}_{refine}", (base,), attrs))
+    return out
+
+
 ENGINES = {
     e.name: e
     for e in (
@@ -458,6 +565,8 @@ ENGINES = {
         SagittaNPHD,
         FaissBinaryHNSW,
         USearchBits,
+        SagittaIVFRQ,
+        *_variants(),
     )
 }
 
@@ -465,7 +574,7 @@ ENGINES = {
 def select(spec: str, metric: str) -> list[str]:
     """Engine names for ``--engines``: a comma list, or a group (``hnsw``,
     ``ivf``, ``all``) filtered to the dataset's metric."""
-    if spec in ("hnsw", "ivf", "all"):
+    if spec in ("hnsw", "ivf", "ivf-rq", "all"):
         return [
             n
             for n, e in ENGINES.items()

@@ -1,8 +1,12 @@
-"""One engine in its own process: build, save, reopen, sweep the knob.
+"""One engine in its own processes: build and save in one, reopen and
+sweep the knob in a second.
 
-``python -m sagitta_bench.worker CONFIG.json RESULT.json``. Running each
-engine in a fresh process keeps one engine's memory out of another's peak
-RSS and its threads out of another's timings.
+``python -m sagitta_bench.worker CONFIG.json RESULT.json`` with
+``"phase": "build"`` or ``"search"`` in the config. Fresh processes keep
+one engine's memory out of another's peak RSS and its threads out of
+another's timings; opening in a process that never built the index makes
+its resident memory (RSS growth from before the open to after the sweep)
+what a server that only searches would hold.
 """
 
 from __future__ import annotations
@@ -71,8 +75,10 @@ def main() -> None:
     ds = Dataset(cfg["dataset"], Path(cfg["dataset_dir"]), cfg["metric"])
     k, threads = cfg["k"], cfg["threads"]
     workdir = Path(cfg["workdir"])
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    phase = cfg.get("phase", "build")
+    if phase == "build":
+        shutil.rmtree(workdir, ignore_errors=True)
+        workdir.mkdir(parents=True)
     os.environ["SAGITTA_BENCH_WORKDIR"] = str(workdir)
 
     proc = psutil.Process()
@@ -91,17 +97,35 @@ def main() -> None:
     rss_base = proc.memory_info().rss
 
     engine = ENGINES[cfg["engine"]](cfg["m"], cfg["ef_construction"])
-    t = time.perf_counter()
-    engine.build(base, threads)
-    build_s = time.perf_counter() - t
-    rss_after_build = proc.memory_info().rss
-    engine.save(workdir)
-    size = dir_size(workdir)
+    if phase == "build":
+        t = time.perf_counter()
+        engine.build(base, threads)
+        build_s = time.perf_counter() - t
+        rss_after_build = proc.memory_info().rss
+        engine.save(workdir)
+        out_path.write_text(
+            json.dumps(
+                {
+                    "engine": cfg["engine"],
+                    "version": engine.version(),
+                    "n": len(base),
+                    "dims": ds.base().shape[1],
+                    "build_s": build_s,
+                    "build_vps": len(base) / build_s,
+                    "size_bytes": dir_size(workdir),
+                    "rss_base_mb": rss_base / 2**20,
+                    "rss_after_build_mb": rss_after_build / 2**20,
+                    "rss_build_peak_mb": peak_rss_bytes() / 2**20,
+                }
+            )
+        )
+        return
 
-    # Reopen from disk; everything below runs on the reopened index.
-    if hasattr(engine, "index"):
-        del engine.index
+    # Search phase: open what the build phase saved.
+    n_base = len(base)
+    del base
     gc.collect()
+    rss_before_open = proc.memory_info().rss
     t = time.perf_counter()
     engine.open(workdir)
     open_s = time.perf_counter() - t
@@ -144,23 +168,17 @@ def main() -> None:
         sweep.append(point)
         print(json.dumps({"progress": cfg["engine"], **point}), file=sys.stderr, flush=True)
 
+    resident = proc.memory_info().rss - rss_before_open
     result = {
         "engine": cfg["engine"],
         "knob": engine.knob,
-        "version": engine.version(),
-        "n": len(base),
-        "dims": ds.base().shape[1],
-        "build_s": build_s,
-        "build_vps": len(base) / build_s,
-        "size_bytes": size,
         "open_s": open_s,
-        "rss_base_mb": rss_base / 2**20,
-        "rss_after_build_mb": rss_after_build / 2**20,
-        "rss_peak_mb": peak_rss_bytes() / 2**20,
+        "resident_mb": resident / 2**20,
+        "resident_bytes_per_vector": resident / n_base,
+        "rss_search_peak_mb": peak_rss_bytes() / 2**20,
         "sweep": sweep,
     }
     out_path.write_text(json.dumps(result, indent=1))
-    shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -555,7 +555,10 @@ pub fn search<S: IvfSource + ?Sized, G: GraphView + ?Sized>(
     out.clear();
     let model = src.model();
     let parts = model.partitions();
-    let depth = query.k.max(query.refine);
+    // More candidates than slots cannot exist (and a huge refine from a
+    // caller or a damaged file must not size buffers).
+    let refine = query.refine.min(g.slots());
+    let depth = query.k.min(g.slots()).max(refine);
     s.prepare(model, depth);
     let (dims, padded) = (model.dims, model.padded());
     let ip_metric = model.metric != Metric::L2;
@@ -603,7 +606,7 @@ pub fn search<S: IvfSource + ?Sized, G: GraphView + ?Sized>(
         src.with_list(p, &mut visit);
     }
 
-    if query.refine == 0 {
+    if refine == 0 {
         s.keyed.clear();
         for c in s.heap.drain() {
             s.keyed.push(KeyedCand {

@@ -474,6 +474,10 @@ impl Segment {
             let (parsed, i) = Self::open_ivf(path, &map, h, space, slots, &find)?;
             ivf = Some(parsed);
             ivf_info = Some(i);
+            // IVF searches touch full vectors only to rerank a few
+            // candidates: no readahead, so only those pages come in.
+            #[cfg(unix)]
+            let _ = map.advise_range(memmap2::Advice::Random, vectors.0, vectors.1);
         }
         let info = SegmentInfo {
             version,
