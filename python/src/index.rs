@@ -74,7 +74,7 @@ pub(crate) fn threads_arg(threads: Option<i64>) -> PyResult<usize> {
 #[derive(Debug)]
 enum Inner {
     Mem(Index),
-    Seg(Segment),
+    Seg(Box<Segment>),
 }
 
 /// A vector index: Flat (exact) or HNSW, in memory, or opened read-only
@@ -475,7 +475,7 @@ impl PyIndex {
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let seg = py.detach(|| Segment::open(&path)).map_err(store_err)?;
         Ok(PyIndex {
-            inner: Inner::Seg(seg),
+            inner: Inner::Seg(Box::new(seg)),
         })
     }
 

@@ -25,20 +25,20 @@
 
 use crate::bitset::AtomicBitset;
 use crate::graph::{self, GraphView};
+use crate::ivf::{self, Encoded, IvfModel, IvfParams, IvfQuery, IvfSource, List, ListRef};
+use crate::kmeans::Progress;
 use crate::scratch::{query_bytes, Scratch, ScratchPool};
 use crate::storage::SlotBuf;
 use crate::topk::{Cand, Neighbor};
-use crate::ivf::{self, Encoded, IvfModel, IvfParams, IvfQuery, IvfSource, List, ListRef};
-use crate::kmeans::Progress;
 use crate::{Bitset, IndexError, Result, Space, VectorRef};
-use sagitta_kernels::DType;
-use std::sync::Arc;
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use rayon::prelude::*;
+use sagitta_kernels::DType;
 use sagitta_kernels::Distance;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::sync::OnceLock;
 
 /// Most slots an index holds (slots are u32; one value is reserved).
@@ -658,9 +658,7 @@ impl Index {
     /// Whether the index can search: always for Flat/HNSW, after training
     /// for IVF.
     pub fn is_trained(&self) -> bool {
-        self.ivf
-            .as_ref()
-            .is_none_or(|s| s.trained.read().is_some())
+        self.ivf.as_ref().is_none_or(|s| s.trained.read().is_some())
     }
 
     /// Trains the IVF coarse quantizer on `sample` (row-major, `dims`
@@ -705,7 +703,9 @@ impl Index {
             })
             .collect();
         for (slot, e) in &encoded {
-            t.lists[e.partition as usize].write().push(&t.model, *slot, e);
+            t.lists[e.partition as usize]
+                .write()
+                .push(&t.model, *slot, e);
         }
         drop(store);
         self.prepare_scratch(&t.model);

@@ -197,7 +197,9 @@ impl IvfModel {
         }
         let parts = params.partitions_for(n);
         // A uniform sample of at most max_points_per_partition per centroid.
-        let cap = parts.saturating_mul(params.max_points_per_partition).max(parts);
+        let cap = parts
+            .saturating_mul(params.max_points_per_partition)
+            .max(parts);
         let picked: Vec<f32>;
         let data = if n > cap {
             let mut idx: Vec<usize> = (0..n).collect();
@@ -216,14 +218,7 @@ impl IvfModel {
         } else {
             sample
         };
-        let centroids = kmeans::kmeans(
-            data,
-            dims,
-            parts,
-            params.iterations,
-            params.seed,
-            progress,
-        );
+        let centroids = kmeans::kmeans(data, dims, parts, params.iterations, params.seed, progress);
         Ok(Self::from_centroids(
             dims,
             params.bits,
@@ -322,7 +317,8 @@ impl IvfModel {
         let norm = norm2.sqrt();
         let (f1, e1) = if l1 > 0.0 {
             let a = l1 / (norm * (padded as f32).sqrt());
-            let e = norm * (1.0 - a * a).max(0.0).sqrt() / (a * ((padded - 1).max(1) as f32).sqrt());
+            let e =
+                norm * (1.0 - a * a).max(0.0).sqrt() / (a * ((padded - 1).max(1) as f32).sqrt());
             (norm2 / l1, e)
         } else {
             (0.0, 0.0)
@@ -400,8 +396,7 @@ impl List {
     pub fn push(&mut self, model: &IvfModel, slot: u32, e: &Encoded) {
         let j = self.slots.len() % BLOCK;
         if j == 0 {
-            self.codes
-                .resize(self.codes.len() + model.block_bytes(), 0);
+            self.codes.resize(self.codes.len() + model.block_bytes(), 0);
         }
         let start = self.codes.len() - model.block_bytes();
         let block = &mut self.codes[start..];
@@ -501,8 +496,7 @@ impl IvfScratch {
             grow(&mut self.blut, padded / 8 * 256);
         }
         if self.centre.capacity() < model.partitions() {
-            self.centre
-                .reserve(model.partitions() - self.centre.len());
+            self.centre.reserve(model.partitions() - self.centre.len());
         }
         let depth = depth + 1;
         if self.heap.capacity() < depth {
@@ -578,6 +572,18 @@ pub fn search<S: IvfSource + ?Sized, G: GraphView + ?Sized>(
     s.centre[..nprobe].sort_unstable_by(by_dist);
     s.heap.clear();
 
+    // Inner product / cosine: v = Pq for every partition, so the tables
+    // are built once per query; L2 rebuilds them per partition.
+    let mut tables = Tables {
+        sum_v: 0.0,
+        norm_v: 0.0,
+        delta: 1.0,
+        min_sum: 0.0,
+    };
+    if ip_metric {
+        s.v[..padded].copy_from_slice(&s.qr[..padded]);
+        tables = build_tables(model, s);
+    }
     let mut probed = 0;
     let mut seen = 0usize;
     while probed < parts && (probed < nprobe || seen < query.k) {
@@ -589,18 +595,18 @@ pub fn search<S: IvfSource + ?Sized, G: GraphView + ?Sized>(
         probed += 1;
         let rc = &model.rcentroids[p * padded..(p + 1) * padded];
         let base = if ip_metric {
-            s.v[..padded].copy_from_slice(&s.qr[..padded]);
             let c = &model.centroids[p * dims..(p + 1) * dims];
             1.0 - (k.dot_f32)(&s.q[..dims], c)
         } else {
             for ((v, q), c) in s.v.iter_mut().zip(&s.qr).zip(rc) {
                 *v = q - c;
             }
+            tables = build_tables(model, s);
             0.0
         };
         let mut visit = |list: ListRef<'_>| {
             if list.is_consistent(model) {
-                seen += scan_list(model, g, list, base, depth, query.filter, s);
+                seen += scan_list(model, g, list, base, depth, query.filter, &tables, s);
             }
         };
         src.with_list(p, &mut visit);
@@ -641,29 +647,22 @@ pub fn search<S: IvfSource + ?Sized, G: GraphView + ?Sized>(
     out.sort_unstable_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
 }
 
-/// Builds the tables for `s.v`, scans one partition, and pushes its
-/// candidates into `s.heap` (at most `depth`). Returns how many allowed
-/// vectors it saw.
-fn scan_list<G: GraphView + ?Sized>(
-    model: &IvfModel,
-    g: &G,
-    list: ListRef<'_>,
-    base: f32,
-    depth: usize,
-    filter: Option<&Bitset>,
-    s: &mut IvfScratch,
-) -> usize {
-    let n = list.slots.len();
-    if n == 0 {
-        return 0;
-    }
+/// Per-query (inner product, cosine) or per-partition (L2) lookup tables
+/// built from `s.v`, and the sums the estimator needs.
+#[derive(Debug, Clone, Copy)]
+struct Tables {
+    sum_v: f32,
+    norm_v: f32,
+    delta: f32,
+    min_sum: f32,
+}
+
+fn build_tables(model: &IvfModel, s: &mut IvfScratch) -> Tables {
     let padded = model.padded();
     let groups = padded / 4;
-    let ip_metric = model.metric != Metric::L2;
     let v = &s.v[..padded];
     let sum_v: f32 = v.iter().sum();
     let norm_v = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    let v2 = norm_v * norm_v;
 
     // Float tables: flut[g][m] = Σ_{t ∈ m} v[4g + t].
     let flut = &mut s.flut[..groups * 16];
@@ -674,42 +673,90 @@ fn scan_list<G: GraphView + ?Sized>(
             t[m] = t[m & (m - 1)] + v[4 * gi + low];
         }
     }
-    // Quantised tables: one step for all groups, per-group offsets.
+    // Quantised tables: one step for all groups, per-group offsets. A
+    // group's smallest subset sum is the sum of its negative components,
+    // its largest the sum of its positive ones.
     let mut range = 0.0f32;
     let mut min_sum = 0.0f32;
-    for t in flut.chunks_exact(16) {
-        let (lo, hi) = t
-            .iter()
-            .fold((f32::MAX, f32::MIN), |(a, b), &x| (a.min(x), b.max(x)));
+    for q in v.chunks_exact(4) {
+        let lo: f32 = q.iter().map(|x| x.min(0.0)).sum();
+        let hi: f32 = q.iter().map(|x| x.max(0.0)).sum();
         range = range.max(hi - lo);
         min_sum += lo;
     }
     let delta = if range > 0.0 { range / 255.0 } else { 1.0 };
+    let inv = 1.0 / delta;
     let qlut = &mut s.qlut[..groups * 16];
-    for (q, t) in qlut.chunks_exact_mut(16).zip(flut.chunks_exact(16)) {
-        let lo = t.iter().fold(f32::MAX, |a, &x| a.min(x));
-        for (o, &x) in q.iter_mut().zip(t) {
-            *o = ((x - lo) / delta).round().clamp(0.0, 255.0) as u8;
+    for ((q, t), c) in qlut
+        .chunks_exact_mut(16)
+        .zip(flut.chunks_exact(16))
+        .zip(v.chunks_exact(4))
+    {
+        let lo: f32 = c.iter().map(|x| x.min(0.0)).sum();
+        for (o, &x) in q.iter_mut().zip(t.iter()) {
+            // Round half up, clamped (NaN-safe: max returns the number,
+            // where clamp would keep a NaN).
+            #[allow(clippy::manual_clamp)]
+            let y = ((x - lo) * inv + 0.5).max(0.0).min(255.0);
+            // SAFETY: y is finite and in [0, 255], which i32 represents.
+            *o = unsafe { y.to_int_unchecked::<i32>() } as u8;
         }
     }
-    let bits = usize::from(model.bits);
-    if bits > 1 {
+    if model.bits > 1 {
         let blut = &mut s.blut[..padded / 8 * 256];
         for (b, t) in blut.chunks_exact_mut(256).enumerate() {
-            let (lo, hi) = (&flut[2 * b * 16..2 * b * 16 + 16], &flut[(2 * b + 1) * 16..(2 * b + 2) * 16]);
+            let lo = &flut[2 * b * 16..2 * b * 16 + 16];
+            let hi = &flut[(2 * b + 1) * 16..(2 * b + 2) * 16];
             for m in 0..256 {
                 t[m] = lo[m & 15] + hi[m >> 4];
             }
         }
     }
+    Tables {
+        sum_v,
+        norm_v,
+        delta,
+        min_sum,
+    }
+}
+
+/// Scans one partition with the tables in `s` and pushes its candidates
+/// into `s.heap` (at most `depth`). Returns how many allowed vectors it
+/// saw.
+#[allow(clippy::too_many_arguments)]
+fn scan_list<G: GraphView + ?Sized>(
+    model: &IvfModel,
+    g: &G,
+    list: ListRef<'_>,
+    base: f32,
+    depth: usize,
+    filter: Option<&Bitset>,
+    t: &Tables,
+    s: &mut IvfScratch,
+) -> usize {
+    let n = list.slots.len();
+    if n == 0 {
+        return 0;
+    }
+    let padded = model.padded();
+    let groups = padded / 4;
+    let ip_metric = model.metric != Metric::L2;
+    let bits = usize::from(model.bits);
+    let Tables {
+        sum_v,
+        norm_v,
+        delta,
+        min_sum,
+    } = *t;
+    let v2 = norm_v * norm_v;
+    let flut = &s.flut[..groups * 16];
+    let qlut = &s.qlut[..groups * 16];
     let fastscan = kernels().fastscan;
     let block_bytes = model.block_bytes();
     let ex_bytes = model.ex_bytes();
     let plane = padded / 8;
-    let max_code = ((1u32 << (bits - 1)) - 1) as f32;
     let half_span = ((1u32 << bits) - 1) as f32 / 2.0;
     let err_scale = EPSILON0 * norm_v * if ip_metric { 1.0 } else { 2.0 };
-    let _ = max_code;
     let mut seen = 0;
     let mut sums = [0u16; 32];
     let mut wide = [0u32; 32];

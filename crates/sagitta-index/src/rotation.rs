@@ -140,8 +140,14 @@ mod tests {
             rot.apply(&a, &mut ra);
             rot.apply(&b, &mut rb);
             let scale = dot(&a, &a).max(1.0);
-            assert!((dot(&a, &b) - dot(&ra, &rb)).abs() < 1e-4 * scale, "dims {dims}");
-            assert!((dot(&a, &a) - dot(&ra, &ra)).abs() < 1e-4 * scale, "dims {dims}");
+            assert!(
+                (dot(&a, &b) - dot(&ra, &rb)).abs() < 1e-4 * scale,
+                "dims {dims}"
+            );
+            assert!(
+                (dot(&a, &a) - dot(&ra, &ra)).abs() < 1e-4 * scale,
+                "dims {dims}"
+            );
         }
     }
 

@@ -110,8 +110,14 @@ fn recall_against_flat_by_bits_metric_and_refine() {
                 4 => (0.78, 0.98),
                 _ => (0.95, 0.98),
             };
-            assert!(r0 >= floor0, "{metric:?} bits {bits}: recall {r0} without rerank");
-            assert!(r5 >= floor5, "{metric:?} bits {bits}: recall {r5} with rerank 5k");
+            assert!(
+                r0 >= floor0,
+                "{metric:?} bits {bits}: recall {r0} without rerank"
+            );
+            assert!(
+                r5 >= floor5,
+                "{metric:?} bits {bits}: recall {r5} with rerank 5k"
+            );
             assert!(r5 >= r0, "{metric:?} bits {bits}: rerank lowered recall");
         }
     }
@@ -300,10 +306,19 @@ fn bad_parameters_and_inputs_get_typed_errors() {
     let space = Space::new(8, Metric::L2, DType::F32).unwrap();
     for bits in [0u8, 9] {
         let e = Index::ivf_rq(space, params(bits, 2)).unwrap_err();
-        assert!(matches!(e, IndexError::InvalidParameter { name: "bits", .. }));
+        assert!(matches!(
+            e,
+            IndexError::InvalidParameter { name: "bits", .. }
+        ));
     }
     let e = Index::ivf_rq(space, params(1, 0)).unwrap_err();
-    assert!(matches!(e, IndexError::InvalidParameter { name: "partitions", .. }));
+    assert!(matches!(
+        e,
+        IndexError::InvalidParameter {
+            name: "partitions",
+            ..
+        }
+    ));
     let bin = Space::new(64, Metric::Hamming, DType::B1).unwrap();
     assert!(Index::ivf_rq(bin, IvfParams::default()).is_err());
     let i8s = Space::new(8, Metric::L2, DType::I8).unwrap();

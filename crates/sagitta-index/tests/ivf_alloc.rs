@@ -70,8 +70,12 @@ fn warm_ivf_search_allocates_nothing() {
         st ^= st << 17;
         (st >> 40) as f32 / (1u64 << 24) as f32 - 0.5
     };
-    let rows: Vec<Vec<f32>> = (0..3000).map(|_| (0..dims).map(|_| rnd()).collect()).collect();
-    let queries: Vec<Vec<f32>> = (0..50).map(|_| (0..dims).map(|_| rnd()).collect()).collect();
+    let rows: Vec<Vec<f32>> = (0..3000)
+        .map(|_| (0..dims).map(|_| rnd()).collect())
+        .collect();
+    let queries: Vec<Vec<f32>> = (0..50)
+        .map(|_| (0..dims).map(|_| rnd()).collect())
+        .collect();
     for bits in [1u8, 4, 8] {
         let space = Space::new(dims, Metric::Cos, DType::F32).unwrap();
         let idx = Index::ivf_rq(

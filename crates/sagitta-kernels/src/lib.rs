@@ -24,9 +24,9 @@
 mod avx2;
 mod avx512;
 mod distance;
+pub mod fastscan;
 mod neon;
 pub mod scalar;
-pub mod fastscan;
 
 pub use distance::{
     nphd_code_len, nphd_encode, DType, Distance, KernelError, Metric, NPHD_MAX_BYTES,

@@ -551,7 +551,11 @@ impl Segment {
             .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
             .collect();
         if centroids_f.iter().any(|x| !x.is_finite()) {
-            return Err(Self::corrupt(path, centroids.0 as u64, "non-finite centroid"));
+            return Err(Self::corrupt(
+                path,
+                centroids.0 as u64,
+                "non-finite centroid",
+            ));
         }
         let model = IvfModel::from_centroids(dims, bits, space.metric, seed, centroids_f);
         // The directory must be two non-decreasing runs ending at the
@@ -562,9 +566,10 @@ impl Segment {
             .collect();
         let (lists, blocks) = dir.split_at(parts as usize + 1);
         let monotone = |v: &[u64]| v.windows(2).all(|w| w[0] <= w[1]) && v[0] == 0;
-        let block_ok = lists.windows(2).zip(blocks.windows(2)).all(|(l, b)| {
-            b[1].checked_sub(b[0]) == Some((l[1] - l[0].min(l[1])).div_ceil(32))
-        });
+        let block_ok = lists
+            .windows(2)
+            .zip(blocks.windows(2))
+            .all(|(l, b)| b[1].checked_sub(b[0]) == Some((l[1] - l[0].min(l[1])).div_ceil(32)));
         let total_blocks = blocks[parts as usize];
         if !monotone(lists) || !monotone(blocks) || lists[parts as usize] != listed || !block_ok {
             return Err(Self::corrupt(path, directory.0 as u64, "bad IVF directory"));
@@ -575,7 +580,10 @@ impl Segment {
             Some(total_blocks * model.block_bytes() as u64),
         )?;
         let factors = find(SectionKind::IvfFactors, Some(listed * FACTORS as u64 * 4))?;
-        let extra = find(SectionKind::IvfExtra, Some(listed * model.ex_bytes() as u64))?;
+        let extra = find(
+            SectionKind::IvfExtra,
+            Some(listed * model.ex_bytes() as u64),
+        )?;
         let params = IvfParams {
             bits,
             partitions: Some(parts as usize),
@@ -627,8 +635,7 @@ impl Segment {
         IvfParams { nprobe, ..i.params }
             .validate()
             .map_err(StoreError::Index)?;
-        i.nprobe
-            .store(nprobe, std::sync::atomic::Ordering::Relaxed);
+        i.nprobe.store(nprobe, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
 

@@ -113,7 +113,10 @@ fn ivf_round_trip_gives_identical_results() {
         assert!(seg.ivf_resident_bytes() > 0 && seg.ivf_resident_bytes() < info.file_len as usize);
         // IVF files need a version-2 reader; flat/HNSW ones do not.
         let head = std::fs::read(&path).unwrap();
-        assert_eq!(u32::from_le_bytes([head[12], head[13], head[14], head[15]]), 2);
+        assert_eq!(
+            u32::from_le_bytes([head[12], head[13], head[14], head[15]]),
+            2
+        );
         for q in rows(30, 40, 77) {
             for (nprobe, refine) in [(1, 0), (3, 20), (7, 100)] {
                 let o = SearchOptions {
@@ -148,7 +151,10 @@ fn ivf_round_trip_gives_identical_results() {
     let p = dir.path().join("flat.sgt");
     Segment::write(&flat, &p).unwrap();
     let head = std::fs::read(&p).unwrap();
-    assert_eq!(u32::from_le_bytes([head[12], head[13], head[14], head[15]]), 1);
+    assert_eq!(
+        u32::from_le_bytes([head[12], head[13], head[14], head[15]]),
+        1
+    );
 }
 
 #[test]
@@ -161,7 +167,10 @@ fn frozen_v2_ivf_fixture_reads_back() {
     let info = seg.info();
     assert_eq!((info.version, info.slots, info.live), (2, 256, 255));
     let ivf = info.ivf.unwrap();
-    assert_eq!((ivf.partitions, ivf.bits, ivf.nprobe, ivf.listed), (4, 4, 2, 256));
+    assert_eq!(
+        (ivf.partitions, ivf.bits, ivf.nprobe, ivf.listed),
+        (4, 4, 2, 256)
+    );
     assert_eq!(seg.get(120), Some(ivf_row(12)));
     assert!(!seg.contains(50));
     // Searches agree with brute force over the rows the fixture was made
@@ -183,7 +192,9 @@ fn frozen_v2_ivf_fixture_reads_back() {
         assert_eq!(got, want[..5].to_vec(), "query row {qi}");
         // The default (nprobe 2, 4 bits: refine 2k) still finds the row.
         if qi != 5 {
-            let d = seg.search(VectorRef::F32(&q), 3, &SearchOptions::default()).unwrap();
+            let d = seg
+                .search(VectorRef::F32(&q), 3, &SearchOptions::default())
+                .unwrap();
             assert_eq!((d[0].key, d[0].distance), (10 * qi as u64, 0.0));
         }
     }
