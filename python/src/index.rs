@@ -209,7 +209,7 @@ impl PyIndex {
     fn read(&self) -> &dyn IndexRead {
         match &self.inner {
             Inner::Mem(i) => i,
-            Inner::Seg(s) => s,
+            Inner::Seg(s) => &**s,
         }
     }
 
