@@ -71,10 +71,12 @@ pub(crate) fn threads_arg(threads: Option<i64>) -> PyResult<usize> {
     }
 }
 
+// One per Python object: the size difference of the variants does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 enum Inner {
     Mem(Index),
-    Seg(Box<Segment>),
+    Seg(Segment),
 }
 
 /// A vector index: Flat (exact) or HNSW, in memory, or opened read-only
@@ -209,7 +211,7 @@ impl PyIndex {
     fn read(&self) -> &dyn IndexRead {
         match &self.inner {
             Inner::Mem(i) => i,
-            Inner::Seg(s) => &**s,
+            Inner::Seg(s) => s,
         }
     }
 
@@ -475,7 +477,7 @@ impl PyIndex {
     fn open(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
         let seg = py.detach(|| Segment::open(&path)).map_err(store_err)?;
         Ok(PyIndex {
-            inner: Inner::Seg(Box::new(seg)),
+            inner: Inner::Seg(seg),
         })
     }
 
