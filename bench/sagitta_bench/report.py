@@ -61,8 +61,13 @@ def markdown(run: dict) -> str:
     for r in res:
         p95 = point_at(r["sweep"], 0.95)
         lat = f"{p95['p50_us']:.0f} / {p95['p99_us']:.0f}" if p95 else "–"
+        capped = (
+            f" ({r['queries']} queries, {r['passes']} pass)"
+            if r.get("queries", run["queries"]) < run["queries"]
+            else ""
+        )
         lines.append(
-            f"| {r['engine']} | {r['version']} | {r['build_s']:.1f} | {r['build_vps']:.0f} "
+            f"| {r['engine']}{capped} | {r['version']} | {r['build_s']:.1f} | {r['build_vps']:.0f} "
             f"| {r['size_bytes'] / 1e6:.1f} | {r['rss_peak_mb']:.0f} "
             f"({r['rss_peak_mb'] - r['rss_base_mb']:+.0f}) "
             f"| {fmt(r.get('resident_bytes_per_vector'))} | {r['open_s'] * 1e3:.1f} "

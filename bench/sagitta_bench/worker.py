@@ -121,7 +121,17 @@ def main() -> None:
         )
         return
 
-    # Search phase: open what the build phase saved.
+    # Search phase: open what the build phase saved. Engines that are very
+    # slow per query (LanceDB's IVF indexes: ~10-30 ms of per-query
+    # overhead) may cap the query count and passes (`max_queries`,
+    # `max_passes`); the result says what was used.
+    cap = getattr(engine, "max_queries", None)
+    if cap is not None and cap < len(queries):
+        queries = queries[:cap]
+        gt = gt[:cap]
+        if ties is not None:
+            ties = (ties[0], ties[1][:cap], ties[2][:cap], *ties[3:])
+    passes = min(cfg.get("passes", 3), getattr(engine, "max_passes", 99))
     n_base = len(base)
     del base
     gc.collect()
@@ -139,7 +149,7 @@ def main() -> None:
         # queries is kept (its latencies give the percentiles).
         lat = None
         ids = np.empty((len(queries), k), dtype=np.int64)
-        for _ in range(cfg.get("passes", 3)):
+        for _ in range(passes):
             pass_lat = np.empty(len(queries))
             for i, q in enumerate(queries):
                 t = time.perf_counter()
@@ -173,6 +183,8 @@ def main() -> None:
         "engine": cfg["engine"],
         "knob": engine.knob,
         "open_s": open_s,
+        "queries": len(queries),
+        "passes": passes,
         "resident_mb": resident / 2**20,
         "resident_bytes_per_vector": resident / n_base,
         "rss_search_peak_mb": peak_rss_bytes() / 2**20,

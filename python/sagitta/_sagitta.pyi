@@ -13,8 +13,10 @@ NO_KEY: int
 """Key of empty result slots (``2**64 - 1``); refused as a user key."""
 
 Metric = Literal["cos", "cosine", "l2", "l2sq", "euclidean", "ip", "dot", "hamming", "nphd"]
-DType = Literal["f32", "float32", "f16", "float16", "i8", "int8", "b1", "bits", "binary"]
-Kind = Literal["hnsw", "flat"]
+DType = Literal[
+    "f32", "float32", "f16", "float16", "i8", "int8", "b1", "bits", "binary", "sq8", "sq16"
+]
+Kind = Literal["hnsw", "flat", "ivf_rq"]
 KeyLike: TypeAlias = int | np.integer[Any]
 KeysLike: TypeAlias = Sequence[int] | npt.NDArray[np.integer[Any]]
 VectorsLike: TypeAlias = npt.ArrayLike | bytes | bytearray | memoryview | Sequence[bytes]
@@ -47,7 +49,8 @@ class SearchResult:
         """Unpacks as ``keys, distances``."""
 
 class Index:
-    """A Flat or HNSW vector index, in memory or opened read-only from a file."""
+    """A Flat, HNSW or IVF-RaBitQ vector index, in memory or opened
+    read-only from a file."""
 
     def __init__(
         self,
@@ -59,8 +62,18 @@ class Index:
         expansion_add: int = 128,
         expansion_search: int = 64,
         seed: int | None = None,
+        bits: int = 1,
+        partitions: int | None = None,
+        nprobe: int = 8,
+        refine: int | None = None,
     ) -> None:
-        """Creates an empty in-memory index."""
+        """Creates an empty in-memory index (``kind="ivf_rq"``: IVF-RaBitQ
+        with ``bits`` per dimension; trained by :meth:`train` or the first
+        :meth:`add`)."""
+    def train(
+        self, sample: VectorsLike, *, progress: bool = False, threads: int | None = None
+    ) -> None:
+        """Trains an ``ivf_rq`` index on ``sample`` and re-encodes what is stored."""
     @staticmethod
     def open(path: PathLike) -> Index:
         """Opens a file written by :meth:`save`, memory-mapped and read-only."""
@@ -79,6 +92,8 @@ class Index:
         radius: float | None = None,
         exact: bool = False,
         expansion: int | None = None,
+        nprobe: int | None = None,
+        refine: int | None = None,
         threads: int | None = None,
     ) -> SearchResult:
         """The ``k`` nearest neighbours of each query."""
@@ -103,7 +118,7 @@ class Index:
     def metric(self) -> Literal["cos", "l2", "ip", "hamming", "nphd"]:
         """Metric name."""
     @property
-    def dtype(self) -> Literal["f32", "f16", "i8", "b1"]:
+    def dtype(self) -> Literal["f32", "f16", "i8", "b1", "sq8", "sq16"]:
         """Storage type."""
     @property
     def kind(self) -> Kind:
@@ -119,6 +134,20 @@ class Index:
         """Default beam width of searches (settable)."""
     @expansion_search.setter
     def expansion_search(self, value: int) -> None: ...
+    @property
+    def is_trained(self) -> bool:
+        """False only for an ``ivf_rq`` index neither trained nor added to."""
+    @property
+    def bits(self) -> int | None:
+        """RaBitQ bits per dimension (``ivf_rq``)."""
+    @property
+    def partitions(self) -> int | None:
+        """IVF partitions once trained (``ivf_rq``)."""
+    @property
+    def nprobe(self) -> int | None:
+        """Default partitions probed (``ivf_rq``)."""
+    @nprobe.setter
+    def nprobe(self, value: int) -> None: ...
     @property
     def memory_usage(self) -> int:
         """Heap bytes (in memory) or mapped file bytes (opened file)."""
@@ -153,6 +182,10 @@ class Collection:
         connectivity: int = 16,
         expansion_add: int = 128,
         expansion_search: int = 64,
+        bits: int = 1,
+        partitions: int | None = None,
+        nprobe: int = 8,
+        refine: int | None = None,
     ) -> Collection:
         """Creates a collection in ``path`` and opens it for writing."""
     @staticmethod
@@ -175,6 +208,8 @@ class Collection:
         radius: float | None = None,
         exact: bool = False,
         expansion: int | None = None,
+        nprobe: int | None = None,
+        refine: int | None = None,
         threads: int | None = None,
     ) -> SearchResult:
         """The ``k`` nearest neighbours over every segment."""

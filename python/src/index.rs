@@ -37,6 +37,7 @@ fn numpy_dtype(d: DType) -> &'static str {
         DType::F16 => "float16",
         DType::I8 => "int8",
         DType::B1 => "uint8",
+        DType::Sq8 | DType::Sq16 => "float32",
     }
 }
 
@@ -244,7 +245,23 @@ pub(crate) fn decode_rows<'py>(
             .collect();
         return one_or_list(py, items, single);
     }
-    let vb = space.vector_bytes();
+    // Scalar-quantized rows come back dequantized, as float32.
+    let found: Vec<Option<Vec<u8>>> = if space.dtype.is_quantized() {
+        found
+            .into_iter()
+            .map(|r| {
+                r.and_then(|b| space.decode_floats(&b))
+                    .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+            })
+            .collect()
+    } else {
+        found
+    };
+    let vb = if space.dtype.is_quantized() {
+        space.dims * 4
+    } else {
+        space.vector_bytes()
+    };
     let mut flat = Vec::with_capacity(found.iter().flatten().count() * vb);
     for r in found.iter().flatten() {
         flat.extend_from_slice(&r[..vb]);
@@ -306,7 +323,7 @@ pub(crate) fn index_args(
         None => DType::F32,
         Some(d) => DType::parse(d).ok_or_else(|| {
             PyValueError::new_err(format!(
-                "dtype: unknown dtype '{d}' (expected f32, f16, i8 or b1)"
+                "dtype: unknown dtype '{d}' (expected f32, f16, i8, b1, sq8 or sq16)"
             ))
         })?,
     };
@@ -412,9 +429,11 @@ impl PyIndex {
     /// ndim: dimensions (bits for ``hamming``; the longest code in bits,
     /// at most 256, for ``nphd``). metric: ``"cos"``, ``"l2"``, ``"ip"``,
     /// ``"hamming"`` or ``"nphd"``. dtype: storage type, ``"f32"``,
-    /// ``"f16"``, ``"i8"`` or ``"b1"`` (default: ``"b1"`` for the binary
-    /// metrics, ``"f32"`` otherwise). kind: ``"hnsw"`` or ``"flat"``
-    /// (exact). connectivity: HNSW links per node (M). expansion_add /
+    /// ``"f16"``, ``"i8"``, ``"b1"``, or the scalar-quantized ``"sq8"`` /
+    /// ``"sq16"`` (any float input; one scale per vector, codes of 1 or 2
+    /// bytes per dimension; :meth:`get` returns the dequantized vector)
+    /// (default: ``"b1"`` for the binary metrics, ``"f32"`` otherwise).
+    /// kind: ``"hnsw"``, ``"flat"`` (exact) or ``"ivf_rq"``. connectivity: HNSW links per node (M). expansion_add /
     /// expansion_search: beam widths while adding / searching. seed:
     /// seed of the HNSW level assignment or of the IVF rotation and
     /// k-means (builds are reproducible).

@@ -334,6 +334,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn build_cmd(
     input: &Path,
     out: &Path,
@@ -342,16 +343,44 @@ pub fn build_cmd(
     kind: &str,
     m: usize,
     efc: usize,
+    ivf: sagitta_index::IvfParams,
 ) -> Result<()> {
     let mat = sagitta_store::npy::read_f32(input)?;
     let n = limit.unwrap_or(mat.rows).min(mat.rows);
-    let kind = match kind {
-        "hnsw" => IndexKind::Hnsw,
-        "flat" => IndexKind::Flat,
-        k => bail!("unknown kind {k} (hnsw or flat)"),
+    let Some(kind) = IndexKind::parse(kind) else {
+        bail!("unknown kind {kind} (hnsw, flat or ivf_rq)");
     };
     let rows = Rows::new(&mat, n, metric == "hamming");
-    let (idx, secs) = build(space_for(metric, mat.cols)?, kind, &rows, m, efc)?;
+    let space = space_for(metric, mat.cols)?;
+    let (idx, secs) = if kind == IndexKind::IvfRq {
+        // Train with a progress report, then encode every row.
+        let idx = Index::ivf_rq(space, ivf)?;
+        let t = Instant::now();
+        let sample: Vec<f32> = (0..n)
+            .flat_map(|i| match rows.get(i) {
+                VectorRef::F32(x) => x.to_vec(),
+                VectorRef::Bytes(_) => Vec::new(),
+            })
+            .collect();
+        idx.train(&sample, &mut |p| {
+            let sagitta_index::kmeans::Progress::Iteration {
+                clusters,
+                points,
+                iter,
+                of,
+                inertia,
+            } = p;
+            eprintln!(
+                "k-means: {clusters} partitions over {points} points, iteration {iter}/{of}, mean squared distance {inertia:.5}"
+            );
+        })?;
+        let keys: Vec<u64> = (0..n as u64).collect();
+        let vecs: Vec<VectorRef<'_>> = (0..n).map(|i| rows.get(i)).collect();
+        idx.add_batch(&keys, &vecs, 0)?;
+        (idx, t.elapsed().as_secs_f64())
+    } else {
+        build(space, kind, &rows, m, efc)?
+    };
     let t = Instant::now();
     let info = Segment::write(&idx, out)?;
     println!(

@@ -49,13 +49,19 @@ enum Cmd {
         /// cos, l2, ip, or hamming (sign bits of the floats).
         #[arg(long, default_value = "cos")]
         metric: String,
-        /// hnsw or flat.
+        /// hnsw, flat or ivf_rq.
         #[arg(long, default_value = "hnsw")]
         kind: String,
         #[arg(long, default_value_t = 16)]
         m: usize,
         #[arg(long, default_value_t = 128)]
         ef_construction: usize,
+        /// ivf_rq: RaBitQ bits per dimension (1..=8).
+        #[arg(long, default_value_t = 1)]
+        bits: u8,
+        /// ivf_rq: partitions (default: one per 4096 vectors).
+        #[arg(long)]
+        partitions: Option<usize>,
     },
     /// Print a segment's header and verify its checksums.
     Inspect {
@@ -138,7 +144,22 @@ fn main() -> Result<()> {
             kind,
             m,
             ef_construction,
-        } => eval::build_cmd(&input, &out, limit, &metric, &kind, m, ef_construction),
+            bits,
+            partitions,
+        } => eval::build_cmd(
+            &input,
+            &out,
+            limit,
+            &metric,
+            &kind,
+            m,
+            ef_construction,
+            sagitta_index::IvfParams {
+                bits,
+                partitions,
+                ..Default::default()
+            },
+        ),
         Cmd::Inspect { file } => {
             let seg = sagitta_store::Segment::open(&file)
                 .with_context(|| format!("opening {}", file.display()))?;

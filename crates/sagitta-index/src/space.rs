@@ -66,7 +66,11 @@ impl Space {
     /// f32 / f16): they then compare with a plain dot product, and `get`
     /// returns the unit-length vector.
     pub fn normalizes(&self) -> bool {
-        self.metric == Metric::Cos && matches!(self.dtype, DType::F32 | DType::F16)
+        self.metric == Metric::Cos
+            && matches!(
+                self.dtype,
+                DType::F32 | DType::F16 | DType::Sq8 | DType::Sq16
+            )
     }
 
     /// The distance function for this space.
@@ -90,6 +94,7 @@ impl Space {
         out.fill(0);
         match (v, self.dtype) {
             (VectorRef::F32(x), DType::F32 | DType::F16 | DType::I8) => self.encode_floats(x, out),
+            (VectorRef::F32(x), DType::Sq8 | DType::Sq16) => self.encode_quantized(x, out),
             (VectorRef::Bytes(b), DType::B1) => {
                 if self.metric == Metric::Nphd {
                     nphd_encode(b, self.dims / 8, &mut out[..self.vector_bytes()])?;
@@ -113,6 +118,58 @@ impl Space {
                 dtype: self.dtype,
             }),
         }
+    }
+
+    /// Scalar quantization with one scale per vector: `scale = max|x_i| /
+    /// R` (R = 127 or 32767), `code_i = round(x_i / scale)`, and the norm²
+    /// of the dequantized vector (so identical vectors are at distance 0).
+    fn encode_quantized(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
+        self.check_floats(x)?;
+        let unit = if self.metric == Metric::Cos {
+            let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
+            if norm > 0.0 {
+                1.0 / norm
+            } else {
+                1.0
+            }
+        } else {
+            1.0
+        };
+        let range = if self.dtype == DType::Sq8 {
+            127.0
+        } else {
+            32767.0
+        };
+        let top = x.iter().fold(0.0f32, |m, v| m.max((v * unit).abs()));
+        let scale = if top > 0.0 { top / range } else { 1.0 };
+        let mut norm2 = 0.0f32;
+        let body = &mut out[sagitta_kernels::SQ_HEADER..];
+        for (i, v) in x.iter().enumerate() {
+            let c = (v * unit / scale).round().clamp(-range, range);
+            let dq = c * scale;
+            norm2 += dq * dq;
+            if self.dtype == DType::Sq8 {
+                body[i] = (c as i8) as u8;
+            } else {
+                body[2 * i..2 * i + 2].copy_from_slice(&(c as i16).to_ne_bytes());
+            }
+        }
+        out[0..4].copy_from_slice(&scale.to_ne_bytes());
+        out[4..8].copy_from_slice(&norm2.to_ne_bytes());
+        Ok(())
+    }
+
+    fn check_floats(&self, x: &[f32]) -> Result<()> {
+        if x.len() != self.dims {
+            return Err(IndexError::Dimensions {
+                expected: self.dims,
+                got: x.len(),
+            });
+        }
+        if let Some((index, &value)) = x.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(IndexError::NotFinite { index, value });
+        }
+        Ok(())
     }
 
     fn encode_floats(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
@@ -170,7 +227,7 @@ impl Space {
                     *o = (q as i8) as u8;
                 }
             }
-            DType::B1 => {
+            DType::B1 | DType::Sq8 | DType::Sq16 => {
                 return Err(IndexError::WrongInputKind {
                     expected: "packed-bit bytes",
                     dtype: self.dtype,
@@ -201,6 +258,23 @@ impl Space {
                     .map(|&b| f32::from(b as i8))
                     .collect(),
             ),
+            DType::Sq8 | DType::Sq16 => {
+                let scale = stored
+                    .get(0..4)
+                    .map_or(0.0, |w| f32::from_ne_bytes([w[0], w[1], w[2], w[3]]));
+                let body = stored.get(sagitta_kernels::SQ_HEADER..)?;
+                Some(if self.dtype == DType::Sq8 {
+                    body.iter()
+                        .take(self.dims)
+                        .map(|&b| f32::from(b as i8) * scale)
+                        .collect()
+                } else {
+                    body.chunks_exact(2)
+                        .take(self.dims)
+                        .map(|w| f32::from(i16::from_ne_bytes([w[0], w[1]])) * scale)
+                        .collect()
+                })
+            }
             DType::B1 => None,
         }
     }

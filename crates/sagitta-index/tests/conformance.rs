@@ -485,3 +485,73 @@ fn exact_search_breaks_distance_ties_by_key() {
         assert_eq!(got, vec![0, 3, 6, 9, 12, 15, 18], "{kind:?}");
     }
 }
+
+#[test]
+fn scalar_quantized_storage_tracks_the_float_oracle() {
+    let rows = data(2000, 48, 31);
+    let qs = data(40, 48, 32);
+    for metric in [Metric::L2, Metric::Ip, Metric::Cos] {
+        let oracle = build(
+            IndexKind::Flat,
+            Space::new(48, metric, DType::F32).unwrap(),
+            &rows,
+        );
+        let want = keys_of(&oracle, &qs, 10, &SearchOptions::default());
+        for (dtype, floor) in [(DType::Sq8, 0.9), (DType::Sq16, 0.99)] {
+            let space = Space::new(48, metric, dtype).unwrap();
+            assert_eq!(
+                space.vector_bytes(),
+                8 + 48 * if dtype == DType::Sq8 { 1 } else { 2 }
+            );
+            for kind in [IndexKind::Flat, IndexKind::Hnsw] {
+                let idx = build(kind, space, &rows);
+                let got = keys_of(
+                    &idx,
+                    &qs,
+                    10,
+                    &SearchOptions {
+                        ef: Some(128),
+                        ..Default::default()
+                    },
+                );
+                let r = recall(&want, &got);
+                assert!(
+                    r >= floor - 0.03,
+                    "{metric:?} {dtype:?} {kind:?}: recall {r}"
+                );
+            }
+            // Round trip through the stored form stays close to the input.
+            let idx = build(IndexKind::Flat, space, &rows);
+            let back = idx.get(3 * 7 + 3).unwrap();
+            let orig = &rows[3];
+            let norm = if metric == Metric::Cos {
+                orig.iter().map(|v| v * v).sum::<f32>().sqrt()
+            } else {
+                1.0
+            };
+            let top = orig.iter().fold(0.0f32, |m, v| m.max(v.abs())) / norm;
+            let tol = top / if dtype == DType::Sq8 { 100.0 } else { 20000.0 };
+            for (b, o) in back.iter().zip(orig) {
+                assert!(
+                    (b - o / norm).abs() <= tol,
+                    "{metric:?} {dtype:?}: {b} vs {}",
+                    o / norm
+                );
+            }
+        }
+    }
+    // Wrong input kinds and values are typed errors.
+    let space = Space::new(48, Metric::L2, DType::Sq8).unwrap();
+    let idx = Index::flat(space).unwrap();
+    assert!(matches!(
+        idx.add(1, VectorRef::Bytes(&[1, 2, 3])),
+        Err(IndexError::WrongInputKind { .. })
+    ));
+    let mut nan = vec![0.5f32; 48];
+    nan[9] = f32::NAN;
+    assert!(matches!(
+        idx.add(1, VectorRef::F32(&nan)),
+        Err(IndexError::NotFinite { index: 9, .. })
+    ));
+    assert!(Space::new(64, Metric::Hamming, DType::Sq16).is_err());
+}

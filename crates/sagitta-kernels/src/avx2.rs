@@ -260,6 +260,37 @@ pub(crate) fn cos_i8(a: &[i8], b: &[i8]) -> f32 {
     crate::cos_from_parts(ab as f32, aa as f32, bb as f32)
 }
 
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_i16_impl(a: &[i16], b: &[i16]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut i = 0;
+    // SAFETY: each load reads 16 i16 at offset i with i + 16 <= n, inside
+    // both slices; the tail is scalar.
+    unsafe {
+        // Pairwise products summed into i32 (at most 2 × 32767² without
+        // overflow for codes in ±32767), converted to f32 per step.
+        let mut acc = _mm256_setzero_ps();
+        while i + 16 <= n {
+            let x = _mm256_loadu_si256(pa.add(i).cast());
+            let y = _mm256_loadu_si256(pb.add(i).cast());
+            acc = _mm256_add_ps(acc, _mm256_cvtepi32_ps(_mm256_madd_epi16(x, y)));
+            i += 16;
+        }
+        let mut tail: i64 = 0;
+        while i < n {
+            tail += i64::from(*pa.add(i)) * i64::from(*pb.add(i));
+            i += 1;
+        }
+        hsum256(acc) + tail as f32
+    }
+}
+
+pub(crate) fn dot_i16(a: &[i16], b: &[i16]) -> f32 {
+    // SAFETY: see module docs.
+    unsafe { dot_i16_impl(a, b) }
+}
+
 #[target_feature(enable = "popcnt")]
 unsafe fn hamming_impl(a: &[u8], b: &[u8]) -> u32 {
     // Same algorithm as the scalar reference, compiled with the hardware

@@ -241,6 +241,35 @@ pub(crate) fn cos_i8(a: &[i8], b: &[i8]) -> f32 {
     crate::cos_from_parts(ab as f32, aa as f32, bb as f32)
 }
 
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn dot_i16_impl(a: &[i16], b: &[i16]) -> f32 {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut i = 0;
+    // SAFETY: each load reads 32 i16 at offset i with i + 32 <= n, inside
+    // both slices; the tail is scalar.
+    unsafe {
+        let mut acc = _mm512_setzero_ps();
+        while i + 32 <= n {
+            let x = _mm512_loadu_si512(pa.add(i).cast());
+            let y = _mm512_loadu_si512(pb.add(i).cast());
+            acc = _mm512_add_ps(acc, _mm512_cvtepi32_ps(_mm512_madd_epi16(x, y)));
+            i += 32;
+        }
+        let mut tail: i64 = 0;
+        while i < n {
+            tail += i64::from(*pa.add(i)) * i64::from(*pb.add(i));
+            i += 1;
+        }
+        _mm512_reduce_add_ps(acc) + tail as f32
+    }
+}
+
+pub(crate) fn dot_i16(a: &[i16], b: &[i16]) -> f32 {
+    // SAFETY: see module docs.
+    unsafe { dot_i16_impl(a, b) }
+}
+
 #[target_feature(enable = "avx512f,avx512bw,avx512vpopcntdq")]
 unsafe fn hamming_impl(a: &[u8], b: &[u8]) -> u32 {
     let n = a.len().min(b.len());

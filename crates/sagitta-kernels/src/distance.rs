@@ -47,7 +47,16 @@ pub enum DType {
     I8 = 2,
     /// Packed bits, 8 per byte, first component in the lowest bit of byte 0.
     B1 = 3,
+    /// Scalar-quantized floats, one signed byte per component: a header of
+    /// `scale: f32, norm²: f32`, then codes in ±127 with
+    /// `x_i ≈ scale × code_i` (one scale per vector).
+    Sq8 = 4,
+    /// As `Sq8` with 16-bit codes in ±32767.
+    Sq16 = 5,
 }
+
+/// Bytes of the `scale, norm²` header of a scalar-quantized vector.
+pub const SQ_HEADER: usize = 8;
 
 /// Errors from binding a metric to a storage type or encoding a code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -119,6 +128,8 @@ impl DType {
             DType::F16 => "f16",
             DType::I8 => "i8",
             DType::B1 => "b1",
+            DType::Sq8 => "sq8",
+            DType::Sq16 => "sq16",
         }
     }
 
@@ -129,15 +140,24 @@ impl DType {
             "f16" | "float16" => DType::F16,
             "i8" | "int8" => DType::I8,
             "b1" | "bits" | "binary" => DType::B1,
+            "sq8" => DType::Sq8,
+            "sq16" => DType::Sq16,
             _ => return None,
         })
     }
 
     /// Decodes the on-disk tag.
     pub fn from_u8(v: u8) -> Option<DType> {
-        [DType::F32, DType::F16, DType::I8, DType::B1]
-            .into_iter()
-            .find(|d| *d as u8 == v)
+        [
+            DType::F32,
+            DType::F16,
+            DType::I8,
+            DType::B1,
+            DType::Sq8,
+            DType::Sq16,
+        ]
+        .into_iter()
+        .find(|d| *d as u8 == v)
     }
 
     /// Bytes one vector of `dims` components occupies (unpadded). For `B1`
@@ -150,7 +170,14 @@ impl DType {
             DType::I8 => dims,
             DType::B1 if metric == Metric::Nphd => 1 + dims.div_ceil(8),
             DType::B1 => dims.div_ceil(8),
+            DType::Sq8 => SQ_HEADER + dims,
+            DType::Sq16 => SQ_HEADER + dims * 2,
         }
+    }
+
+    /// Whether this is a scalar-quantized float storage type.
+    pub fn is_quantized(self) -> bool {
+        matches!(self, DType::Sq8 | DType::Sq16)
     }
 }
 
@@ -160,6 +187,9 @@ enum Kern {
     F16(FloatKernel<f16>),
     I8(FloatKernel<i8>),
     Bits(fn(&[u8], &[u8]) -> u32),
+    /// Scalar-quantized: the code dot product; the header does the rest.
+    Sq8(FloatKernel<i8>),
+    Sq16(FloatKernel<i16>),
 }
 
 /// A metric bound to a storage type and one kernel of the active table.
@@ -214,6 +244,12 @@ impl Distance {
             (M::Ip, D::I8) => (Kern::I8(k.dot_i8), true),
             (M::Cos, D::I8) => (Kern::I8(k.cos_i8), false),
             (M::Hamming, D::B1) | (M::Nphd, D::B1) => (Kern::Bits(k.hamming), false),
+            // Cosine over quantized storage requires unit vectors (the
+            // index normalises before quantizing).
+            (M::L2 | M::Ip, D::Sq8) => (Kern::Sq8(k.dot_i8), false),
+            (M::Cos, D::Sq8) if normalized => (Kern::Sq8(k.dot_i8), false),
+            (M::L2 | M::Ip, D::Sq16) => (Kern::Sq16(k.dot_i16), false),
+            (M::Cos, D::Sq16) if normalized => (Kern::Sq16(k.dot_i16), false),
             _ => return unsupported,
         };
         Ok(Distance {
@@ -251,6 +287,14 @@ impl Distance {
                 }
                 return f(a, b) as f32;
             }
+            Kern::Sq8(f) => {
+                let (h, ca, cb) = sq_parts(a, b);
+                return self.sq_finish(h, f(cast::<i8>(ca), cast::<i8>(cb)));
+            }
+            Kern::Sq16(f) => {
+                let (h, ca, cb) = sq_parts(a, b);
+                return self.sq_finish(h, f(cast::<i16>(ca), cast::<i16>(cb)));
+            }
         };
         if self.one_minus {
             1.0 - raw
@@ -258,6 +302,31 @@ impl Distance {
             raw
         }
     }
+}
+
+impl Distance {
+    /// Distance from the code dot product and both headers
+    /// `[scale_a, norm²_a, scale_b, norm²_b]`.
+    #[inline]
+    fn sq_finish(&self, h: [f32; 4], codes_dot: f32) -> f32 {
+        let dot = h[0] * h[2] * codes_dot;
+        match self.metric {
+            Metric::L2 => (h[1] + h[3] - 2.0 * dot).max(0.0),
+            _ => 1.0 - dot,
+        }
+    }
+}
+
+/// Splits two scalar-quantized vectors into their headers and codes.
+#[inline]
+fn sq_parts<'a>(a: &'a [u8], b: &'a [u8]) -> ([f32; 4], &'a [u8], &'a [u8]) {
+    let f = |x: &[u8], at: usize| {
+        x.get(at..at + 4)
+            .map_or(0.0, |w| f32::from_ne_bytes([w[0], w[1], w[2], w[3]]))
+    };
+    let h = [f(a, 0), f(a, 4), f(b, 0), f(b, 4)];
+    let body = |x: &'a [u8]| x.get(SQ_HEADER..).unwrap_or(&[]);
+    (h, body(a), body(b))
 }
 
 /// Reinterprets storage bytes as a slice of `T` (f32, f16 or i8).

@@ -29,7 +29,7 @@ mod neon;
 pub mod scalar;
 
 pub use distance::{
-    nphd_code_len, nphd_encode, DType, Distance, KernelError, Metric, NPHD_MAX_BYTES,
+    nphd_code_len, nphd_encode, DType, Distance, KernelError, Metric, NPHD_MAX_BYTES, SQ_HEADER,
 };
 pub use half::f16;
 
@@ -120,6 +120,8 @@ pub struct Kernels {
     pub dot_i8: FloatKernel<i8>,
     /// Cosine distance over bytes.
     pub cos_i8: FloatKernel<i8>,
+    /// Dot product over 16-bit integers (scalar-quantized storage).
+    pub dot_i16: FloatKernel<i16>,
     /// Hamming distance over packed bits.
     pub hamming: fn(&[u8], &[u8]) -> u32,
     /// Whether `hamming` uses a vector popcount (AVX-512 VPOPCNTDQ, NEON CNT).
@@ -151,6 +153,7 @@ impl Kernels {
         l2sq_i8: scalar::l2sq_i8,
         dot_i8: scalar::dot_i8,
         cos_i8: scalar::cos_i8,
+        dot_i16: scalar::dot_i16,
         hamming: scalar::hamming,
         vector_popcount: false,
         fastscan: fastscan::fastscan_scalar,
@@ -175,6 +178,7 @@ impl Kernels {
                 l2sq_i8: avx2::l2sq_i8,
                 dot_i8: avx2::dot_i8,
                 cos_i8: avx2::cos_i8,
+                dot_i16: avx2::dot_i16,
                 hamming: avx2::hamming,
                 vector_popcount: false,
                 fastscan: fastscan::x86::fastscan_avx2,
@@ -193,6 +197,7 @@ impl Kernels {
                     l2sq_i8: avx512::l2sq_i8,
                     dot_i8: avx512::dot_i8,
                     cos_i8: avx512::cos_i8,
+                    dot_i16: avx512::dot_i16,
                     hamming: if vpopcnt {
                         avx512::hamming
                     } else {
@@ -214,6 +219,7 @@ impl Kernels {
                 l2sq_i8: neon::l2sq_i8,
                 dot_i8: neon::dot_i8,
                 cos_i8: neon::cos_i8,
+                dot_i16: scalar::dot_i16,
                 hamming: neon::hamming,
                 vector_popcount: true,
                 fastscan: fastscan::arm::fastscan_neon,

@@ -150,6 +150,15 @@ pub fn dot_i8(a: &[i8], b: &[i8]) -> f32 {
     s as f32
 }
 
+/// Dot product over i16 (exact in i64, then rounded to f32).
+pub fn dot_i16(a: &[i16], b: &[i16]) -> f32 {
+    let mut s: i64 = 0;
+    for (x, y) in a.iter().zip(b) {
+        s += i64::from(*x) * i64::from(*y);
+    }
+    s as f32
+}
+
 /// Cosine distance over i8.
 pub fn cos_i8(a: &[i8], b: &[i8]) -> f32 {
     let (mut ab, mut aa, mut bb) = (0i64, 0i64, 0i64);

@@ -157,3 +157,53 @@ proptest! {
         }
     }
 }
+
+fn i16s(max_len: usize) -> impl Strategy<Value = (Vec<i16>, Vec<i16>)> {
+    (0..max_len).prop_flat_map(|n| {
+        (
+            prop::collection::vec(-32767i16..=32767, n),
+            prop::collection::vec(-32767i16..=32767, n),
+        )
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn i16_dot_kernels_match_scalar((a, b) in i16s(300)) {
+        let want = scalar::dot_i16(&a, &b);
+        // Exact in i64 before the final rounding: compare at f32 precision
+        // of the magnitude summed.
+        let mag: f32 = a.iter().zip(&b).map(|(x, y)| (f32::from(*x) * f32::from(*y)).abs()).sum();
+        for k in Kernels::available() {
+            let got = (k.dot_i16)(&a, &b);
+            prop_assert!((got - want).abs() <= 1e-6 * mag.max(1.0), "{} len {}: {got} vs {want}", k.isa, a.len());
+        }
+    }
+}
+
+#[test]
+fn quantized_distances_follow_the_header() {
+    // sq16 rows [scale, norm², codes]: x = (1.5, -0.5) as scale 0.5,
+    // codes (3, -1); y = (0.5, 0.5) as scale 0.25, codes (2, 2).
+    let row = |scale: f32, codes: [i16; 2]| {
+        let n2: f32 = codes.iter().map(|c| (f32::from(*c) * scale).powi(2)).sum();
+        let mut r = Vec::new();
+        r.extend_from_slice(&scale.to_ne_bytes());
+        r.extend_from_slice(&n2.to_ne_bytes());
+        for c in codes {
+            r.extend_from_slice(&c.to_ne_bytes());
+        }
+        r.resize(16, 0);
+        r
+    };
+    let (x, y) = (row(0.5, [3, -1]), row(0.25, [2, 2]));
+    let l2 = Distance::new(Metric::L2, DType::Sq16, false).unwrap();
+    assert!((l2.eval(&x, &y) - (1.0 + 1.0)).abs() < 1e-6);
+    let ip = Distance::new(Metric::Ip, DType::Sq16, false).unwrap();
+    assert!((ip.eval(&x, &y) - (1.0 - 0.5)).abs() < 1e-6);
+    // Cosine over quantized storage requires normalised vectors.
+    assert!(Distance::new(Metric::Cos, DType::Sq8, false).is_err());
+    assert!(Distance::new(Metric::Hamming, DType::Sq8, true).is_err());
+}

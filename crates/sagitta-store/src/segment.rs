@@ -351,8 +351,9 @@ impl Segment {
             return Err(Self::corrupt(path, 124, "header checksum mismatch"));
         }
         let dims = u32_at(h, 16) as usize;
-        let dtype =
-            DType::from_u8(h[20]).ok_or_else(|| Self::corrupt(path, 20, "unknown dtype"))?;
+        let dtype = DType::from_u8(h[20])
+            .filter(|d| version >= 2 || !d.is_quantized())
+            .ok_or_else(|| Self::corrupt(path, 20, "unknown dtype"))?;
         let metric =
             Metric::from_u8(h[21]).ok_or_else(|| Self::corrupt(path, 21, "unknown metric"))?;
         let kind = match h[22] {
@@ -1293,9 +1294,14 @@ fn encode_header(info: &SegmentInfo, nsec: u32, entry: u32, table_crc: u32) -> [
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    // Flat and HNSW files are laid out as in version 1, so a version-1
-    // reader may read them; IVF files need a version-2 reader.
-    let oldest_reader: u32 = if info.ivf.is_some() { 2 } else { 1 };
+    // Flat and HNSW files over version-1 dtypes are laid out as in
+    // version 1, so a version-1 reader may read them; IVF files and
+    // scalar-quantized dtypes need a version-2 reader.
+    let oldest_reader: u32 = if info.ivf.is_some() || info.space.dtype.is_quantized() {
+        2
+    } else {
+        1
+    };
     h[12..16].copy_from_slice(&oldest_reader.to_le_bytes());
     h[16..20].copy_from_slice(&(info.space.dims as u32).to_le_bytes());
     h[20] = info.space.dtype as u8;
