@@ -66,6 +66,7 @@ class Index:
         partitions: int | None = None,
         nprobe: int = 8,
         refine: int | None = None,
+        keep_full: bool = False,
     ) -> None:
         """Creates an empty in-memory index (``kind="ivf_rq"``: IVF-RaBitQ
         with ``bits`` per dimension; trained by :meth:`train` or the first

@@ -431,7 +431,10 @@ impl PyIndex {
     /// ``"hamming"`` or ``"nphd"``. dtype: storage type, ``"f32"``,
     /// ``"f16"``, ``"i8"``, ``"b1"``, or the scalar-quantized ``"sq8"`` /
     /// ``"sq16"`` (any float input; one scale per vector, codes of 1 or 2
-    /// bytes per dimension; :meth:`get` returns the dequantized vector)
+    /// bytes per dimension; :meth:`get` returns the dequantized vector;
+    /// ``keep_full=True`` also keeps each float32 vector, so that
+    /// ``search(..., refine=N)`` reranks the best N exactly, and saved
+    /// files carry them memory-mapped, read only when reranking)
     /// (default: ``"b1"`` for the binary metrics, ``"f32"`` otherwise).
     /// kind: ``"hnsw"``, ``"flat"`` (exact) or ``"ivf_rq"``. connectivity: HNSW links per node (M). expansion_add /
     /// expansion_search: beam widths while adding / searching. seed:
@@ -447,7 +450,7 @@ impl PyIndex {
     /// :meth:`add` trains on the vectors it receives (so make it a large,
     /// representative batch; a single vector trains one partition).
     #[new]
-    #[pyo3(signature = (ndim, metric = "cos", dtype = None, kind = "hnsw", connectivity = 16, expansion_add = 128, expansion_search = 64, seed = None, bits = 1, partitions = None, nprobe = 8, refine = None))]
+    #[pyo3(signature = (ndim, metric = "cos", dtype = None, kind = "hnsw", connectivity = 16, expansion_add = 128, expansion_search = 64, seed = None, bits = 1, partitions = None, nprobe = 8, refine = None, keep_full = false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         ndim: i64,
@@ -462,6 +465,7 @@ impl PyIndex {
         partitions: Option<i64>,
         nprobe: i64,
         refine: Option<i64>,
+        keep_full: bool,
     ) -> PyResult<Self> {
         let (space, kind_v, mut params) = index_args(
             ndim,
@@ -481,6 +485,13 @@ impl PyIndex {
         } else {
             Index::new(space, kind_v, params)
                 .map_err(|e| param_err(e, connectivity, expansion_add, expansion_search))?
+        };
+        let index = if keep_full {
+            index
+                .keep_full_precision()
+                .map_err(|e| index_err(e, "keep_full"))?
+        } else {
+            index
         };
         Ok(PyIndex {
             inner: Inner::Mem(index),

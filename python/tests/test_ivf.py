@@ -179,3 +179,24 @@ def test_quantized_and_ivf_collections(rng, tmp_path):
         c.add(np.arange(3000), base)
         assert recall(c.search(queries, 10, exact=True).keys, want) >= 0.99
         assert c.dtype == "sq16"
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw"])
+def test_quantized_rerank_from_full_precision(rng, tmp_path, kind):
+    base = clustered(rng, 2000, 40)
+    queries = clustered(rng, 30, 40)
+    idx = sagitta.Index(40, metric="cos", dtype="sq8", kind=kind, keep_full=True)
+    idx.add(np.arange(2000), base)
+    want, wd = brute_force(base, queries, "cos", 10)
+    plain = idx.search(queries, 10, expansion=128)
+    reranked = idx.search(queries, 10, expansion=128, refine=60)
+    assert recall(reranked.keys, want) >= recall(plain.keys, want)
+    assert recall(reranked.keys, want) >= (0.99 if kind == "flat" else 0.95)
+    hit = reranked.keys[:, 0].astype(np.int64) == want[:, 0]
+    np.testing.assert_allclose(reranked.distances[hit, 0], wd[hit, 0], rtol=1e-5, atol=1e-6)
+    idx.save(tmp_path / "sq.sgt")
+    f = sagitta.Index.open(tmp_path / "sq.sgt")
+    again = f.search(queries, 10, expansion=128, refine=60)
+    np.testing.assert_array_equal(again.keys, reranked.keys)
+    with pytest.raises(ValueError, match="keep_full"):
+        sagitta.Index(40, dtype="f32", keep_full=True)

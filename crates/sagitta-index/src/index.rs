@@ -283,6 +283,9 @@ struct Store {
     /// Slots claimed so far.
     used: AtomicUsize,
     links: Option<Links>,
+    /// Full-precision f32 rows beside quantized (sq8 / sq16) storage, for
+    /// exact reranking; `None` unless asked for.
+    full: Option<SlotBuf>,
 }
 
 struct Links {
@@ -371,6 +374,7 @@ impl Store {
             deleted: AtomicBitset::new(capacity),
             used: AtomicUsize::new(0),
             links: links.map(|m0| Links::new(capacity, m0)),
+            full: None,
         }
     }
 
@@ -389,6 +393,7 @@ impl Store {
             deleted: self.deleted.grown(capacity),
             used: AtomicUsize::new(used),
             links: self.links.as_ref().map(|l| l.grown(capacity, m0, used)),
+            full: self.full.as_ref().map(|f| f.grown(capacity, used)),
         }
     }
 }
@@ -474,6 +479,11 @@ impl IndexView<'_> {
     /// Whether the slot is tombstoned or was never published.
     pub fn is_deleted(&self, slot: u32) -> bool {
         !self.is_live(slot)
+    }
+
+    /// The full-precision f32 row of a slot, when the index keeps them.
+    pub fn full(&self, slot: u32) -> Option<&[u8]> {
+        self.store.full.as_ref().map(|f| f.get(slot as usize))
     }
 }
 
@@ -603,6 +613,37 @@ impl Index {
             scratch: ScratchPool::default(),
             ivf: None,
         })
+    }
+
+    /// Keeps each vector's full-precision f32 form beside its sq8 / sq16
+    /// codes, so that searches can rerank exactly (`SearchOptions::refine`)
+    /// and segment files carry them (memory-mapped, read only to rerank).
+    /// Call on an empty index.
+    pub fn keep_full_precision(self) -> Result<Self> {
+        if !self.space.dtype.is_quantized() || self.kind == IndexKind::IvfRq {
+            return Err(IndexError::InvalidParameter {
+                name: "keep_full",
+                value: "true".into(),
+                reason: "only sq8 / sq16 storage under flat or hnsw keeps full-precision rows",
+            });
+        }
+        {
+            let mut store = self.store.write();
+            let cap = store.capacity();
+            store.full = Some(SlotBuf::new(self.full_stride(), cap));
+        }
+        Ok(self)
+    }
+
+    /// Whether full-precision rows are kept (see
+    /// [`Index::keep_full_precision`]).
+    pub fn keeps_full_precision(&self) -> bool {
+        self.store.read().full.is_some()
+    }
+
+    /// Bytes per full-precision row (f32, 16-byte aligned).
+    pub fn full_stride(&self) -> usize {
+        (self.space.dims * 4).next_multiple_of(crate::VECTOR_ALIGN)
     }
 
     /// An IVF-RaBitQ index (float dtypes only). Untrained until
@@ -847,6 +888,42 @@ impl Index {
         result
     }
 
+    /// Exact distances of `cands` from their full-precision rows; the best
+    /// `k` by (distance, key).
+    fn rerank_full(&self, x: &[f32], cands: &[Neighbor], k: usize) -> Vec<Neighbor> {
+        let fspace = Space {
+            dtype: DType::F32,
+            ..self.space
+        };
+        let Ok(dist) = fspace.distance() else {
+            return cands[..k.min(cands.len())].to_vec();
+        };
+        let mut q: Vec<f32> = x.to_vec();
+        if fspace.normalizes() {
+            let n = q.iter().map(|a| a * a).sum::<f32>().sqrt();
+            if n > 0.0 {
+                q.iter_mut().for_each(|a| *a /= n);
+            }
+        }
+        let qb: Vec<u8> = q.iter().flat_map(|a| a.to_ne_bytes()).collect();
+        let store = self.store.read();
+        let keymap = self.keymap.lock();
+        let mut out: Vec<Neighbor> = cands
+            .iter()
+            .filter_map(|c| {
+                let slot = *keymap.get(&c.key)?;
+                let row = store.full.as_ref()?.get(slot as usize);
+                Some(Neighbor {
+                    key: c.key,
+                    distance: dist.eval(&qb, &row[..qb.len()]),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+        out.truncate(k);
+        out
+    }
+
     /// Appends a just-written slot to its IVF partition (IVF indexes, once
     /// trained).
     fn ivf_append(&self, t: &Trained, slot: u32, stored: &[u8]) {
@@ -974,6 +1051,16 @@ impl Index {
     fn insert(&self, key: u64, v: VectorRef<'_>, replace: bool) -> Result<()> {
         let mut scratch = self.scratch.take();
         let stride = self.space.stride();
+        scratch.full.clear();
+        if let (VectorRef::F32(x), true) = (v, self.space.dtype.is_quantized()) {
+            scratch.full.extend_from_slice(x);
+            if self.space.normalizes() {
+                let n = x.iter().map(|a| a * a).sum::<f32>().sqrt();
+                if n > 0.0 {
+                    scratch.full.iter_mut().for_each(|a| *a /= n);
+                }
+            }
+        }
         let r = self
             .space
             .encode(v, scratch.query_buf(stride))
@@ -1033,6 +1120,11 @@ impl Index {
             // SAFETY: `slot` was claimed above under the key-map lock by
             // this thread alone and is not yet reachable by any reader.
             unsafe { store.vectors.write(slot, qb) };
+            if let Some(full) = &store.full {
+                let bytes: Vec<u8> = scratch.full.iter().flat_map(|x| x.to_ne_bytes()).collect();
+                // SAFETY: as above: the slot is this thread's alone.
+                unsafe { full.write(slot, &bytes) };
+            }
             if let Some(links) = &store.links {
                 let g = Graph {
                     store: &store,
@@ -1183,6 +1275,13 @@ impl Index {
     /// vectors between segments without decoding them.
     pub fn upsert_encoded(&self, key: u64, stored: &[u8]) -> Result<()> {
         let (vb, stride) = (self.space.vector_bytes(), self.space.stride());
+        if self.keeps_full_precision() {
+            return Err(IndexError::InvalidParameter {
+                name: "stored",
+                value: "quantized row".into(),
+                reason: "an index keeping full precision needs float input (add / upsert)",
+            });
+        }
         if stored.len() != vb && stored.len() != stride {
             return Err(IndexError::Dimensions {
                 expected: vb,
@@ -1362,6 +1461,28 @@ impl IndexRead for Index {
             return Ok(out);
         }
         self.check_k(k)?;
+        let refine = opts.refine.unwrap_or(0);
+        if refine > k && self.keeps_full_precision() {
+            // Candidates by the quantized distance, then exact distances
+            // from the full-precision rows.
+            let depth = refine.min(self.len());
+            let cands = self.search(
+                query,
+                depth,
+                &SearchOptions {
+                    refine: None,
+                    ef: opts.ef.map(|e| e.max(depth)),
+                    ..*opts
+                },
+            )?;
+            let VectorRef::F32(x) = query else {
+                return Err(IndexError::WrongInputKind {
+                    expected: "float",
+                    dtype: self.space.dtype,
+                });
+            };
+            return Ok(self.rerank_full(x, &cands, k));
+        }
         let mut s = self.scratch.take();
         let stride = self.space.stride();
         if let Err(e) = self.space.encode(query, s.query_buf(stride)) {

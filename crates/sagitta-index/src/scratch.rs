@@ -21,6 +21,8 @@ pub(crate) struct Scratch {
     pub pool: Vec<Cand>,
     /// Working space of IVF searches.
     pub ivf: crate::ivf::IvfScratch,
+    /// The float input of an insert into an index keeping full precision.
+    pub full: Vec<f32>,
 }
 
 impl Scratch {

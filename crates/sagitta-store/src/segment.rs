@@ -110,6 +110,9 @@ pub enum SectionKind {
     IvfFactors = 11,
     /// RaBitQ extra-bit planes, per listed vector (format 2).
     IvfExtra = 12,
+    /// Full-precision f32 rows of a scalar-quantized segment, for exact
+    /// reranking (optional, format 2).
+    FullVectors = 13,
 }
 
 /// IVF-RaBitQ parameters of a segment (header bytes 72..100).
@@ -273,6 +276,8 @@ pub struct Segment {
     level0: (usize, usize),
     upper: Vec<UpperLevel>,
     ivf: Option<SegIvf>,
+    /// Full-precision rows (sq8 / sq16 segments written with them).
+    full: Option<(usize, usize)>,
     ef_search: std::sync::atomic::AtomicUsize,
     scratch: Mutex<Vec<SearchScratch>>,
 }
@@ -480,6 +485,25 @@ impl Segment {
             #[cfg(unix)]
             let _ = map.advise_range(memmap2::Advice::Random, vectors.0, vectors.1);
         }
+        let fstride = (dims * 4).next_multiple_of(sagitta_index::VECTOR_ALIGN) as u64;
+        let full = if sections
+            .iter()
+            .any(|s| s.kind == SectionKind::FullVectors as u32)
+        {
+            if !dtype.is_quantized() {
+                return Err(Self::corrupt(
+                    path,
+                    HEADER_LEN as u64,
+                    "full-precision rows in a segment that is not quantized",
+                ));
+            }
+            let f = find(SectionKind::FullVectors, Some(slots * fstride))?;
+            #[cfg(unix)]
+            let _ = map.advise_range(memmap2::Advice::Random, f.0, f.1);
+            Some(f)
+        } else {
+            None
+        };
         let info = SegmentInfo {
             version,
             space,
@@ -506,6 +530,7 @@ impl Segment {
             level0,
             upper,
             ivf,
+            full,
             ef_search: std::sync::atomic::AtomicUsize::new(info.ef_search as usize),
             scratch: Mutex::new(Vec::new()),
             sections,
@@ -614,6 +639,48 @@ impl Segment {
             },
             info,
         ))
+    }
+
+    /// Whether this (sq8 / sq16) segment carries full-precision rows.
+    pub fn has_full_precision(&self) -> bool {
+        self.full.is_some()
+    }
+
+    /// Exact distances of `cands` from the full-precision rows; the best
+    /// `k` by (distance, key).
+    fn rerank_full(&self, x: &[f32], cands: &[Neighbor], k: usize) -> Vec<Neighbor> {
+        let space = self.info.space;
+        let fspace = Space {
+            dtype: DType::F32,
+            ..space
+        };
+        let (Some(full), Ok(dist)) = (self.full, fspace.distance()) else {
+            return cands[..k.min(cands.len())].to_vec();
+        };
+        let fstride = (space.dims * 4).next_multiple_of(sagitta_index::VECTOR_ALIGN);
+        let mut q: Vec<f32> = x.to_vec();
+        if fspace.normalizes() {
+            let n = q.iter().map(|a| a * a).sum::<f32>().sqrt();
+            if n > 0.0 {
+                q.iter_mut().for_each(|a| *a /= n);
+            }
+        }
+        let qb: Vec<u8> = q.iter().flat_map(|a| a.to_ne_bytes()).collect();
+        let rows = self.bytes(full);
+        let mut out: Vec<Neighbor> = cands
+            .iter()
+            .filter_map(|c| {
+                let slot = self.slot_of(c.key)? as usize;
+                let row = rows.get(slot * fstride..slot * fstride + qb.len())?;
+                Some(Neighbor {
+                    key: c.key,
+                    distance: dist.eval(&qb, row),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+        out.truncate(k);
+        out
     }
 
     /// The default nprobe of an IVF segment (`None` for other kinds).
@@ -947,6 +1014,26 @@ impl IndexRead for Segment {
                 prefer_exact_scan(f.count(), slots, ef, self.info.m0 as usize, graph_cost)
             });
         let space = self.info.space;
+        let refine = opts.refine.unwrap_or(0);
+        if refine > k && self.full.is_some() {
+            let depth = refine.min(self.len());
+            let cands = self.search(
+                query,
+                depth,
+                &SearchOptions {
+                    refine: None,
+                    ef: opts.ef.map(|e| e.max(depth)),
+                    ..*opts
+                },
+            )?;
+            let VectorRef::F32(x) = query else {
+                return Err(IndexError::WrongInputKind {
+                    expected: "float",
+                    dtype: space.dtype,
+                });
+            };
+            return Ok(self.rerank_full(x, &cands, k));
+        }
         if let (Some(ivf), false) = (&self.ivf, opts.exact) {
             let VectorRef::F32(x) = query else {
                 return Err(IndexError::WrongInputKind {
@@ -1089,13 +1176,15 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
     } else {
         None
     };
+    // (The view holds the store's read lock: ask it, not the index.)
+    let has_full = view.full(0).is_some();
     let nsec = if hnsw {
         6
     } else if ivf.is_some() {
         10
     } else {
         4
-    };
+    } + usize::from(has_full);
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -1198,6 +1287,17 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
         w.end();
     }
 
+    if has_full {
+        let fstride = index.full_stride();
+        w.begin(SectionKind::FullVectors)?;
+        for s in 0..n as u32 {
+            match view.full(s) {
+                Some(row) => w.put(&row[..fstride])?,
+                None => w.put(&vec![0u8; fstride])?,
+            }
+        }
+        w.end();
+    }
     let mut ivf_info = None;
     if let Some(x) = &ivf {
         let parts = x.lists.len();

@@ -456,3 +456,49 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn quantized_segments_rerank_from_full_precision_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = rows(3000, 24, 17);
+    let queries = rows(40, 24, 18);
+    for dtype in [DType::Sq8, DType::Sq16] {
+        let space = Space::new(24, Metric::L2, dtype).unwrap();
+        let idx = Index::flat(space).unwrap().keep_full_precision().unwrap();
+        let oracle = Index::flat(Space::new(24, Metric::L2, DType::F32).unwrap()).unwrap();
+        for (i, r) in data.iter().enumerate() {
+            idx.add(i as u64, VectorRef::F32(r)).unwrap();
+            oracle.add(i as u64, VectorRef::F32(r)).unwrap();
+        }
+        // Rows written without float input would have no full row.
+        assert!(idx.upsert_encoded(1, &vec![0u8; space.stride()]).is_err());
+        let path = dir.path().join(format!("{dtype:?}.sgt"));
+        Segment::write(&idx, &path).unwrap();
+        let seg = Segment::open(&path).unwrap();
+        seg.verify().unwrap();
+        assert!(seg.has_full_precision());
+        let head = std::fs::read(&path).unwrap();
+        assert_eq!(
+            u32::from_le_bytes([head[12], head[13], head[14], head[15]]),
+            2
+        );
+        let rerank = SearchOptions {
+            refine: Some(50),
+            ..Default::default()
+        };
+        for q in &queries {
+            let want = oracle
+                .search(VectorRef::F32(q), 10, &SearchOptions::default())
+                .unwrap();
+            let a = idx.search(VectorRef::F32(q), 10, &rerank).unwrap();
+            let b = seg.search(VectorRef::F32(q), 10, &rerank).unwrap();
+            assert_eq!(a, b, "{dtype:?}: file and memory disagree");
+            // Reranked results carry exact f32 distances, and the top 10
+            // of 50 quantized candidates are the exact top 10.
+            assert_eq!(a, want, "{dtype:?}");
+        }
+    }
+    // Only quantized flat / HNSW indexes keep full rows.
+    let f32s = Space::new(8, Metric::L2, DType::F32).unwrap();
+    assert!(Index::flat(f32s).unwrap().keep_full_precision().is_err());
+}
