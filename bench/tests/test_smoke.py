@@ -43,6 +43,7 @@ def test_quick_ivf_engines_run(tmp_path):
         "faiss-ivf-rabitq",
         "lancedb-ivf-pq",
         "lancedb-ivf-rq",
+        "sagitta-ivf-rq",
     }
     for r in run["results"]:
         assert r["knob"] == "nprobe"
@@ -50,3 +51,7 @@ def test_quick_ivf_engines_run(tmp_path):
         assert all(0.0 < x <= 1.0 for x in recalls)
         # probing more partitions never loses recall (same candidates and more)
         assert recalls[-1] >= recalls[0] - 0.02, (r["engine"], recalls)
+        # the search process measured what opening and searching held
+        assert r["open_s"] > 0 and r["resident_bytes_per_vector"] > 0
+    ours = next(r for r in run["results"] if r["engine"] == "sagitta-ivf-rq")
+    assert ours["sweep"][-1]["recall"] >= 0.9
