@@ -150,10 +150,13 @@ class Hnswlib(Engine):
 
     def save(self, path):
         self.index.save_index(str(path / "index.hnswlib"))
+        # hnswlib's loader needs the shape; the search process reads it here.
+        (path / "shape.txt").write_text(f"{self.dim} {self.n}")
 
     def open(self, path):
         import hnswlib
 
+        self.dim, self.n = map(int, (path / "shape.txt").read_text().split())
         self.index = hnswlib.Index(space="ip", dim=self.dim)
         self.index.load_index(str(path / "index.hnswlib"), max_elements=self.n)
 
