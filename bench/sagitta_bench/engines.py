@@ -448,7 +448,7 @@ class USearchBits(USearch):
         self.index.add(np.arange(len(base)), np.ascontiguousarray(base), threads=threads)
 
 
-class SagittaIVFRQ(Engine):
+class SagittaIVFRQ(Sagitta):
     """Sagitta IVF-RaBitQ at ``bits`` per dimension, reranking
     ``refine`` x k candidates exactly (0: estimated distances)."""
 
@@ -457,11 +457,6 @@ class SagittaIVFRQ(Engine):
     family = "ivf"
     bits = 1
     refine = 5
-
-    def version(self) -> str:
-        import sagitta
-
-        return f"{sagitta.__version__} ({sagitta.isa()})"
 
     def build(self, base, threads):
         import sagitta
@@ -474,14 +469,6 @@ class SagittaIVFRQ(Engine):
             partitions=nlist_for(len(base)),
         )
         self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
-
-    def save(self, path):
-        self.index.save(path / "index.sgt")
-
-    def open(self, path):
-        import sagitta
-
-        self.index = sagitta.Index.open(path / "index.sgt")
 
     def set_knob(self, value):
         self.nprobe = value

@@ -597,16 +597,7 @@ impl PyIndex {
         let run = || {
             index.train(&flat, &mut |p| {
                 if progress {
-                    let sagitta_index::kmeans::Progress::Iteration {
-                        clusters,
-                        points,
-                        iter,
-                        of,
-                        inertia,
-                    } = p;
-                    eprintln!(
-                        "sagitta: k-means {clusters} partitions over {points} points: iteration {iter}/{of}, mean squared distance {inertia:.5}"
-                    );
+                    eprintln!("sagitta: {p}");
                 }
             })
         };

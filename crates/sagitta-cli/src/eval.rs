@@ -362,18 +362,7 @@ pub fn build_cmd(
                 VectorRef::Bytes(_) => Vec::new(),
             })
             .collect();
-        idx.train(&sample, &mut |p| {
-            let sagitta_index::kmeans::Progress::Iteration {
-                clusters,
-                points,
-                iter,
-                of,
-                inertia,
-            } = p;
-            eprintln!(
-                "k-means: {clusters} partitions over {points} points, iteration {iter}/{of}, mean squared distance {inertia:.5}"
-            );
-        })?;
+        idx.train(&sample, &mut |p| eprintln!("{p}"))?;
         let keys: Vec<u64> = (0..n as u64).collect();
         let vecs: Vec<VectorRef<'_>> = (0..n).map(|i| rows.get(i)).collect();
         idx.add_batch(&keys, &vecs, 0)?;

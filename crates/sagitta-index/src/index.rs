@@ -849,14 +849,7 @@ impl Index {
         }
         let q = s.take_query();
         let qb = query_bytes(&q, stride);
-        let qf = s.ivf.query_mut(self.space.dims);
-        qf.copy_from_slice(x);
-        if self.space.metric == sagitta_kernels::Metric::Cos {
-            let n = qf.iter().map(|v| v * v).sum::<f32>().sqrt();
-            if n > 0.0 {
-                qf.iter_mut().for_each(|v| *v /= n);
-            }
-        }
+        self.space.float_query(x, s.ivf.query_mut(self.space.dims));
         let store = self.store.read();
         let view = Graph {
             store: &store,
@@ -891,37 +884,12 @@ impl Index {
     /// Exact distances of `cands` from their full-precision rows; the best
     /// `k` by (distance, key).
     fn rerank_full(&self, x: &[f32], cands: &[Neighbor], k: usize) -> Vec<Neighbor> {
-        let fspace = Space {
-            dtype: DType::F32,
-            ..self.space
-        };
-        let Ok(dist) = fspace.distance() else {
-            return cands[..k.min(cands.len())].to_vec();
-        };
-        let mut q: Vec<f32> = x.to_vec();
-        if fspace.normalizes() {
-            let n = q.iter().map(|a| a * a).sum::<f32>().sqrt();
-            if n > 0.0 {
-                q.iter_mut().for_each(|a| *a /= n);
-            }
-        }
-        let qb: Vec<u8> = q.iter().flat_map(|a| a.to_ne_bytes()).collect();
         let store = self.store.read();
         let keymap = self.keymap.lock();
-        let mut out: Vec<Neighbor> = cands
-            .iter()
-            .filter_map(|c| {
-                let slot = *keymap.get(&c.key)?;
-                let row = store.full.as_ref()?.get(slot as usize);
-                Some(Neighbor {
-                    key: c.key,
-                    distance: dist.eval(&qb, &row[..qb.len()]),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
-        out.truncate(k);
-        out
+        rerank_full_precision(&self.space, x, cands, k, |key| {
+            let slot = *keymap.get(&key)?;
+            Some(store.full.as_ref()?.get(slot as usize))
+        })
     }
 
     /// Appends a just-written slot to its IVF partition (IVF indexes, once
@@ -1053,13 +1021,8 @@ impl Index {
         let stride = self.space.stride();
         scratch.full.clear();
         if let (VectorRef::F32(x), true) = (v, self.space.dtype.is_quantized()) {
-            scratch.full.extend_from_slice(x);
-            if self.space.normalizes() {
-                let n = x.iter().map(|a| a * a).sum::<f32>().sqrt();
-                if n > 0.0 {
-                    scratch.full.iter_mut().for_each(|a| *a /= n);
-                }
-            }
+            scratch.full.resize(x.len(), 0.0);
+            self.space.float_query(x, &mut scratch.full);
         }
         let r = self
             .space
@@ -1384,6 +1347,42 @@ impl Index {
     fn check_k(&self, k: usize) -> Result<()> {
         check_k(k, self.len())
     }
+}
+
+/// Exact distances of `cands` to the float query `x` from full-precision
+/// f32 rows (`row(key)`, at least `dims × 4` bytes) of a quantized space;
+/// the best `k` by (distance, key). Keys without a row are dropped. Shared
+/// by in-memory indexes and segment files.
+pub fn rerank_full_precision<'a>(
+    space: &Space,
+    x: &[f32],
+    cands: &[Neighbor],
+    k: usize,
+    row: impl Fn(u64) -> Option<&'a [u8]>,
+) -> Vec<Neighbor> {
+    let fspace = Space {
+        dtype: DType::F32,
+        ..*space
+    };
+    let Ok(dist) = fspace.distance() else {
+        return cands[..k.min(cands.len())].to_vec();
+    };
+    let mut q = vec![0.0f32; x.len()];
+    fspace.float_query(x, &mut q);
+    let qb: Vec<u8> = q.iter().flat_map(|a| a.to_ne_bytes()).collect();
+    let mut out: Vec<Neighbor> = cands
+        .iter()
+        .filter_map(|c| {
+            let r = row(c.key)?.get(..qb.len())?;
+            Some(Neighbor {
+                key: c.key,
+                distance: dist.eval(&qb, r),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+    out.truncate(k);
+    out
 }
 
 /// Runs `f` on the global rayon pool (`threads == 0`) or on a pool of

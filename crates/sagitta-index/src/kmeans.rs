@@ -42,6 +42,22 @@ pub enum Progress {
     },
 }
 
+impl std::fmt::Display for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Progress::Iteration {
+            clusters,
+            points,
+            iter,
+            of,
+            inertia,
+        } = self;
+        write!(
+            f,
+            "k-means: {clusters} partitions over {points} points, iteration {iter}/{of}, mean squared distance {inertia:.5}"
+        )
+    }
+}
+
 /// The nearest of `k` centres (row-major, `dims` each) to `x`, with its
 /// squared distance.
 pub fn nearest(centroids: &[f32], dims: usize, x: &[f32]) -> (u32, f32) {

@@ -31,8 +31,8 @@ pub use bitset::{AtomicBitset, Bitset};
 pub use error::{IndexError, Result};
 pub use graph::GraphView;
 pub use index::{
-    check_k, prefer_exact_scan, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite,
-    IvfExport, IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
+    check_k, prefer_exact_scan, rerank_full_precision, HnswParams, Index, IndexKind, IndexRead,
+    IndexView, IndexWrite, IvfExport, IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
 pub use ivf::{IvfModel, IvfParams};
 pub use sagitta_kernels::{DType, Metric};

@@ -125,16 +125,7 @@ impl Space {
     /// of the dequantized vector (so identical vectors are at distance 0).
     fn encode_quantized(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
         self.check_floats(x)?;
-        let unit = if self.metric == Metric::Cos {
-            let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
-            if norm > 0.0 {
-                1.0 / norm
-            } else {
-                1.0
-            }
-        } else {
-            1.0
-        };
+        let unit = self.cos_scale(x);
         let range = if self.dtype == DType::Sq8 {
             127.0
         } else {
@@ -172,26 +163,32 @@ impl Space {
         Ok(())
     }
 
-    fn encode_floats(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
-        if x.len() != self.dims {
-            return Err(IndexError::Dimensions {
-                expected: self.dims,
-                got: x.len(),
-            });
+    /// `1 / |x|` under cosine (1 for a zero vector), 1 otherwise: the
+    /// factor encoding applies before storing.
+    fn cos_scale(&self, x: &[f32]) -> f32 {
+        if self.metric != Metric::Cos {
+            return 1.0;
         }
-        if let Some((index, &value)) = x.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(IndexError::NotFinite { index, value });
-        }
-        let scale = if self.metric == Metric::Cos {
-            let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
-            if norm > 0.0 {
-                1.0 / norm
-            } else {
-                1.0
-            }
+        let norm = x.iter().map(|v| v * v).sum::<f32>().sqrt();
+        if norm > 0.0 {
+            1.0 / norm
         } else {
             1.0
-        };
+        }
+    }
+
+    /// Copies `x` into `out` as the float query the index compares with:
+    /// unit length under cosine, unchanged otherwise.
+    pub fn float_query(&self, x: &[f32], out: &mut [f32]) {
+        let scale = self.cos_scale(x);
+        for (o, v) in out.iter_mut().zip(x) {
+            *o = v * scale;
+        }
+    }
+
+    fn encode_floats(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
+        self.check_floats(x)?;
+        let scale = self.cos_scale(x);
         match self.dtype {
             DType::F32 => {
                 let scale = if self.normalizes() { scale } else { 1.0 };

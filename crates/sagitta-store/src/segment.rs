@@ -649,38 +649,15 @@ impl Segment {
     /// Exact distances of `cands` from the full-precision rows; the best
     /// `k` by (distance, key).
     fn rerank_full(&self, x: &[f32], cands: &[Neighbor], k: usize) -> Vec<Neighbor> {
-        let space = self.info.space;
-        let fspace = Space {
-            dtype: DType::F32,
-            ..space
-        };
-        let (Some(full), Ok(dist)) = (self.full, fspace.distance()) else {
+        let Some(full) = self.full else {
             return cands[..k.min(cands.len())].to_vec();
         };
-        let fstride = (space.dims * 4).next_multiple_of(sagitta_index::VECTOR_ALIGN);
-        let mut q: Vec<f32> = x.to_vec();
-        if fspace.normalizes() {
-            let n = q.iter().map(|a| a * a).sum::<f32>().sqrt();
-            if n > 0.0 {
-                q.iter_mut().for_each(|a| *a /= n);
-            }
-        }
-        let qb: Vec<u8> = q.iter().flat_map(|a| a.to_ne_bytes()).collect();
+        let fstride = (self.info.space.dims * 4).next_multiple_of(sagitta_index::VECTOR_ALIGN);
         let rows = self.bytes(full);
-        let mut out: Vec<Neighbor> = cands
-            .iter()
-            .filter_map(|c| {
-                let slot = self.slot_of(c.key)? as usize;
-                let row = rows.get(slot * fstride..slot * fstride + qb.len())?;
-                Some(Neighbor {
-                    key: c.key,
-                    distance: dist.eval(&qb, row),
-                })
-            })
-            .collect();
-        out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
-        out.truncate(k);
-        out
+        sagitta_index::rerank_full_precision(&self.info.space, x, cands, k, |key| {
+            let slot = self.slot_of(key)? as usize;
+            rows.get(slot * fstride..(slot + 1) * fstride)
+        })
     }
 
     /// The default nprobe of an IVF segment (`None` for other kinds).
@@ -1053,14 +1030,7 @@ impl IndexRead for Segment {
             return self.with_scratch(|s| {
                 s.with_query(&space, query, |q, s| {
                     let scratch = s.ivf();
-                    let qf = scratch.query_mut(space.dims);
-                    qf.copy_from_slice(x);
-                    if space.metric == Metric::Cos {
-                        let n = qf.iter().map(|v| v * v).sum::<f32>().sqrt();
-                        if n > 0.0 {
-                            qf.iter_mut().for_each(|v| *v /= n);
-                        }
-                    }
+                    space.float_query(x, scratch.query_mut(space.dims));
                     let mut out = Vec::with_capacity(k);
                     ivf::search(&view, self, &self.dist, q, iq, scratch, &mut out);
                     out

@@ -382,6 +382,21 @@ fn exercise(seg: &Segment) {
     let _ = seg.verify();
 }
 
+/// Recomputes the table and header checksums of mutated segment bytes, so
+/// the corruption reaches the section parser.
+fn patch_checksums(b: &mut [u8]) {
+    if b.len() < 128 {
+        return;
+    }
+    let nsec = (u32::from_le_bytes([b[44], b[45], b[46], b[47]]) as usize).min(64);
+    if let Some(table) = b.get(128..128 + nsec * 32) {
+        let c = crc32c::crc32c(table);
+        b[120..124].copy_from_slice(&c.to_le_bytes());
+    }
+    let c = crc32c::crc32c(&b[..124]);
+    b[124..128].copy_from_slice(&c.to_le_bytes());
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
 
@@ -399,14 +414,8 @@ proptest! {
             let i = at.index(b.len());
             b[i] = *val;
         }
-        if fix_crcs && b.len() >= 128 {
-            let nsec = (u32::from_le_bytes([b[44], b[45], b[46], b[47]]) as usize).min(64);
-            if let Some(table) = b.get(128..128 + nsec * 32) {
-                let c = crc32c::crc32c(table);
-                b[120..124].copy_from_slice(&c.to_le_bytes());
-            }
-            let c = crc32c::crc32c(&b[..124]);
-            b[124..128].copy_from_slice(&c.to_le_bytes());
+        if fix_crcs {
+            patch_checksums(&mut b);
         }
         if truncate {
             let len = cut.index(b.len());
@@ -432,14 +441,8 @@ proptest! {
             let i = at.index(b.len());
             b[i] = *val;
         }
-        if fix_crcs && b.len() >= 128 {
-            let nsec = (u32::from_le_bytes([b[44], b[45], b[46], b[47]]) as usize).min(64);
-            if let Some(table) = b.get(128..128 + nsec * 32) {
-                let c = crc32c::crc32c(table);
-                b[120..124].copy_from_slice(&c.to_le_bytes());
-            }
-            let c = crc32c::crc32c(&b[..124]);
-            b[124..128].copy_from_slice(&c.to_le_bytes());
+        if fix_crcs {
+            patch_checksums(&mut b);
         }
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("m.sgt");
