@@ -30,6 +30,8 @@
 
 use crate::bloom::Bloom;
 use crate::error::{io, Result, StoreError};
+use crate::filter::{Bound, Filter, SegmentPayload};
+use crate::payload::{self, Field, FieldType, Payload, PayloadError, Row, Schema, Value};
 use crate::segment::{sync_dir, write_durably, Segment};
 use crate::wal::{self, Op, Wal};
 use parking_lot::{Mutex, RwLock};
@@ -280,6 +282,47 @@ struct Manifest {
     /// Every WAL record up to this sequence number is in the segments.
     wal_seq: u64,
     next_segment_id: u64,
+    /// Payload columns, in order (absent in manifests written before
+    /// payloads existed).
+    #[serde(default)]
+    payload: Vec<ManifestField>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ManifestField {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+}
+
+fn schema_of(m: &Manifest, dir: &Path) -> Result<Schema> {
+    let fields = m
+        .payload
+        .iter()
+        .map(|f| {
+            FieldType::parse(&f.ty).map(|ty| Field {
+                name: f.name.clone(),
+                ty,
+            })
+        })
+        .collect::<Option<Vec<_>>>();
+    fields
+        .and_then(|f| Schema::new(f).ok())
+        .ok_or_else(|| StoreError::Corrupt {
+            file: dir.join(MANIFEST),
+            offset: 0,
+            reason: "invalid payload schema in manifest".into(),
+        })
+}
+
+fn manifest_fields(s: &Schema) -> Vec<ManifestField> {
+    s.fields()
+        .iter()
+        .map(|f| ManifestField {
+            name: f.name.clone(),
+            ty: f.ty.name().into(),
+        })
+        .collect()
 }
 
 impl Manifest {
@@ -388,9 +431,23 @@ impl Sealed {
     }
 }
 
+/// Payload rows of the active segment, by slot.
+#[derive(Debug, Default)]
+struct ActiveRows {
+    rows: RwLock<Vec<Option<Row>>>,
+}
+
+impl ActiveRows {
+    fn get(&self, slot: u32) -> Option<Row> {
+        self.rows.read().get(slot as usize).cloned().flatten()
+    }
+}
+
 #[derive(Debug)]
 struct State {
     active: Arc<Index>,
+    /// Payload rows of `active`.
+    rows: Arc<ActiveRows>,
     /// Oldest first.
     sealed: Vec<Arc<Sealed>>,
 }
@@ -430,6 +487,8 @@ pub struct CollectionSearch<'a> {
     pub filter: Option<&'a [u64]>,
     /// Only matches at most this far away.
     pub radius: Option<f32>,
+    /// Only vectors whose payload passes this (bound) filter.
+    pub predicate: Option<&'a Bound>,
     /// Partitions probed per IVF segment.
     pub nprobe: Option<usize>,
     /// Rerank depth per IVF segment.
@@ -469,6 +528,7 @@ pub struct Collection {
     mode: OpenMode,
     config: CollectionConfig,
     state: RwLock<Arc<State>>,
+    schema: RwLock<Schema>,
     bloom: RwLock<Bloom>,
     writer: Arc<Mutex<Option<Writer>>>,
     flusher: Option<Flusher>,
@@ -586,8 +646,11 @@ struct Seg<'a> {
     seg: &'a dyn IndexRead,
     live: usize,
     dead: Option<Arc<Dead>>,
-    /// The caller's key filter, already intersected with the dead bitmap.
+    /// The caller's key filter and payload predicate, intersected with the
+    /// dead bitmap.
     combined: Option<Bitset>,
+    /// Slots set in `combined`.
+    allowed: Option<usize>,
 }
 
 impl Seg<'_> {
@@ -598,10 +661,23 @@ impl Seg<'_> {
     }
 }
 
-/// Keys of a batch with their encoded vectors, deduplicated.
+fn and(a: &Bitset, b: &Bitset) -> Bitset {
+    let words = a
+        .words()
+        .iter()
+        .zip(b.words())
+        .map(|(x, y)| x & y)
+        .collect();
+    Bitset::from_words(words, a.len().min(b.len()))
+}
+
+/// Keys of a batch with their encoded vectors (and payload rows, laid
+/// out by the collection schema), deduplicated.
+#[derive(Default)]
 struct Encoded {
     keys: Vec<u64>,
     stored: Vec<u8>,
+    rows: Option<Vec<Row>>,
 }
 
 impl Collection {
@@ -624,6 +700,7 @@ impl Collection {
             bloom: None,
             wal_seq: 0,
             next_segment_id: 1,
+            payload: Vec::new(),
         };
         m.write(dir)?;
         Collection::open(dir, OpenMode::ReadWrite)
@@ -728,11 +805,17 @@ impl Collection {
             .and_then(|b| Bloom::open(&dir.join(b)).ok())
             .unwrap_or_else(|| rebuild_bloom(&config, &sealed, None));
         let active = Arc::new(config.active_index()?);
+        let schema = schema_of(&manifest, dir)?;
         let c = Collection {
             dir: dir.to_path_buf(),
             mode,
             config,
-            state: RwLock::new(Arc::new(State { active, sealed })),
+            state: RwLock::new(Arc::new(State {
+                active,
+                rows: Arc::default(),
+                sealed,
+            })),
+            schema: RwLock::new(schema),
             bloom: RwLock::new(bloom),
             writer: Arc::new(Mutex::new(None)),
             flusher: None,
@@ -778,21 +861,30 @@ impl Collection {
         let state = self.snapshot();
         for (_, path) in &logs {
             let r = wal::read(path)?;
-            let mut batch: Vec<(u64, &[u8])> = Vec::new();
+            let mut batch: Vec<(u64, &[u8], Option<Row>)> = Vec::new();
             let mut pos: HashMap<u64, usize> = HashMap::new();
+            let vb = self.config.space.vector_bytes();
             for rec in r.records() {
                 if rec.seq <= after_seq {
                     continue;
                 }
                 last = last.max(rec.seq);
                 match rec.op {
-                    Op::Put => match pos.get(&rec.key) {
-                        Some(&i) => batch[i].1 = rec.vector,
-                        None => {
-                            pos.insert(rec.key, batch.len());
-                            batch.push((rec.key, rec.vector));
+                    Op::Put | Op::PutPayload => {
+                        let (vector, row) = if rec.op == Op::PutPayload && rec.vector.len() >= vb {
+                            let (v, p) = rec.vector.split_at(vb);
+                            (v, Some(self.row_from_log(p, path)?))
+                        } else {
+                            (rec.vector, None)
+                        };
+                        match pos.get(&rec.key) {
+                            Some(&i) => batch[i] = (rec.key, vector, row),
+                            None => {
+                                pos.insert(rec.key, batch.len());
+                                batch.push((rec.key, vector, row));
+                            }
                         }
-                    },
+                    }
                     Op::Remove => {
                         self.apply_puts(&state, &batch)?;
                         batch.clear();
@@ -814,23 +906,59 @@ impl Collection {
         Ok((last, tail))
     }
 
+    /// A logged payload row, growing the schema with its fields.
+    fn row_from_log(&self, bytes: &[u8], path: &Path) -> Result<Row> {
+        let pairs = payload::decode_row(bytes).map_err(|e| StoreError::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        let mut schema = self.schema.write();
+        let fields: Vec<Field> = pairs.iter().map(|(f, _)| f.clone()).collect();
+        schema.merge(&fields).map_err(|e| StoreError::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        let mut row = vec![Value::Null; schema.len()];
+        for (f, v) in pairs {
+            if let Some(i) = schema.index_of(&f.name) {
+                row[i] = v;
+            }
+        }
+        Ok(row.into_boxed_slice())
+    }
+
     /// Applies puts of stored vectors (vector bytes as logged).
-    fn apply_puts(&self, state: &State, batch: &[(u64, &[u8])]) -> Result<()> {
+    fn apply_puts(&self, state: &State, batch: &[(u64, &[u8], Option<Row>)]) -> Result<()> {
         if batch.is_empty() {
             return Ok(());
         }
         let stride = self.config.space.stride();
         let mut stored = vec![0u8; batch.len() * stride];
-        for ((_, v), row) in batch.iter().zip(stored.chunks_exact_mut(stride)) {
+        for ((_, v, _), row) in batch.iter().zip(stored.chunks_exact_mut(stride)) {
             let n = v.len().min(stride);
             row[..n].copy_from_slice(&v[..n]);
         }
-        let keys: Vec<u64> = batch.iter().map(|(k, _)| *k).collect();
-        self.put_encoded(state, &keys, &stored)
+        let keys: Vec<u64> = batch.iter().map(|(k, _, _)| *k).collect();
+        let rows: Option<Vec<Row>> = batch.iter().any(|b| b.2.is_some()).then(|| {
+            batch
+                .iter()
+                .map(|b| b.2.clone().unwrap_or_default())
+                .collect()
+        });
+        self.put_encoded(state, &keys, &stored, rows.as_deref())
     }
 
-    /// Applies puts: `stored` holds one stride-long encoded row per key.
-    fn put_encoded(&self, state: &State, keys: &[u64], stored: &[u8]) -> Result<()> {
+    /// Applies puts: `stored` holds one stride-long encoded row per key,
+    /// `rows` (when given) one payload row per key.
+    fn put_encoded(
+        &self,
+        state: &State,
+        keys: &[u64],
+        stored: &[u8],
+        rows: Option<&[Row]>,
+    ) -> Result<()> {
         // Keys living in sealed segments become dead there once the new
         // version is in the active segment.
         let mut kills: HashMap<u64, Vec<u64>> = HashMap::new();
@@ -845,6 +973,17 @@ impl Collection {
             }
         }
         state.active.upsert_encoded_batch(keys, stored, 0)?;
+        if let Some(rows) = rows {
+            let mut slots = state.rows.rows.write();
+            slots.resize(state.active.slot_count(), None);
+            for (k, r) in keys.iter().zip(rows) {
+                if let Some(slot) = state.active.slot_of(*k) {
+                    if let Some(x) = slots.get_mut(slot as usize) {
+                        *x = (!r.is_empty()).then(|| r.clone());
+                    }
+                }
+            }
+        }
         for s in &state.sealed {
             if let Some(keys) = kills.get(&s.id) {
                 s.kill(keys);
@@ -928,12 +1067,13 @@ impl Collection {
                 w,
                 &puts.keys[start..end],
                 &puts.stored[start * stride..end * stride],
+                puts.rows.as_ref().map(|r| &r[start..end]),
                 &[],
             )?;
             start = end;
         }
         if !removes.is_empty() {
-            self.write_piece(w, &[], &[], removes)?;
+            self.write_piece(w, &[], &[], None, removes)?;
         }
         Ok(())
     }
@@ -944,14 +1084,37 @@ impl Collection {
         w: &mut Writer,
         keys: &[u64],
         stored: &[u8],
+        rows: Option<&[Row]>,
         removes: &[u64],
     ) -> Result<()> {
         let vb = self.config.space.vector_bytes();
         let stride = self.config.space.stride();
         let mut buf = Vec::with_capacity(keys.len() * (vb + 25) + removes.len() * 25);
         let mut seq = w.next_seq;
-        for (k, row) in keys.iter().zip(stored.chunks_exact(stride.max(1))) {
-            wal::encode(&mut buf, seq, Op::Put, *k, &row[..vb]);
+        let schema = self.schema.read().clone();
+        let mut body = Vec::new();
+        for (i, (k, row)) in keys
+            .iter()
+            .zip(stored.chunks_exact(stride.max(1)))
+            .enumerate()
+        {
+            match rows.map(|r| &r[i]).filter(|r| !r.is_empty()) {
+                Some(r) => {
+                    body.clear();
+                    body.extend_from_slice(&row[..vb]);
+                    payload::encode_row(&mut body, &schema, r);
+                    if body.len() - vb > payload::MAX_ROW_BYTES {
+                        return Err(PayloadError::Malformed(format!(
+                            "the payload of key {k} takes {} bytes (limit {})",
+                            body.len() - vb,
+                            payload::MAX_ROW_BYTES
+                        ))
+                        .into());
+                    }
+                    wal::encode(&mut buf, seq, Op::PutPayload, *k, &body);
+                }
+                None => wal::encode(&mut buf, seq, Op::Put, *k, &row[..vb]),
+            }
             seq += 1;
         }
         for &k in removes {
@@ -965,7 +1128,7 @@ impl Collection {
         }
         let state = self.snapshot();
         if !keys.is_empty() {
-            self.put_encoded(&state, keys, stored)?;
+            self.put_encoded(&state, keys, stored, rows)?;
         }
         if !removes.is_empty() {
             self.apply_removes(&state, removes);
@@ -1006,6 +1169,7 @@ impl Collection {
             Encoded {
                 keys: keys.to_vec(),
                 stored,
+                rows: None,
             },
             &[],
         )
@@ -1020,10 +1184,7 @@ impl Collection {
         let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "add_once" })?;
         let stride = self.config.space.stride();
         let mut seen = HashSet::with_capacity(keys.len());
-        let mut e = Encoded {
-            keys: Vec::new(),
-            stored: Vec::new(),
-        };
+        let mut e = Encoded::default();
         for (i, &k) in keys.iter().enumerate() {
             if seen.insert(k) && !self.contains(k) {
                 e.keys.push(k);
@@ -1040,10 +1201,40 @@ impl Collection {
 
     /// Inserts or replaces; within a batch the last row of a key wins.
     pub fn upsert(&self, keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
+        self.upsert_with_payload(keys, vectors, None)
+    }
+
+    /// Inserts or replaces vectors together with their payload columns
+    /// (one payload row per key; a replaced key's old payload is dropped
+    /// with its old vector). New columns are added to the schema; a column
+    /// of another type than the schema's, a NaN, or a row count that does
+    /// not match is refused before anything is written.
+    pub fn upsert_with_payload(
+        &self,
+        keys: &[u64],
+        vectors: &[VectorRef<'_>],
+        payload: Option<&Payload>,
+    ) -> Result<()> {
         check_lengths(keys, vectors)?;
+        if let Some(p) = payload {
+            p.validate(keys.len())?;
+        }
         let stored = self.encode(vectors)?;
         let mut g = self.writer_guard("upsert")?;
         let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "upsert" })?;
+        let rows = match payload {
+            Some(p) if !p.fields.is_empty() => {
+                let mut schema = self.schema.read().clone();
+                schema.merge(&p.fields)?;
+                let rows: Vec<Row> = (0..keys.len()).map(|r| p.row(&schema, r)).collect();
+                // Grown under the writer lock, before the rows are logged
+                // (each logged row names its fields, so a crash replays
+                // the growth).
+                *self.schema.write() = schema;
+                Some(rows)
+            }
+            _ => None,
+        };
         let stride = self.config.space.stride();
         let mut last: HashMap<u64, usize> = HashMap::with_capacity(keys.len());
         for (i, &k) in keys.iter().enumerate() {
@@ -1053,22 +1244,36 @@ impl Collection {
             Encoded {
                 keys: keys.to_vec(),
                 stored,
+                rows,
             }
         } else {
             let mut e = Encoded {
-                keys: Vec::new(),
-                stored: Vec::new(),
+                rows: rows.as_ref().map(|_| Vec::new()),
+                ..Encoded::default()
             };
             for (i, &k) in keys.iter().enumerate() {
                 if last.get(&k) == Some(&i) {
                     e.keys.push(k);
                     e.stored
                         .extend_from_slice(&stored[i * stride..(i + 1) * stride]);
+                    if let (Some(out), Some(r)) = (e.rows.as_mut(), rows.as_ref()) {
+                        out.push(r[i].clone());
+                    }
                 }
             }
             e
         };
         self.write(w, e, &[])
+    }
+
+    /// The payload schema (columns in the order they appeared).
+    pub fn schema(&self) -> Schema {
+        self.schema.read().clone()
+    }
+
+    /// Parses and checks a JSON filter against the current schema.
+    pub fn bind_filter(&self, filter: &Filter) -> Result<Bound> {
+        Ok(filter.bind(&self.schema.read())?)
     }
 
     /// Deletes keys; returns how many were present.
@@ -1082,14 +1287,7 @@ impl Collection {
             .filter(|&k| seen.insert(k) && self.contains(k))
             .collect();
         if !present.is_empty() {
-            self.write(
-                w,
-                Encoded {
-                    keys: Vec::new(),
-                    stored: Vec::new(),
-                },
-                &present,
-            )?;
+            self.write(w, Encoded::default(), &present)?;
         }
         Ok(present.len())
     }
@@ -1137,12 +1335,16 @@ impl Collection {
             let index = self.config.sealed_index()?;
             if !keys.is_empty() {
                 index.upsert_encoded_batch(&keys, &stored, 0)?;
-                Segment::write(&index, &path)?;
+                let batch = self.payload_batch(&index, |key, _| {
+                    state.active.slot_of(key).and_then(|s| state.rows.get(s))
+                })?;
+                Segment::write_with_payload(&index, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
             } else {
                 Segment::write(&self.config.active_index()?, &path)?;
             }
         } else {
-            Segment::write(&state.active, &path)?;
+            let batch = self.payload_batch(&state.active, |_, slot| state.rows.get(slot))?;
+            Segment::write_with_payload(&state.active, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
         }
         let seg = Segment::open(&path)?;
         let mut sealed = state.sealed.clone();
@@ -1207,6 +1409,7 @@ impl Collection {
         }
         m.tombstones = Some(tomb_name);
         m.bloom = Some(bloom_name);
+        m.payload = manifest_fields(&self.schema.read());
         m.write(&self.dir)?; // the commit point
         {
             let mut st = self.state.write();
@@ -1215,7 +1418,16 @@ impl Collection {
             } else {
                 st.active.clone()
             };
-            *st = Arc::new(State { active, sealed });
+            let rows = if sealed_active {
+                Arc::default()
+            } else {
+                st.rows.clone()
+            };
+            *st = Arc::new(State {
+                active,
+                rows,
+                sealed,
+            });
             if let Some(b) = new_bloom {
                 *self.bloom.write() = b;
             }
@@ -1281,6 +1493,7 @@ impl Collection {
             let index = self.config.sealed_index()?;
             let mut keys = Vec::new();
             let mut stored = Vec::new();
+            let mut origin: HashMap<u64, (usize, u32)> = HashMap::new();
             for &i in group {
                 let s = &state.sealed[i];
                 let dead = s.dead();
@@ -1289,6 +1502,7 @@ impl Collection {
                     if s.seg.is_live(slot) && !dead.keys.contains(&key) {
                         keys.push(key);
                         stored.extend_from_slice(&s.seg.vector(slot)[..stride]);
+                        origin.insert(key, (i, slot));
                     }
                 }
             }
@@ -1304,7 +1518,21 @@ impl Collection {
             m.next_segment_id += 1;
             let file = segment_file(id);
             let path = self.dir.join(&file);
-            Segment::write(&index, &path)?;
+            let schema = self.schema.read().clone();
+            let payloads: HashMap<usize, Arc<SegmentPayload>> = group
+                .iter()
+                .filter_map(|&i| match state.sealed[i].seg.payload() {
+                    Ok(Some(p)) => Some(Ok((i, p))),
+                    Ok(None) => None,
+                    Err(e) => Some(Err(e)),
+                })
+                .collect::<Result<_>>()?;
+            let batch = self.payload_batch(&index, |key, _| {
+                let (i, slot) = origin.get(&key)?;
+                let row = payloads.get(i)?.row(&schema, *slot as usize);
+                Some(row)
+            })?;
+            Segment::write_with_payload(&index, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
             let seg = Segment::open(&path)?;
             replaced.insert(
                 group[0],
@@ -1338,6 +1566,232 @@ impl Collection {
             .collect();
         let bloom = rebuild_bloom(&self.config, &sealed, Some(&state.active));
         self.commit(w, m, sealed, Some(bloom), false)
+    }
+
+    /// The payload record batch for the segment `index` is written as:
+    /// one row per slot (`row(key, slot)`), `None` when the collection has
+    /// no payload columns.
+    fn payload_batch(
+        &self,
+        index: &Index,
+        row: impl Fn(u64, u32) -> Option<Row>,
+    ) -> Result<Option<(Schema, arrow_array::RecordBatch)>> {
+        let schema = self.schema.read().clone();
+        if schema.is_empty() {
+            return Ok(None);
+        }
+        let rows: Vec<Option<Row>> = {
+            let view = index.view();
+            (0..view.slots() as u32)
+                .map(|slot| row(view.key(slot), slot))
+                .collect()
+        };
+        let batch = payload::to_record_batch(&schema, rows.iter().map(|r| r.as_deref()))?;
+        Ok(Some((schema, batch)))
+    }
+
+    /// Every segment of `st` with the slots a search or count may return:
+    /// the caller's keys, the payload predicate and the dead set, ANDed.
+    fn segments<'s>(
+        &self,
+        st: &'s State,
+        keys: Option<&[u64]>,
+        pred: Option<&Bound>,
+    ) -> Result<Vec<Seg<'s>>> {
+        let mut out = Vec::with_capacity(st.sealed.len() + 1);
+        // The active segment: rows are evaluated in place (it is small and
+        // changing; sealed segments use their payload indexes).
+        {
+            let active = &*st.active;
+            let mut combined = keys.map(|k| active.filter_for_keys(k));
+            if let Some(b) = pred {
+                let view = active.view();
+                let rows = st.rows.rows.read();
+                let n = view.slots();
+                let mut f = Bitset::new(n);
+                for slot in 0..n {
+                    if view.is_live(slot as u32) {
+                        let row = rows.get(slot).and_then(|r| r.as_deref()).unwrap_or(&[]);
+                        if b.matches(row) {
+                            f.insert(slot);
+                        }
+                    }
+                }
+                combined = Some(match combined {
+                    None => f,
+                    Some(c) => and(&c, &f),
+                });
+            }
+            out.push(Seg {
+                seg: active as &dyn IndexRead,
+                live: active.len(),
+                dead: None,
+                allowed: combined.as_ref().map(Bitset::count),
+                combined,
+            });
+        }
+        for s in &st.sealed {
+            let dead = s.dead();
+            let mut combined: Option<Bitset> = keys.map(|k| s.seg.filter_for_keys(k));
+            if let Some(b) = pred {
+                let f: Option<Arc<Bitset>> = match s.seg.payload()? {
+                    Some(p) => Some(p.eval_cached(b, || s.seg.live_slots()).map_err(|reason| {
+                        StoreError::Corrupt {
+                            file: s.seg.path().to_path_buf(),
+                            offset: 0,
+                            reason,
+                        }
+                    })?),
+                    // No payload in this segment: every row is null, so
+                    // the predicate is the same for all of them.
+                    None if b.matches(&[]) => None,
+                    None => Some(Arc::new(Bitset::new(s.seg.slot_count()))),
+                };
+                if let Some(f) = f {
+                    combined = Some(match combined {
+                        None => (*f).clone(),
+                        Some(c) => and(&c, &f),
+                    });
+                }
+            }
+            if let (Some(c), Some(a)) = (combined.as_mut(), dead.allowed.as_ref()) {
+                *c = and(c, a);
+            }
+            out.push(Seg {
+                seg: &s.seg as &dyn IndexRead,
+                live: s.live_len(),
+                allowed: combined.as_ref().map(Bitset::count),
+                combined,
+                dead: Some(dead),
+            });
+        }
+        Ok(out)
+    }
+
+    /// Live vectors whose payload passes `pred` (all live vectors for
+    /// `None`).
+    pub fn count(&self, pred: Option<&Bound>) -> Result<usize> {
+        let st = self.snapshot();
+        let segs = self.segments(&st, None, pred)?;
+        Ok(segs.iter().map(|s| s.allowed.unwrap_or(s.live)).sum())
+    }
+
+    /// Keys of the live vectors whose payload passes `pred`, segment by
+    /// segment (active first).
+    pub fn keys_where(&self, pred: Option<&Bound>) -> Result<Vec<u64>> {
+        let Some(pred) = pred else {
+            return Ok(self.keys().collect());
+        };
+        let st = self.snapshot();
+        let segs = self.segments(&st, None, Some(pred))?;
+        let mut out = Vec::new();
+        for (i, s) in segs.iter().enumerate() {
+            if let Some(c) = &s.combined {
+                if i == 0 {
+                    let view = st.active.view();
+                    out.extend(c.iter().map(|slot| view.key(slot as u32)));
+                } else {
+                    let seg = &st.sealed[i - 1].seg;
+                    out.extend(
+                        c.iter()
+                            .filter(|&slot| seg.is_live(slot as u32))
+                            .map(|slot| seg.key(slot as u32)),
+                    );
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Deletes every live vector whose payload passes `pred`; returns how
+    /// many. The matching keys are logged as removes like [`remove`].
+    ///
+    /// [`remove`]: Collection::remove
+    pub fn remove_where(&self, pred: &Bound) -> Result<usize> {
+        // Hold the writer lock so that the keys matched are the keys
+        // removed (no write can slip in between).
+        let mut g = self.writer_guard("remove")?;
+        let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "remove" })?;
+        let keys = self.keys_where(Some(pred))?;
+        if !keys.is_empty() {
+            self.write(w, Encoded::default(), &keys)?;
+        }
+        Ok(keys.len())
+    }
+
+    /// The payload rows of `keys` (laid out by [`Collection::schema`]);
+    /// `None` for a key that is not live, an empty row for a key without
+    /// payload.
+    pub fn payload_rows(&self, keys: &[u64]) -> Result<Vec<Option<Row>>> {
+        let st = self.snapshot();
+        let schema = self.schema.read().clone();
+        let bloom = self.bloom.read();
+        let mut out = Vec::with_capacity(keys.len());
+        for &k in keys {
+            if !bloom.may_contain(k) {
+                out.push(None);
+                continue;
+            }
+            if let Some(slot) = st.active.slot_of(k) {
+                out.push(Some(st.rows.get(slot).unwrap_or_default()));
+                continue;
+            }
+            match st.sealed_holder(k) {
+                None => out.push(None),
+                Some(s) => {
+                    let slot = s.seg.slot_of(k);
+                    let row = match (s.seg.payload()?, slot) {
+                        (Some(p), Some(slot)) => p.row(&schema, slot as usize),
+                        _ => Row::default(),
+                    };
+                    out.push(Some(row));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The payload of `keys` as an Arrow record batch, one row per key
+    /// (all null where a key is missing), restricted to `columns` when
+    /// given (an unknown column is [`PayloadError::UnknownField`]).
+    pub fn payload_table(
+        &self,
+        keys: &[u64],
+        columns: Option<&[String]>,
+    ) -> Result<arrow_array::RecordBatch> {
+        let schema = self.schema.read().clone();
+        let rows = self.payload_rows(keys)?;
+        let (out_schema, picks): (Schema, Vec<usize>) = match columns {
+            None => (schema.clone(), (0..schema.len()).collect()),
+            Some(cols) => {
+                let mut picks = Vec::with_capacity(cols.len());
+                let mut fields = Vec::with_capacity(cols.len());
+                for c in cols {
+                    let (i, ty) = schema.field(c)?;
+                    picks.push(i);
+                    fields.push(Field {
+                        name: c.clone(),
+                        ty,
+                    });
+                }
+                (Schema::new(fields)?, picks)
+            }
+        };
+        let picked: Vec<Option<Vec<Value>>> = rows
+            .into_iter()
+            .map(|r| {
+                r.map(|r| {
+                    picks
+                        .iter()
+                        .map(|&i| r.get(i).cloned().unwrap_or(Value::Null))
+                        .collect()
+                })
+            })
+            .collect();
+        Ok(payload::to_record_batch(
+            &out_schema,
+            picked.iter().map(|r| r.as_deref()),
+        )?)
     }
 
     /// Live vectors.
@@ -1383,45 +1837,13 @@ impl Collection {
         let st = self.snapshot();
         let total = st.active.len() + st.sealed.iter().map(|s| s.live_len()).sum::<usize>();
         check_k(k, total)?;
-        // Every segment with its live count and its filter bitmap (dead
-        // keys and the user's filter).
-        // Every segment with its live count, its dead set (whose bitmap is
-        // borrowed, not copied) and, when the caller filters by keys, that
-        // filter intersected with the dead bitmap.
-        let segs: Vec<Seg<'_>> =
-            std::iter::once((&*st.active as &dyn IndexRead, st.active.len(), None))
-                .chain(
-                    st.sealed
-                        .iter()
-                        .map(|s| (&s.seg as &dyn IndexRead, s.live_len(), Some(s.dead()))),
-                )
-                .map(|(seg, live, dead)| {
-                    let combined = opts.filter.map(|keys| {
-                        let f = seg.filter_for_keys(keys);
-                        match dead.as_ref().and_then(|d| d.allowed.as_ref()) {
-                            None => f,
-                            Some(a) => {
-                                let words = f
-                                    .words()
-                                    .iter()
-                                    .zip(a.words())
-                                    .map(|(x, y)| x & y)
-                                    .collect();
-                                Bitset::from_words(words, f.len())
-                            }
-                        }
-                    });
-                    Seg {
-                        seg,
-                        live,
-                        dead,
-                        combined,
-                    }
-                })
-                .collect();
+        let segs = self.segments(&st, opts.filter, opts.predicate)?;
         let one = |q: VectorRef<'_>, parallel: bool| -> Result<Vec<Neighbor>> {
             let per_seg = |s: &Seg<'_>| {
-                let kk = k.min(s.live).min(s.seg.len());
+                let kk = k
+                    .min(s.live)
+                    .min(s.seg.len())
+                    .min(s.allowed.unwrap_or(usize::MAX));
                 if kk == 0 {
                     return Ok(Vec::new());
                 }
@@ -1432,7 +1854,15 @@ impl Collection {
                     nprobe: opts.nprobe,
                     refine: opts.refine,
                 };
-                s.seg.search(q, kk, &o)
+                let found = s.seg.search(q, kk, &o)?;
+                if found.len() < kk && !opts.exact && s.combined.is_some() {
+                    // A filtered walk (or probe) that came back short while
+                    // enough vectors match: scan the allowed slots exactly,
+                    // so a search never returns fewer than k matches when
+                    // k exist.
+                    return s.seg.search(q, kk, &SearchOptions { exact: true, ..o });
+                }
+                Ok(found)
             };
             let parts: Vec<Vec<Neighbor>> = if parallel {
                 segs.par_iter()

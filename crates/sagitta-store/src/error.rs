@@ -72,6 +72,9 @@ pub enum StoreError {
     /// User error from the index layer (bad query, bad k, ...).
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// User error in payload columns or a filter expression.
+    #[error(transparent)]
+    Payload(#[from] crate::payload::PayloadError),
 }
 
 /// Result alias for store operations.

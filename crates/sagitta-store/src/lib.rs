@@ -16,7 +16,10 @@ compile_error!(
 pub mod bloom;
 pub mod collection;
 mod error;
+pub mod filter;
 pub mod npy;
+pub mod payload;
+pub mod pindex;
 pub mod segment;
 pub mod wal;
 
@@ -24,4 +27,6 @@ pub use collection::{
     Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability, OpenMode,
 };
 pub use error::{Result, StoreError};
+pub use filter::Filter;
+pub use payload::{Field, FieldType, Payload, PayloadError, Schema, Value};
 pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};

@@ -55,6 +55,10 @@
 //! panic or undefined behaviour.
 
 use crate::error::{io, Result, StoreError};
+use crate::filter::SegmentPayload;
+use crate::payload::{self, PayloadError, Schema};
+use crate::pindex;
+use arrow_array::RecordBatch;
 use memmap2::Mmap;
 use parking_lot::Mutex;
 use sagitta_index::ivf::{self, IvfQuery, IvfSource, ListRef, FACTORS};
@@ -67,11 +71,12 @@ use sagitta_kernels::Distance;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"SGTASEG\0";
 /// The format version this build writes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 /// The oldest format version this build reads.
 pub const OLDEST_SUPPORTED_VERSION: u32 = 1;
 /// Bytes in the fixed header.
@@ -113,6 +118,11 @@ pub enum SectionKind {
     /// Full-precision f32 rows of a scalar-quantized segment, for exact
     /// reranking (optional, format 2).
     FullVectors = 13,
+    /// Payload columns: one Arrow IPC stream (schema + one record batch,
+    /// one row per slot, 64-byte aligned buffers) (optional, format 3).
+    Payload = 14,
+    /// Payload indexes (see the `pindex` module) (with `Payload`, format 3).
+    PayloadIndex = 15,
 }
 
 /// IVF-RaBitQ parameters of a segment (header bytes 72..100).
@@ -264,7 +274,7 @@ impl IvfSource for SegIvfView<'_> {
 /// An open, memory-mapped segment.
 pub struct Segment {
     path: PathBuf,
-    map: Mmap,
+    map: Arc<Mmap>,
     info: SegmentInfo,
     sections: Vec<Section>,
     dist: Distance,
@@ -280,6 +290,9 @@ pub struct Segment {
     full: Option<(usize, usize)>,
     ef_search: std::sync::atomic::AtomicUsize,
     scratch: Mutex<Vec<SearchScratch>>,
+    /// Payload sections (IPC stream, index), decoded on first use.
+    payload_sections: Option<((usize, usize), (usize, usize))>,
+    payload: OnceLock<std::result::Result<Option<Arc<SegmentPayload>>, String>>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -304,8 +317,19 @@ impl Segment {
     /// `path.tmp`, which is fsynced, renamed over `path`, and the directory
     /// fsynced. Returns the header written.
     pub fn write(index: &Index, path: &Path) -> Result<SegmentInfo> {
+        Segment::write_with_payload(index, None, path)
+    }
+
+    /// [`Segment::write`] with payload columns: `payload` holds one row per
+    /// slot of `index`, in slot order; its schema's fields become the
+    /// Arrow section's columns and each gets a payload index.
+    pub fn write_with_payload(
+        index: &Index,
+        payload: Option<(&Schema, &RecordBatch)>,
+        path: &Path,
+    ) -> Result<SegmentInfo> {
         let tmp = tmp_path(path);
-        let r = write_file(index, &tmp);
+        let r = write_file(index, payload, &tmp);
         if r.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -504,6 +528,21 @@ impl Segment {
         } else {
             None
         };
+        let has = |k: SectionKind| sections.iter().any(|s| s.kind == k as u32);
+        let payload_sections = match (has(SectionKind::Payload), has(SectionKind::PayloadIndex)) {
+            (false, false) => None,
+            (true, true) => Some((
+                find(SectionKind::Payload, None)?,
+                find(SectionKind::PayloadIndex, None)?,
+            )),
+            _ => {
+                return Err(Self::corrupt(
+                    path,
+                    HEADER_LEN as u64,
+                    "a payload section without its index, or an index without payload",
+                ))
+            }
+        };
         let info = SegmentInfo {
             version,
             space,
@@ -533,9 +572,11 @@ impl Segment {
             full,
             ef_search: std::sync::atomic::AtomicUsize::new(info.ef_search as usize),
             scratch: Mutex::new(Vec::new()),
+            payload_sections,
+            payload: OnceLock::new(),
             sections,
             info,
-            map,
+            map: Arc::new(map),
         })
     }
 
@@ -639,6 +680,80 @@ impl Segment {
             },
             info,
         ))
+    }
+
+    /// The payload columns and indexes, decoded on first use (the Arrow
+    /// buffers point into the map: nothing is copied). `None` when the
+    /// segment was written without payload.
+    pub fn payload(&self) -> Result<Option<Arc<SegmentPayload>>> {
+        let r = self.payload.get_or_init(|| {
+            let Some(((po, pl), (io_, il))) = self.payload_sections else {
+                return Ok(None);
+            };
+            let whole = self.map_buffer();
+            let mut ipc = whole.slice_with_length(po, pl);
+            let mut dec = arrow_ipc::reader::StreamDecoder::new();
+            let mut batch = None;
+            while !ipc.is_empty() && batch.is_none() {
+                batch = dec
+                    .decode(&mut ipc)
+                    .map_err(|e| format!("payload section: {e}"))?;
+            }
+            let batch = batch.ok_or("payload section: no record batch")?;
+            if batch.num_rows() != self.info.slots as usize {
+                return Err(format!(
+                    "payload section has {} rows for {} slots",
+                    batch.num_rows(),
+                    self.info.slots
+                ));
+            }
+            let schema = Schema::from_arrow(batch.schema().as_ref()).map_err(|e| e.to_string())?;
+            let index = pindex::PayloadIndex::open(whole.slice_with_length(io_, il), schema.len())?;
+            Ok(Some(Arc::new(SegmentPayload::new(schema, batch, index))))
+        });
+        r.clone().map_err(|reason| {
+            Self::corrupt(
+                &self.path,
+                self.payload_sections.map_or(0, |p| p.0 .0 as u64),
+                reason,
+            )
+        })
+    }
+
+    /// The whole map as an Arrow buffer that keeps the map alive.
+    fn map_buffer(&self) -> arrow_buffer::Buffer {
+        let owner: Arc<Mmap> = self.map.clone();
+        let ptr = std::ptr::NonNull::new(owner.as_ptr() as *mut u8)
+            .unwrap_or(std::ptr::NonNull::dangling());
+        // SAFETY: the pointer and length describe the live, read-only
+        // mapping owned by `owner`, which the buffer keeps alive; Arrow
+        // never writes through an immutable `Buffer`.
+        unsafe { arrow_buffer::Buffer::from_custom_allocation(ptr, owner.len(), owner) }
+    }
+
+    /// Slots that are live in the file (not deleted before the seal).
+    pub fn live_slots(&self) -> Bitset {
+        let n = self.info.slots as usize;
+        let tomb = self.bytes(self.tombstones);
+        let words = (0..n.div_ceil(64))
+            .map(|i| {
+                let w = tomb
+                    .get(i * 8..i * 8 + 8)
+                    .map(|b| {
+                        let mut x = [0u8; 8];
+                        x.copy_from_slice(b);
+                        u64::from_le_bytes(x)
+                    })
+                    .unwrap_or(0);
+                let mask = if (i + 1) * 64 <= n {
+                    u64::MAX
+                } else {
+                    (1u64 << (n % 64)) - 1
+                };
+                !w & mask
+            })
+            .collect();
+        Bitset::from_words(words, n)
     }
 
     /// Whether this (sq8 / sq16) segment carries full-precision rows.
@@ -1129,7 +1244,11 @@ impl SectionWriter<'_> {
     }
 }
 
-fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
+fn write_file(
+    index: &Index,
+    payload: Option<(&Schema, &RecordBatch)>,
+    tmp: &Path,
+) -> Result<SegmentInfo> {
     let view = index.view();
     let space = index.space();
     let n = view.slots();
@@ -1155,6 +1274,20 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
     } else {
         4
     } + usize::from(has_full);
+    let payload = match payload {
+        Some((schema, batch)) if !schema.is_empty() => {
+            if batch.num_rows() != view.slots() {
+                return Err(StoreError::Payload(PayloadError::Malformed(format!(
+                    "{} payload rows for {} slots",
+                    batch.num_rows(),
+                    view.slots()
+                ))));
+            }
+            Some((payload::ipc_bytes(batch)?, pindex::build(schema, batch)))
+        }
+        _ => None,
+    };
+    let nsec = nsec + if payload.is_some() { 2 } else { 0 };
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -1323,6 +1456,14 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
         });
     }
 
+    if let Some((ipc, idx)) = &payload {
+        w.begin(SectionKind::Payload)?;
+        w.put(ipc)?;
+        w.end();
+        w.begin(SectionKind::PayloadIndex)?;
+        w.put(idx)?;
+        w.end();
+    }
     let info = SegmentInfo {
         version: FORMAT_VERSION,
         space,
@@ -1347,7 +1488,13 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
         table.extend_from_slice(&s.crc.to_le_bytes());
         table.extend_from_slice(&0u32.to_le_bytes());
     }
-    let header = encode_header(&info, nsec as u32, entry, crc32c::crc32c(&table));
+    let header = encode_header(
+        &info,
+        nsec as u32,
+        entry,
+        crc32c::crc32c(&table),
+        payload.is_some(),
+    );
     let mut file = w.out.into_inner().map_err(|e| StoreError::Io {
         op: "flush",
         path: tmp.to_path_buf(),
@@ -1360,14 +1507,23 @@ fn write_file(index: &Index, tmp: &Path) -> Result<SegmentInfo> {
     Ok(info)
 }
 
-fn encode_header(info: &SegmentInfo, nsec: u32, entry: u32, table_crc: u32) -> [u8; HEADER_LEN] {
+fn encode_header(
+    info: &SegmentInfo,
+    nsec: u32,
+    entry: u32,
+    table_crc: u32,
+    payload: bool,
+) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
     h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     // Flat and HNSW files over version-1 dtypes are laid out as in
     // version 1, so a version-1 reader may read them; IVF files and
     // scalar-quantized dtypes need a version-2 reader.
-    let oldest_reader: u32 = if info.ivf.is_some() || info.space.dtype.is_quantized() {
+    // Payload sections need a version-3 reader.
+    let oldest_reader: u32 = if payload {
+        3
+    } else if info.ivf.is_some() || info.space.dtype.is_quantized() {
         2
     } else {
         1

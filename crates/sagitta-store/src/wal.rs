@@ -3,8 +3,11 @@
 //! One file per generation, `wal-{first_seq:020}.log`: a 16-byte header
 //! (magic `SGTAWAL\0`, version u32, zero u32) and then records
 //! `len u32 | crc32c u32 | payload` where the payload is
-//! `seq u64 | op u8 | key u64 | stored vector bytes` and the CRC covers
-//! the payload. Vectors are logged in stored (encoded) form, so replay
+//! `seq u64 | op u8 | key u64 | body` and the CRC covers the payload.
+//! The body of a put (op 1) is the stored vector; of a put with payload
+//! columns (op 3, version 2) the stored vector followed by the row in the
+//! self-describing encoding of `payload::encode_row`; a remove (op 2) has
+//! none. Version-1 logs (ops 1 and 2 only) are still read. Vectors are logged in stored (encoded) form, so replay
 //! neither re-validates nor re-normalises. A record that is cut short or
 //! fails its checksum ends the log: it is a torn tail from a crash during
 //! the write, never data (writers truncate it away on open).
@@ -15,12 +18,13 @@ use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"SGTAWAL\0";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
+const OLDEST_VERSION: u32 = 1;
 /// Header bytes at the start of every log file.
 pub const HEADER_LEN: u64 = 16;
 const FIXED: usize = 8 + 1 + 8;
 /// Largest payload accepted (a 65536-d f32 vector plus the fixed part).
-const MAX_PAYLOAD: usize = FIXED + 65_536 * 4;
+const MAX_PAYLOAD: usize = FIXED + 65_536 * 4 + crate::payload::MAX_ROW_BYTES;
 
 /// What a record does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,6 +34,8 @@ pub enum Op {
     Put = 1,
     /// Delete the key.
     Remove = 2,
+    /// Insert or replace the key with the logged vector and payload row.
+    PutPayload = 3,
 }
 
 /// One decoded record, borrowing the vector from the log buffer.
@@ -41,7 +47,8 @@ pub struct Record<'a> {
     pub op: Op,
     /// The key.
     pub key: u64,
-    /// Stored vector bytes (empty for `Remove`).
+    /// The body: stored vector bytes (then the payload row for
+    /// `PutPayload`; empty for `Remove`).
     pub vector: &'a [u8],
 }
 
@@ -98,10 +105,10 @@ impl Replay {
             k.copy_from_slice(&p[9..17]);
             Record {
                 seq: u64::from_le_bytes(s),
-                op: if p[8] == Op::Remove as u8 {
-                    Op::Remove
-                } else {
-                    Op::Put
+                op: match p[8] {
+                    2 => Op::Remove,
+                    3 => Op::PutPayload,
+                    _ => Op::Put,
                 },
                 key: u64::from_le_bytes(k),
                 vector: &p[FIXED..],
@@ -134,11 +141,11 @@ pub fn read(path: &Path) -> Result<Replay> {
         });
     }
     let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if version != VERSION {
+    if !(OLDEST_VERSION..=VERSION).contains(&version) {
         return Err(StoreError::UnsupportedVersion {
             file: path.to_path_buf(),
             found: version,
-            oldest: VERSION,
+            oldest: OLDEST_VERSION,
             newest: VERSION,
         });
     }
@@ -153,7 +160,9 @@ pub fn read(path: &Path) -> Result<Replay> {
             break;
         }
         let payload = &bytes[at + 8..at + 8 + len];
-        if crc32c::crc32c(payload) != crc || !matches!(payload[8], 1 | 2) {
+        if crc32c::crc32c(payload) != crc
+            || !(matches!(payload[8], 1 | 2) || (payload[8] == 3 && version >= 2))
+        {
             break;
         }
         let mut s = [0u8; 8];
@@ -220,6 +229,20 @@ impl Wal {
         if actual != valid_len {
             file.set_len(valid_len).map_err(io("truncate", path))?;
             file.sync_all().map_err(io("fsync", path))?;
+        }
+        if valid_len >= HEADER_LEN {
+            // A version-1 log is upgraded in place (version 2 only adds an
+            // op), so records with payload may follow the old ones.
+            let mut h = [0u8; 4];
+            file.seek(SeekFrom::Start(8)).map_err(io("seek", path))?;
+            let mut r = File::open(path).map_err(io("open", path))?;
+            r.seek(SeekFrom::Start(8)).map_err(io("seek", path))?;
+            r.read_exact(&mut h).map_err(io("read", path))?;
+            if u32::from_le_bytes(h) < VERSION {
+                file.write_all(&VERSION.to_le_bytes())
+                    .map_err(io("write", path))?;
+                file.sync_all().map_err(io("fsync", path))?;
+            }
         }
         file.seek(SeekFrom::Start(valid_len))
             .map_err(io("seek", path))?;
