@@ -9,10 +9,13 @@ use crate::index::{
 use numpy::PyArray1;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyInt, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
 use sagitta_index::{IndexError, Space};
+use sagitta_store::filter::Bound as FilterBound;
+use sagitta_store::payload;
 use sagitta_store::{
-    Collection, CollectionConfig, CollectionSearch, Durability, OpenMode, StoreError,
+    Collection, CollectionConfig, CollectionSearch, Durability, Filter, OpenMode, Payload,
+    StoreError,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -193,27 +196,99 @@ impl PyCollection {
     }
 
     /// Inserts or replaces vectors (within one batch the last row of a key
-    /// wins).
+    /// wins). ``payload`` gives typed columns stored with the vectors, one
+    /// row per key: a dict of columns (numpy arrays or lists), a pandas
+    /// DataFrame or a pyarrow Table (int, float, bool, string, timestamp and
+    /// list-of-string columns; nulls allowed). New columns join the schema
+    /// (older rows read them as null); a column whose type differs from the
+    /// schema's raises :class:`PayloadError` and nothing is written. A
+    /// replaced key's old payload goes with its old vector.
+    #[pyo3(signature = (keys, vectors, payload = None))]
     fn upsert(
         &self,
         py: Python<'_>,
         keys: &Bound<'_, PyAny>,
         vectors: &Bound<'_, PyAny>,
+        payload: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.write(py, keys, vectors, WriteKind::Upsert).map(|_| ())
+        let payload = payload
+            .filter(|p| !p.is_none())
+            .map(|p| payload_arg(py, p))
+            .transpose()?;
+        self.write(py, keys, vectors, WriteKind::Upsert(payload))
+            .map(|_| ())
     }
 
-    /// Deletes keys; returns how many were present.
-    fn remove(&self, py: Python<'_>, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+    /// Deletes keys, or every vector whose payload passes ``where`` (a
+    /// filter expression, see :meth:`search`); returns how many were
+    /// present.
+    #[pyo3(signature = (keys = None, *, r#where = None))]
+    fn remove(
+        &self,
+        py: Python<'_>,
+        keys: Option<&Bound<'_, PyAny>>,
+        r#where: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
         let c = self.coll()?;
-        let keys = convert::keys(keys, "keys")?;
-        py.detach(|| c.remove(&keys.keys)).map_err(store_err)
+        match (keys, bind_where(py, &c, r#where)?) {
+            (Some(keys), None) => {
+                let keys = convert::keys(keys, "keys")?;
+                py.detach(|| c.remove(&keys.keys)).map_err(store_err)
+            }
+            (None, Some(f)) => py.detach(|| c.remove_where(&f)).map_err(store_err),
+            _ => Err(PyValueError::new_err(
+                "remove: give either keys or where=, not both",
+            )),
+        }
+    }
+
+    /// The payload schema: ``{column: type}`` in column order, types among
+    /// ``int64 float64 bool string timestamp tags``.
+    #[getter]
+    fn schema<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for f in self.coll()?.schema().fields() {
+            d.set_item(&f.name, f.ty.name())?;
+        }
+        Ok(d)
+    }
+
+    /// The live keys whose payload passes ``where`` (all live keys when
+    /// ``None``) with their payload ``columns`` (all when ``None``), as a
+    /// pyarrow Table whose first column is ``key``.
+    #[pyo3(signature = (r#where = None, columns = None))]
+    fn scan<'py>(
+        &self,
+        py: Python<'py>,
+        r#where: Option<&Bound<'py, PyAny>>,
+        columns: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let c = self.coll()?;
+        let f = bind_where(py, &c, r#where)?;
+        let (keys, batch) = py
+            .detach(|| {
+                let keys = c.keys_where(f.as_ref())?;
+                let batch = c.payload_table(&keys, columns.as_deref())?;
+                Ok((keys, batch))
+            })
+            .map_err(store_err)?;
+        let table = arrow_table(py, &batch)?;
+        helpers(py)?.call_method1("with_keys", (table, PyArray1::from_vec(py, keys)))
     }
 
     /// The ``k`` nearest neighbours over every segment, merged exactly by
     /// distance (ties by key); same arguments and result as
     /// :meth:`Index.search`.
-    #[pyo3(signature = (queries, k, *, filter = None, radius = None, exact = false, expansion = None, nprobe = None, refine = None, threads = None))]
+    ///
+    /// ``where`` keeps only vectors whose payload passes a filter
+    /// expression: a dict such as ``{"and": [{"field": "lang", "op": "eq",
+    /// "value": "en"}, {"field": "year", "op": "ge", "value": 2020}]}``, a
+    /// list of conditions (ANDed) or the same as JSON text (docs/API.md).
+    /// A search never returns fewer than ``k`` matches when ``k`` vectors
+    /// pass. ``columns`` (a list of names, or ``True`` for all) attaches
+    /// the matches' payload as ``result.payload``, a pyarrow Table with one
+    /// row per entry of ``result.keys`` (row-major), null where no match.
+    #[pyo3(signature = (queries, k, *, filter = None, r#where = None, columns = None, radius = None, exact = false, expansion = None, nprobe = None, refine = None, threads = None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -221,6 +296,8 @@ impl PyCollection {
         queries: &Bound<'_, PyAny>,
         k: i64,
         filter: Option<&Bound<'_, PyAny>>,
+        r#where: Option<&Bound<'_, PyAny>>,
+        columns: Option<&Bound<'_, PyAny>>,
         radius: Option<f64>,
         exact: bool,
         expansion: Option<i64>,
@@ -240,6 +317,8 @@ impl PyCollection {
         let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
         let threads = threads_arg(threads)?;
         let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
+        let predicate = bind_where(py, &c, r#where)?;
+        let columns = columns_arg(columns)?;
         let rows = convert::rows(queries, &c.config().space, "queries")?;
         let single = rows.single();
         let refs = rows.refs();
@@ -248,6 +327,7 @@ impl PyCollection {
             ef,
             exact,
             filter: allowed.as_ref().map(|a| a.keys.as_slice()),
+            predicate: predicate.as_ref(),
             radius: radius.map(|r| r as f32),
             nprobe,
             refine,
@@ -284,16 +364,47 @@ impl PyCollection {
             }
             counts[i] = row.len().min(k) as i64;
         }
-        SearchResult::new(py, keys_out, dist_out, counts, k, single)
+        let table = match columns {
+            None => None,
+            Some(cols) => {
+                let batch = py
+                    .detach(|| c.payload_table(&keys_out, cols.as_deref()))
+                    .map_err(store_err)?;
+                Some(arrow_table(py, &batch)?.unbind())
+            }
+        };
+        let r = SearchResult::new(py, keys_out, dist_out, counts, k, single)?;
+        Ok(match table {
+            Some(t) => r.with_payload(t),
+            None => r,
+        })
     }
 
     /// The stored vector of each key, or ``None`` (as :meth:`Index.get`).
-    fn get<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    /// With ``payload=True`` (or ``columns=[...]``) returns ``(vectors,
+    /// table)``: the table is a pyarrow Table with one row per key (all
+    /// null for a missing key) of the requested columns (all by default).
+    #[pyo3(signature = (keys, *, payload = false, columns = None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        payload: bool,
+        columns: Option<Vec<String>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.coll()?;
         let keys = convert::keys(keys, "keys")?;
         let found: Vec<Option<Vec<u8>>> =
             py.detach(|| keys.keys.iter().map(|&k| c.get_raw(k)).collect());
-        decode_rows(py, c.config().space, found, keys.single)
+        let vectors = decode_rows(py, c.config().space, found, keys.single)?;
+        if !payload && columns.is_none() {
+            return Ok(vectors);
+        }
+        let batch = py
+            .detach(|| c.payload_table(&keys.keys, columns.as_deref()))
+            .map_err(store_err)?;
+        let table = arrow_table(py, &batch)?;
+        Ok(PyTuple::new(py, [vectors, table])?.into_any())
     }
 
     /// Whether each key is present: a bool, or a bool array for many keys.
@@ -321,13 +432,18 @@ impl PyCollection {
         Ok(key.extract::<u64>().is_ok_and(|k| c.contains(k)))
     }
 
-    /// Live vectors.
-    fn count(&self) -> PyResult<usize> {
-        Ok(self.coll()?.len())
+    /// Live vectors, or those whose payload passes ``where``.
+    #[pyo3(signature = (r#where = None))]
+    fn count(&self, py: Python<'_>, r#where: Option<&Bound<'_, PyAny>>) -> PyResult<usize> {
+        let c = self.coll()?;
+        match bind_where(py, &c, r#where)? {
+            None => Ok(c.len()),
+            Some(f) => py.detach(|| c.count(Some(&f))).map_err(store_err),
+        }
     }
 
     fn __len__(&self) -> PyResult<usize> {
-        self.count()
+        Ok(self.coll()?.len())
     }
 
     /// A lazy iterator over every live key (nothing is loaded up front).
@@ -458,11 +574,60 @@ impl PyCollection {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug)]
 enum WriteKind {
     Add,
     AddOnce,
-    Upsert,
+    Upsert(Option<Payload>),
+}
+
+/// The `sagitta._payload` helper module (pyarrow conversions).
+fn helpers(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
+    py.import("sagitta._payload")
+}
+
+/// A Python payload (dict, DataFrame, pyarrow Table or IPC bytes) read
+/// into columns.
+fn payload_arg(py: Python<'_>, p: &Bound<'_, PyAny>) -> PyResult<Payload> {
+    let bytes: Vec<u8> = helpers(py)?.call_method1("to_ipc", (p,))?.extract()?;
+    py.detach(|| Payload::from_ipc(&bytes))
+        .map_err(|e| store_err(e.into()))
+}
+
+/// A `where=` argument parsed and checked against the schema.
+fn bind_where(
+    py: Python<'_>,
+    c: &Collection,
+    w: Option<&Bound<'_, PyAny>>,
+) -> PyResult<Option<FilterBound>> {
+    let Some(w) = w.filter(|w| !w.is_none()) else {
+        return Ok(None);
+    };
+    let text: String = helpers(py)?.call_method1("filter_json", (w,))?.extract()?;
+    let f = Filter::from_json(&text).map_err(|e| store_err(e.into()))?;
+    c.bind_filter(&f).map(Some).map_err(store_err)
+}
+
+/// `columns=`: `True` for all, a list of names, `False` / `None` for none.
+fn columns_arg(cols: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Option<Vec<String>>>> {
+    let Some(cols) = cols.filter(|c| !c.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(b) = cols.extract::<bool>() {
+        return Ok(b.then_some(None));
+    }
+    cols.extract::<Vec<String>>()
+        .map(|v| Some(Some(v)))
+        .map_err(|_| PyValueError::new_err("columns: expected True or a list of column names"))
+}
+
+/// An Arrow record batch as a pyarrow Table.
+fn arrow_table<'py>(
+    py: Python<'py>,
+    batch: &arrow_array::RecordBatch,
+) -> PyResult<Bound<'py, PyAny>> {
+    let bytes = payload::ipc_bytes(batch).map_err(|e| store_err(e.into()))?;
+    helpers(py)?.call_method1("from_ipc", (PyBytes::new(py, &bytes),))
 }
 
 impl PyCollection {
@@ -490,10 +655,12 @@ impl PyCollection {
         }
         let single = rows.single() && keys.single;
         let refs = rows.refs();
-        py.detach(|| match kind {
+        py.detach(|| match &kind {
             WriteKind::Add => c.add(&keys.keys, &refs).map(|()| refs.len()),
             WriteKind::AddOnce => c.add_once(&keys.keys, &refs),
-            WriteKind::Upsert => c.upsert(&keys.keys, &refs).map(|()| refs.len()),
+            WriteKind::Upsert(p) => c
+                .upsert_with_payload(&keys.keys, &refs, p.as_ref())
+                .map(|()| refs.len()),
         })
         .map_err(|e| match e {
             StoreError::Index(IndexError::Row { source, .. }) if single => {

@@ -33,6 +33,13 @@ pyo3::create_exception!(
     "Another process has the collection open for writing (one writer per collection)."
 );
 
+pyo3::create_exception!(
+    sagitta,
+    PayloadError,
+    PyValueError,
+    "Bad payload columns or filter expression: an unknown field, a value of the wrong type, an unknown operator, a column whose type conflicts with the collection's schema. The message names the field."
+);
+
 /// Converts an index error; `arg` names the argument the vectors came in
 /// (`"vectors"`, `"queries"`), used for errors about vector contents.
 pub fn index_err(e: IndexError, arg: &str) -> PyErr {
@@ -71,6 +78,7 @@ pub fn store_err(e: StoreError) -> PyErr {
         e @ StoreError::AlreadyExists { .. } => PyFileExistsError::new_err(e.to_string()),
         e @ StoreError::NotACollection { .. } => PyFileNotFoundError::new_err(e.to_string()),
         StoreError::Config(msg) => PyValueError::new_err(msg),
+        StoreError::Payload(e) => PayloadError::new_err(e.to_string()),
     }
 }
 

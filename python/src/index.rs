@@ -117,6 +117,10 @@ pub struct SearchResult {
     distances: Py<PyAny>,
     /// Number of valid matches per query.
     counts: Py<PyAny>,
+    /// Payload columns of the matches (a pyarrow Table with one row per
+    /// entry of ``keys`` in row-major order, null where there is no
+    /// match), when the search asked for them; else ``None``.
+    payload: Py<PyAny>,
 }
 
 impl SearchResult {
@@ -160,7 +164,13 @@ impl SearchResult {
             keys: keys.unbind(),
             distances: distances.unbind(),
             counts: counts.unbind(),
+            payload: py.None(),
         })
+    }
+
+    /// The same result carrying a payload table.
+    pub(crate) fn with_payload(self, payload: Py<PyAny>) -> SearchResult {
+        SearchResult { payload, ..self }
     }
 }
 

@@ -29,6 +29,7 @@ fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("ReadOnlyError", py.get_type::<errors::ReadOnlyError>())?;
     m.add("LockedError", py.get_type::<errors::LockedError>())?;
+    m.add("PayloadError", py.get_type::<errors::PayloadError>())?;
     m.add("NO_KEY", convert::NO_KEY)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(isa, m)?)?;
