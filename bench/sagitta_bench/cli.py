@@ -69,6 +69,12 @@ def run_engine(name: str, cfg: dict, bar: tqdm) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args_in = sys.argv[1:] if argv is None else argv
+    if args_in[:1] == ["filtered"]:
+        from . import filtered
+
+        filtered.main(args_in[1:])
+        return
     ap = argparse.ArgumentParser(prog="sagitta-bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="benchmark engines on one dataset")
@@ -94,6 +100,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     r.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     r.add_argument("--write-benchmarks", type=Path, help="also write this BENCHMARKS.md")
+    sub.add_parser(
+        "filtered",
+        help="filtered search at 0.1-100%% selectivity (see sagitta_bench.filtered)",
+        add_help=False,
+    )
     w = sub.add_parser("report", help="rewrite BENCHMARKS.md from the runs in a results dir")
     w.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     w.add_argument("--write-benchmarks", type=Path, required=True)

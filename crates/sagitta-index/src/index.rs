@@ -481,6 +481,27 @@ impl IndexView<'_> {
         !self.is_live(slot)
     }
 
+    /// Live slots (published and not tombstoned) as a bitset over
+    /// `slots()`: O(slots / 64).
+    pub fn live_slots(&self) -> Bitset {
+        let n = self.slots();
+        let ready = self.store.ready.snapshot(n);
+        let deleted = self.store.deleted.snapshot(n);
+        let words: Vec<u64> = (0..n.div_ceil(64))
+            .map(|i| {
+                let r = ready.words().get(i).copied().unwrap_or(0);
+                let d = deleted.words().get(i).copied().unwrap_or(0);
+                let mask = if (i + 1) * 64 <= n {
+                    u64::MAX
+                } else {
+                    (1u64 << (n % 64)) - 1
+                };
+                r & !d & mask
+            })
+            .collect();
+        Bitset::from_words(words, n)
+    }
+
     /// The full-precision f32 row of a slot, when the index keeps them.
     pub fn full(&self, slot: u32) -> Option<&[u8]> {
         self.store.full.as_ref().map(|f| f.get(slot as usize))

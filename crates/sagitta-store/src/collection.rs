@@ -431,15 +431,77 @@ impl Sealed {
     }
 }
 
-/// Payload rows of the active segment, by slot.
+/// Payload rows of the active segment, by slot, and the filters
+/// evaluated over them. A slot's row never changes once written (an
+/// upsert takes a new slot), so a cached evaluation stays true for the
+/// slots it covers and is only extended over slots added since.
 #[derive(Debug, Default)]
 struct ActiveRows {
     rows: RwLock<Vec<Option<Row>>>,
+    cache: Mutex<Vec<(String, Arc<Bitset>)>>,
+    /// Slots below this have their final row (set after each write has
+    /// stored its rows); only those are cached.
+    complete: std::sync::atomic::AtomicUsize,
 }
+
+/// Filters whose evaluation over the active rows is kept.
+const ACTIVE_CACHE: usize = 32;
 
 impl ActiveRows {
     fn get(&self, slot: u32) -> Option<Row> {
         self.rows.read().get(slot as usize).cloned().flatten()
+    }
+
+    fn eval_into(&self, b: &Bound, words: &mut [u64], range: std::ops::Range<usize>) {
+        let rows = self.rows.read();
+        for slot in range {
+            let row = rows.get(slot).and_then(|r| r.as_deref()).unwrap_or(&[]);
+            if b.matches(row) {
+                words[slot / 64] |= 1 << (slot % 64);
+            }
+        }
+    }
+
+    /// Slots `0..n` whose payload passes `b` (liveness not applied).
+    fn matching(&self, b: &Bound, n: usize) -> Arc<Bitset> {
+        let done = self.complete.load(Ordering::Acquire).min(n);
+        let cached = self.matching_cached(b, done);
+        if done == n {
+            return cached;
+        }
+        // Slots of a write still in flight: evaluated, not cached.
+        let mut words = cached.words().to_vec();
+        words.resize(n.div_ceil(64), 0);
+        self.eval_into(b, &mut words, done..n);
+        Arc::new(Bitset::from_words(words, n))
+    }
+
+    fn matching_cached(&self, b: &Bound, n: usize) -> Arc<Bitset> {
+        let key = b.cache_key();
+        let old = {
+            let mut c = self.cache.lock();
+            c.iter().position(|(k, _)| *k == key).map(|i| {
+                let e = c.remove(i);
+                let bits = e.1.clone();
+                c.insert(0, e);
+                bits
+            })
+        };
+        if let Some(bits) = &old {
+            if bits.len() >= n {
+                return bits.clone();
+            }
+        }
+        let from = old.as_ref().map_or(0, |b| b.len());
+        let mut words = old.map_or_else(Vec::new, |b| b.words().to_vec());
+        words.resize(n.div_ceil(64), 0);
+        self.eval_into(b, &mut words, from..n);
+        let bits = Arc::new(Bitset::from_words(words, n));
+        let mut c = self.cache.lock();
+        c.retain(|(k, _)| *k != key);
+        c.insert(0, (key, bits.clone()));
+        c.truncate(ACTIVE_CACHE);
+        bits
     }
 }
 
@@ -984,6 +1046,12 @@ impl Collection {
                 }
             }
         }
+        // Writes are serialised (writer lock, or replay): every slot
+        // claimed so far now has its final row.
+        state
+            .rows
+            .complete
+            .store(state.active.slot_count(), Ordering::Release);
         for s in &state.sealed {
             if let Some(keys) = kills.get(&s.id) {
                 s.kill(keys);
@@ -1605,18 +1673,8 @@ impl Collection {
             let active = &*st.active;
             let mut combined = keys.map(|k| active.filter_for_keys(k));
             if let Some(b) = pred {
-                let view = active.view();
-                let rows = st.rows.rows.read();
-                let n = view.slots();
-                let mut f = Bitset::new(n);
-                for slot in 0..n {
-                    if view.is_live(slot as u32) {
-                        let row = rows.get(slot).and_then(|r| r.as_deref()).unwrap_or(&[]);
-                        if b.matches(row) {
-                            f.insert(slot);
-                        }
-                    }
-                }
+                let live = active.view().live_slots();
+                let f = and(&st.rows.matching(b, live.len()), &live);
                 combined = Some(match combined {
                     None => f,
                     Some(c) => and(&c, &f),

@@ -241,7 +241,10 @@ impl PayloadIndex {
             .ok_or_else(|| format!("payload index: no field {c}"))?;
         let b = &self.buf.as_slice()[off..off + len];
         let nl = u64_at(b, 0)? as usize;
-        let body = (8usize.saturating_add(nl)).next_multiple_of(8);
+        if nl > b.len() {
+            return Err("payload index: null bitmap past the end".into());
+        }
+        let body = (8 + nl).next_multiple_of(8);
         if body > b.len() {
             return Err("payload index: null bitmap past the end".into());
         }
@@ -252,7 +255,7 @@ impl PayloadIndex {
     pub fn nulls(&self, c: usize) -> Result<RoaringBitmap, Corrupt> {
         let (_, b, _) = self.blob(c)?;
         let nl = u64_at(b, 0)? as usize;
-        bitmap(&b[8..8 + nl])
+        bitmap(b.get(8..8usize.saturating_add(nl)).unwrap_or(&[]))
     }
 
     /// Slots whose value of field `c` equals the key (inverted fields).
@@ -262,15 +265,21 @@ impl PayloadIndex {
             return Err("payload index: not an inverted field".into());
         }
         let n = u64_at(b, at)? as usize;
+        if n > b.len() / 8 {
+            return Err("payload index: value count past the end".into());
+        }
         let koffs = at + 8;
         let kbytes = koffs + (n + 1) * 8;
         let kend = u64_at(b, koffs + n * 8)? as usize;
+        if kend > b.len() {
+            return Err("payload index: keys past the end".into());
+        }
         let boffs = (kbytes + kend).next_multiple_of(8);
         let bbytes = boffs + (n + 1) * 8;
         let key_of = |i: usize| -> Result<&[u8], Corrupt> {
             let s = u64_at(b, koffs + i * 8)? as usize;
             let e = u64_at(b, koffs + i * 8 + 8)? as usize;
-            b.get(kbytes + s..kbytes + e.max(s))
+            b.get(kbytes.saturating_add(s)..kbytes.saturating_add(e.max(s)))
                 .ok_or_else(|| "payload index: key past the end".to_string())
         };
         let (mut lo, mut hi) = (0usize, n);
@@ -286,7 +295,7 @@ impl PayloadIndex {
             let s = u64_at(b, boffs + lo * 8)? as usize;
             let e = u64_at(b, boffs + lo * 8 + 8)? as usize;
             let bm = b
-                .get(bbytes + s..bbytes + e.max(s))
+                .get(bbytes.saturating_add(s)..bbytes.saturating_add(e.max(s)))
                 .ok_or_else(|| "payload index: bitmap past the end".to_string())?;
             bitmap(bm)
         } else {
@@ -306,6 +315,9 @@ impl PayloadIndex {
             return Err("payload index: not a sorted field".into());
         }
         let n = u64_at(b, at)? as usize;
+        if n > b.len() / 12 {
+            return Err("payload index: value count past the end".into());
+        }
         let vals = at + 8;
         let slots = vals + n * 8;
         if slots + n * 4 > b.len() {

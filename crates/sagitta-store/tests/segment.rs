@@ -1,4 +1,5 @@
-//! Segment files: round trip, durability hygiene, the frozen v1 fixture,
+//! Segment files: round trip, durability hygiene, the frozen v1 / v2 / v3
+//! (payload) fixtures,
 //! corruption → typed errors, and mutated bytes never panicking.
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
@@ -8,7 +9,7 @@ use sagitta_index::{
     Bitset, DType, GraphView, HnswParams, Index, IndexKind, IndexRead, IndexWrite, IvfParams,
     Metric, SearchOptions, Space, VectorRef,
 };
-use sagitta_store::{Segment, StoreError};
+use sagitta_store::{Field, FieldType, Filter, Schema, Segment, StoreError, Value};
 use std::path::{Path, PathBuf};
 
 fn rows(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
@@ -504,4 +505,167 @@ fn quantized_segments_rerank_from_full_precision_rows() {
     // Only quantized flat / HNSW indexes keep full rows.
     let f32s = Space::new(8, Metric::L2, DType::F32).unwrap();
     assert!(Index::flat(f32s).unwrap().keep_full_precision().is_err());
+}
+
+fn payload_fixture() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/segment-v3-payload.sgt")
+}
+
+/// Payload of row `i` of the payload fixture (every column type, nulls).
+fn payload_row(i: usize) -> Vec<Value> {
+    vec![
+        if i % 5 == 0 {
+            Value::Null
+        } else {
+            Value::Str(["en", "de", "fr"][i % 3].into())
+        },
+        Value::Int(1990 + (i % 30) as i64),
+        Value::Float(i as f64 / 64.0 - 0.5),
+        Value::Bool(i % 2 == 0),
+        Value::Timestamp(1_700_000_000_000_000 + i as i64 * 1_000_000),
+        if i % 7 == 0 {
+            Value::Null
+        } else {
+            Value::Tags((0..i % 4).map(|t| format!("t{t}")).collect())
+        },
+    ]
+}
+
+fn payload_schema() -> Schema {
+    Schema::new(
+        [
+            ("lang", FieldType::String),
+            ("year", FieldType::Int64),
+            ("score", FieldType::Float64),
+            ("ok", FieldType::Bool),
+            ("ts", FieldType::Timestamp),
+            ("tags", FieldType::Tags),
+        ]
+        .iter()
+        .map(|(n, t)| Field {
+            name: n.to_string(),
+            ty: *t,
+        })
+        .collect(),
+    )
+    .unwrap()
+}
+
+fn payload_filters(schema: &Schema) -> Vec<sagitta_store::filter::Bound> {
+    use serde_json::json;
+    [
+        json!({"field": "lang", "op": "eq", "value": "de"}),
+        json!({"field": "lang", "op": "is_null"}),
+        json!({"field": "year", "op": "ge", "value": 2010}),
+        json!({"field": "score", "op": "lt", "value": 0.0}),
+        json!({"field": "ok", "op": "eq", "value": true}),
+        json!({"field": "ts", "op": "gt", "value": 1_700_000_000_000_000i64 + 30_000_000}),
+        json!({"field": "tags", "op": "contains", "value": "t2"}),
+        json!({"or": [{"field": "year", "op": "in", "value": [1990, 1991]},
+                      {"not": {"field": "tags", "op": "is_not_null"}}]}),
+    ]
+    .iter()
+    .map(|j| Filter::parse(j).unwrap().bind(schema).unwrap())
+    .collect()
+}
+
+/// The frozen payload fixture: 64 rows (16-d, cosine, HNSW), key `1000 + i`
+/// with row `i` of [`payload_row`], every
+/// payload column type. Written when SAGITTA_REGEN_FIXTURES=1.
+#[test]
+fn frozen_v3_payload_fixture_reads_back() {
+    let schema = payload_schema();
+    if std::env::var_os("SAGITTA_REGEN_FIXTURES").is_some() {
+        let (index, _) = build(IndexKind::Hnsw, 64);
+        let rows: Vec<Vec<Value>> = (0..64).map(payload_row).collect();
+        let view_keys: Vec<u64> = (0..64u32).map(|s| index.view().key(s)).collect();
+        let by_slot: Vec<Option<&[Value]>> = view_keys
+            .iter()
+            .map(|&k| Some(&rows[(k - 1000) as usize][..]))
+            .collect();
+        let batch = sagitta_store::payload::to_record_batch(&schema, by_slot.into_iter()).unwrap();
+        Segment::write_with_payload(&index, Some((&schema, &batch)), &payload_fixture()).unwrap();
+    }
+    let seg = Segment::open(&payload_fixture()).unwrap();
+    assert_eq!(seg.info().version, 3);
+    seg.verify().unwrap();
+    let p = seg.payload().unwrap().expect("payload sections");
+    assert_eq!(p.schema(), &schema);
+    for key in 1000..1064u64 {
+        let slot = seg.slot_of(key).unwrap() as usize;
+        assert_eq!(
+            &p.row(&schema, slot)[..],
+            &payload_row(key as usize - 1000)[..]
+        );
+    }
+    for f in payload_filters(&schema) {
+        let got = p.eval(&f).unwrap();
+        let want: Vec<u32> = (0..64u32)
+            .filter(|&s| f.matches(&payload_row(seg.key(s) as usize - 1000)))
+            .collect();
+        assert_eq!(got.iter().collect::<Vec<_>>(), want, "{f:?}");
+    }
+}
+
+/// Recomputes every section CRC too (so corruption reaches the Arrow and
+/// payload-index parsers), then the table and header checksums.
+fn patch_all_checksums(b: &mut [u8]) {
+    if b.len() < 128 {
+        return;
+    }
+    let nsec = (u32::from_le_bytes([b[44], b[45], b[46], b[47]]) as usize).min(64);
+    for i in 0..nsec {
+        let e = 128 + i * 32;
+        let Some(entry) = b.get(e..e + 32) else {
+            return;
+        };
+        let off = u64::from_le_bytes(entry[8..16].try_into().unwrap()) as usize;
+        let len = u64::from_le_bytes(entry[16..24].try_into().unwrap()) as usize;
+        if let Some(sec) = off.checked_add(len).and_then(|end| b.get(off..end)) {
+            let c = crc32c::crc32c(sec);
+            b[e + 24..e + 28].copy_from_slice(&c.to_le_bytes());
+        }
+    }
+    patch_checksums(b);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Payload sections corrupted (section checksums patched, so the
+    /// bytes reach the Arrow decoder and the index reader) give errors or
+    /// wrong answers, never a panic.
+    #[test]
+    fn mutated_payload_segments_never_panic(
+        flips in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..6),
+        fix in 0u8..3,
+    ) {
+        let mut b = std::fs::read(payload_fixture()).unwrap();
+        // Aim most flips at the payload sections (the tail of the file).
+        let tail = b.len() * 2 / 3;
+        for (at, val) in &flips {
+            let i = tail + at.index(b.len() - tail);
+            b[i] = *val;
+        }
+        match fix {
+            0 => {}
+            1 => patch_checksums(&mut b),
+            _ => patch_all_checksums(&mut b),
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("m.sgt");
+        std::fs::write(&p, &b).unwrap();
+        if let Ok(seg) = Segment::open(&p) {
+            exercise(&seg);
+            if let Ok(Some(pl)) = seg.payload() {
+                let schema = payload_schema();
+                for s in 0..70 {
+                    let _ = pl.row(&schema, s);
+                }
+                for f in payload_filters(&schema) {
+                    let _ = pl.eval(&f);
+                }
+            }
+        }
+    }
 }
