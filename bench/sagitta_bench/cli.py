@@ -201,4 +201,12 @@ def write_benchmarks(path: Path, results_dir: Path) -> None:
             + report.markdown(run)
             + "\n"
         )
+    for md in sorted((results_dir / "filtered").glob("*.md")):
+        parts.append(
+            f"\n## Filtered search ({md.stem})\n\n"
+            "Recall@k against the exact top-k among the rows that pass the filter, and "
+            "single-thread QPS, per filter family and selectivity "
+            "(`sagitta_bench/filtered.py` describes the payload and the filters).\n\n"
+            + md.read_text()
+        )
     path.write_text("".join(parts))

@@ -57,3 +57,30 @@ def test_quick_ivf_engines_run(tmp_path):
     # 0.98 on 384-d debian-minilm).
     ours = next(r for r in run["results"] if r["engine"] == "sagitta-ivf-rq")
     assert ours["sweep"][-1]["recall"] >= 0.75
+
+
+def test_filtered_mode_runs_every_filtering_engine(tmp_path):
+    out = tmp_path / "results"
+    cmd = [sys.executable, "-m", "sagitta_bench", "filtered", "--dataset", "synthetic:4000:32:7"]
+    cmd += ["--queries", "40", "--passes", "1", "--out", str(out)]
+    subprocess.run(cmd, check=True, cwd=BENCH, capture_output=True, text=True)
+    files = list((out / "filtered").glob("*.json"))
+    assert len(files) == 1
+    run = json.loads(files[0].read_text())
+    assert [r["engine"] for r in run["results"]] == ["sagitta", "faiss-hnsw", "hnswlib", "lancedb"]
+    for r in run["results"]:
+        rows = r["rows"]
+        # unfiltered + 3 families x 5 selectivities
+        assert len(rows) == 16 and rows[0]["family"] == "none"
+        for x in rows:
+            assert 0.0 <= x["recall"] <= 1.0 and x["qps"] > 0
+    ours = run["results"][0]["rows"]
+    # measured selectivities land near their targets (the eq family picks
+    # Zipf categories, so 10% and 50% are 15% and 61%)
+    for x in ours[1:]:
+        assert x["target"] / 4 <= x["selectivity"] <= max(4 * x["target"], 1.0), x
+    # Sagitta: exact on small filters, never short, high recall everywhere
+    assert min(x["recall"] for x in ours) >= 0.95
+    assert all(x["short"] == 0.0 for x in ours)
+    md = (out / "filtered" / files[0].name.replace(".json", ".md")).read_text()
+    assert "| and | 1% |" in md

@@ -174,7 +174,7 @@ fn check_all(c: &Collection, live: &HashSet<u64>, stage: &str) {
 
 #[test]
 fn every_operator_matches_the_reference_in_every_segment_state() {
-    for kind in [IndexKind::Flat, IndexKind::Hnsw] {
+    for kind in [IndexKind::Flat, IndexKind::Hnsw, IndexKind::IvfRq] {
         let dir = tempfile::tempdir().unwrap();
         let c = Collection::create(dir.path(), config(kind, 300)).unwrap();
         let mut live: HashSet<u64> = HashSet::new();
