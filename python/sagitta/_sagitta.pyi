@@ -21,6 +21,12 @@ KeyLike: TypeAlias = int | np.integer[Any]
 KeysLike: TypeAlias = Sequence[int] | npt.NDArray[np.integer[Any]]
 VectorsLike: TypeAlias = npt.ArrayLike | bytes | bytearray | memoryview | Sequence[bytes]
 PathLike: TypeAlias = str | os.PathLike[str]
+Payload: TypeAlias = Any
+"""A dict of columns (numpy arrays or lists), a pandas DataFrame or a
+pyarrow Table / RecordBatch, one row per key."""
+Where: TypeAlias = dict[str, Any] | list[Any] | str
+"""A filter expression (docs/API.md): a dict, a list of conditions (ANDed)
+or its JSON text."""
 
 class CorruptFileError(OSError):
     """A file is truncated, damaged, not a Sagitta file, or written by a
@@ -29,6 +35,9 @@ class CorruptFileError(OSError):
 class ReadOnlyError(RuntimeError):
     """A mutation was attempted on an index opened from a file, or on a
     collection opened read-only."""
+
+class PayloadError(ValueError):
+    """Bad payload columns or filter expression; the message names the field."""
 
 class LockedError(OSError):
     """Another process has the collection open for writing."""
@@ -45,6 +54,10 @@ class SearchResult:
     """Distances of the matches; ``inf`` in empty slots."""
     counts: int | npt.NDArray[np.int64]
     """Valid matches per query (an int for a single 1-D query)."""
+    payload: Any
+    """Payload columns of the matches (a pyarrow Table, one row per entry of
+    ``keys`` in row-major order) when the search asked for ``columns``;
+    else None."""
     def __iter__(self) -> Iterator[npt.NDArray[Any]]:
         """Unpacks as ``keys, distances``."""
 
@@ -196,16 +209,26 @@ class Collection:
         """Adds new keys; the batch is validated whole first."""
     def add_once(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> int:
         """Adds the keys not already present; returns how many were added."""
-    def upsert(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> None:
-        """Inserts or replaces vectors."""
-    def remove(self, keys: KeyLike | KeysLike) -> int:
-        """Deletes keys; returns how many were present."""
+    def upsert(
+        self, keys: KeyLike | KeysLike, vectors: VectorsLike, payload: Payload | None = None
+    ) -> None:
+        """Inserts or replaces vectors, with optional payload columns."""
+    def remove(self, keys: KeyLike | KeysLike | None = None, *, where: Where | None = None) -> int:
+        """Deletes keys, or the vectors whose payload passes ``where``."""
+    @property
+    def schema(self) -> dict[str, str]:
+        """Payload columns and their types, in order."""
+    def scan(self, where: Where | None = None, columns: list[str] | None = None) -> Any:
+        """Keys (first column ``key``) and payload of the live vectors that
+        pass ``where``, as a pyarrow Table."""
     def search(
         self,
         queries: VectorsLike,
         k: int,
         *,
         filter: KeysLike | None = None,
+        where: Where | None = None,
+        columns: bool | list[str] | None = None,
         radius: float | None = None,
         exact: bool = False,
         expansion: int | None = None,
@@ -214,18 +237,23 @@ class Collection:
         threads: int | None = None,
     ) -> SearchResult:
         """The ``k`` nearest neighbours over every segment."""
-    @overload
-    def get(self, keys: KeyLike) -> npt.NDArray[Any] | bytes | None: ...
-    @overload
-    def get(self, keys: KeysLike) -> list[npt.NDArray[Any] | bytes | None]: ...
+    def get(
+        self,
+        keys: KeyLike | KeysLike,
+        *,
+        payload: bool = False,
+        columns: list[str] | None = None,
+    ) -> Any:
+        """Stored vectors (as :meth:`Index.get`); with ``payload=True`` or
+        ``columns``, ``(vectors, pyarrow Table)``."""
     @overload
     def contains(self, keys: KeyLike) -> bool: ...
     @overload
     def contains(self, keys: KeysLike) -> npt.NDArray[np.bool_]: ...
     def __contains__(self, key: object) -> bool:
         """Whether ``key`` is present."""
-    def count(self) -> int:
-        """Live vectors."""
+    def count(self, where: Where | None = None) -> int:
+        """Live vectors, or those whose payload passes ``where``."""
     def __len__(self) -> int:
         """Live vectors."""
     def keys(self) -> CollectionIterator:
