@@ -16,7 +16,9 @@ the measured selectivity is reported beside the target. Ground truth is
 the exact cosine top-k among the rows that pass (numpy, float32).
 
 Engines (each in its own process, single-thread queries, one query per
-call): ``sagitta`` (a Collection with default settings, opened from disk;
+call; Sagitta with ``threads=1``, so segments are searched one after the
+other as the peers search their one graph): ``sagitta`` (a Collection with
+default settings, opened from disk;
 filters as JSON), ``faiss-hnsw`` (IndexHNSWFlat with an ``IDSelectorBitmap``
 per filter), ``hnswlib`` (a Python filter function over a boolean mask),
 ``lancedb`` (IVF_HNSW_FLAT with scalar indexes, SQL ``where`` with
@@ -173,7 +175,7 @@ class SagittaF:
         self.where = case["filter"] if case else None
 
     def search(self, q, k):
-        return self.c.search(q, k, where=self.where).keys
+        return self.c.search(q, k, where=self.where, threads=1).keys
 
 
 class FaissF:

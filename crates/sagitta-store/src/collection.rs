@@ -1895,7 +1895,13 @@ impl Collection {
         let st = self.snapshot();
         let total = st.active.len() + st.sealed.iter().map(|s| s.live_len()).sum::<usize>();
         check_k(k, total)?;
-        let segs = self.segments(&st, opts.filter, opts.predicate)?;
+        // Segments with nothing to return are dropped up front, so a query
+        // only fans out over threads when two or more segments can answer.
+        let segs: Vec<Seg<'_>> = self
+            .segments(&st, opts.filter, opts.predicate)?
+            .into_iter()
+            .filter(|s| s.live > 0 && s.allowed != Some(0))
+            .collect();
         let one = |q: VectorRef<'_>, parallel: bool| -> Result<Vec<Neighbor>> {
             let per_seg = |s: &Seg<'_>| {
                 let kk = k
