@@ -144,7 +144,8 @@ def filtered_gt(base: np.ndarray, queries: np.ndarray, mask: np.ndarray, k: int)
 
 def recall(ids: np.ndarray, gt: np.ndarray) -> float:
     kk = gt.shape[1]
-    return float(np.mean([len(set(a[:kk].tolist()) & set(b.tolist())) / kk for a, b in zip(ids, gt)]))
+    hits = [len(set(a[:kk].tolist()) & set(b.tolist())) for a, b in zip(ids, gt)]
+    return float(np.mean(hits)) / kk
 
 
 # ---------------------------------------------------------------- engines
@@ -166,7 +167,7 @@ class SagittaF:
             c.upsert(
                 np.arange(s, e),
                 base[s:e],
-                payload={k: (v[s:e] if k != "tags" else v[s:e]) for k, v in pl.items()},
+                payload={k: v[s:e] for k, v in pl.items()},
             )
         c.close()
         self.c = sagitta.Collection.open(work / "coll")
