@@ -514,16 +514,16 @@ fn payload_fixture() -> PathBuf {
 /// Payload of row `i` of the payload fixture (every column type, nulls).
 fn payload_row(i: usize) -> Vec<Value> {
     vec![
-        if i % 5 == 0 {
+        if i.is_multiple_of(5) {
             Value::Null
         } else {
             Value::Str(["en", "de", "fr"][i % 3].into())
         },
         Value::Int(1990 + (i % 30) as i64),
         Value::Float(i as f64 / 64.0 - 0.5),
-        Value::Bool(i % 2 == 0),
+        Value::Bool(i.is_multiple_of(2)),
         Value::Timestamp(1_700_000_000_000_000 + i as i64 * 1_000_000),
-        if i % 7 == 0 {
+        if i.is_multiple_of(7) {
             Value::Null
         } else {
             Value::Tags((0..i % 4).map(|t| format!("t{t}")).collect())
