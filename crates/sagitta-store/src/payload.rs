@@ -983,3 +983,105 @@ pub fn decode_row(b: &[u8]) -> Result<Vec<(Field, Value)>, PayloadError> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rfc3339_timestamps() {
+        assert_eq!(parse_rfc3339("1970-01-01"), Some(0));
+        assert_eq!(parse_rfc3339("1970-01-02T00:00:00Z"), Some(86_400_000_000));
+        assert_eq!(
+            parse_rfc3339("2024-05-01T12:30:15.25Z"),
+            Some(1_714_566_615_250_000)
+        );
+        // An offset is subtracted to get UTC.
+        assert_eq!(
+            parse_rfc3339("2024-05-01T14:30:15.25+02:00"),
+            parse_rfc3339("2024-05-01T12:30:15.25Z")
+        );
+        assert_eq!(parse_rfc3339("1969-12-31T23:59:59Z"), Some(-1_000_000));
+        for bad in [
+            "",
+            "2024",
+            "2024-13-01",
+            "2024-01-01T25:00",
+            "2024-01-01X",
+            "yesterday",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn json_rows_infer_types_and_follow_the_schema() {
+        let schema = Schema::new(vec![Field {
+            name: "score".into(),
+            ty: FieldType::Float64,
+        }])
+        .unwrap();
+        let rows = [
+            json!({"lang": "en", "year": 2020, "score": 1, "tags": ["a"], "ok": true}),
+            json!(null),
+            json!({"lang": null, "score": 0.5}),
+        ];
+        let p = Payload::from_json_rows(&rows, &schema).unwrap();
+        assert_eq!(p.rows, 3);
+        let ty = |n: &str| p.fields.iter().find(|f| f.name == n).unwrap().ty;
+        assert_eq!(ty("lang"), FieldType::String);
+        assert_eq!(ty("year"), FieldType::Int64);
+        // The schema says float64, so the integer 1 is stored as 1.0.
+        assert_eq!(ty("score"), FieldType::Float64);
+        assert_eq!(ty("tags"), FieldType::Tags);
+        assert_eq!(ty("ok"), FieldType::Bool);
+        let c = p.fields.iter().position(|f| f.name == "score").unwrap();
+        assert_eq!(
+            p.columns[c],
+            vec![Value::Float(1.0), Value::Null, Value::Float(0.5)]
+        );
+        // A value that does not fit the column's type names the field.
+        let err = Payload::from_json_rows(&[json!({"score": "high"})], &schema).unwrap_err();
+        assert!(matches!(err, PayloadError::Value { ref field, .. } if field == "score"));
+        assert!(Payload::from_json_rows(&[json!(3)], &schema).is_err());
+    }
+
+    #[test]
+    fn wal_rows_round_trip_and_truncation_is_an_error() {
+        let schema = Schema::new(vec![
+            Field {
+                name: "s".into(),
+                ty: FieldType::String,
+            },
+            Field {
+                name: "t".into(),
+                ty: FieldType::Tags,
+            },
+            Field {
+                name: "f".into(),
+                ty: FieldType::Float64,
+            },
+        ])
+        .unwrap();
+        let row = vec![
+            Value::Str("héllo".into()),
+            Value::Tags(vec!["a".into(), String::new()]),
+            Value::Float(-0.0),
+        ];
+        let mut b = Vec::new();
+        encode_row(&mut b, &schema, &row);
+        let back = decode_row(&b).unwrap();
+        assert_eq!(back.len(), 3);
+        for ((f, v), (g, w)) in back.iter().zip(schema.fields().iter().zip(&row)) {
+            assert_eq!((f, v), (g, w));
+        }
+        for cut in 0..b.len() {
+            assert!(decode_row(&b[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut extra = b.clone();
+        extra.push(0);
+        assert!(decode_row(&extra).is_err());
+    }
+}
