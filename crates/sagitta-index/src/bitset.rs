@@ -91,6 +91,17 @@ impl Bitset {
         &self.words
     }
 
+    /// The intersection (over the shorter of the two lengths).
+    pub fn and(&self, other: &Bitset) -> Bitset {
+        let words = self
+            .words
+            .iter()
+            .zip(&other.words)
+            .map(|(a, b)| a & b)
+            .collect();
+        Bitset::from_words(words, self.len.min(other.len))
+    }
+
     /// Iterates the slots in the set in increasing order.
     pub fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.words.iter().enumerate().flat_map(|(wi, &w)| {

@@ -487,17 +487,11 @@ impl IndexView<'_> {
         let n = self.slots();
         let ready = self.store.ready.snapshot(n);
         let deleted = self.store.deleted.snapshot(n);
-        let words: Vec<u64> = (0..n.div_ceil(64))
-            .map(|i| {
-                let r = ready.words().get(i).copied().unwrap_or(0);
-                let d = deleted.words().get(i).copied().unwrap_or(0);
-                let mask = if (i + 1) * 64 <= n {
-                    u64::MAX
-                } else {
-                    (1u64 << (n % 64)) - 1
-                };
-                r & !d & mask
-            })
+        let words = ready
+            .words()
+            .iter()
+            .zip(deleted.words())
+            .map(|(r, d)| r & !d)
             .collect();
         Bitset::from_words(words, n)
     }

@@ -30,7 +30,7 @@
 
 use crate::bloom::Bloom;
 use crate::error::{io, Result, StoreError};
-use crate::filter::{Bound, Filter, SegmentPayload};
+use crate::filter::{Bound, Filter, FilterCache, SegmentPayload};
 use crate::payload::{self, Field, FieldType, Payload, PayloadError, Row, Schema, Value};
 use crate::segment::{sync_dir, write_durably, Segment};
 use crate::wal::{self, Op, Wal};
@@ -438,14 +438,11 @@ impl Sealed {
 #[derive(Debug, Default)]
 struct ActiveRows {
     rows: RwLock<Vec<Option<Row>>>,
-    cache: Mutex<Vec<(String, Arc<Bitset>)>>,
+    cache: FilterCache,
     /// Slots below this have their final row (set after each write has
     /// stored its rows); only those are cached.
     complete: std::sync::atomic::AtomicUsize,
 }
-
-/// Filters whose evaluation over the active rows is kept.
-const ACTIVE_CACHE: usize = 32;
 
 impl ActiveRows {
     fn get(&self, slot: u32) -> Option<Row> {
@@ -478,15 +475,7 @@ impl ActiveRows {
 
     fn matching_cached(&self, b: &Bound, n: usize) -> Arc<Bitset> {
         let key = b.cache_key();
-        let old = {
-            let mut c = self.cache.lock();
-            c.iter().position(|(k, _)| *k == key).map(|i| {
-                let e = c.remove(i);
-                let bits = e.1.clone();
-                c.insert(0, e);
-                bits
-            })
-        };
+        let old = self.cache.get(&key);
         if let Some(bits) = &old {
             if bits.len() >= n {
                 return bits.clone();
@@ -497,10 +486,7 @@ impl ActiveRows {
         words.resize(n.div_ceil(64), 0);
         self.eval_into(b, &mut words, from..n);
         let bits = Arc::new(Bitset::from_words(words, n));
-        let mut c = self.cache.lock();
-        c.retain(|(k, _)| *k != key);
-        c.insert(0, (key, bits.clone()));
-        c.truncate(ACTIVE_CACHE);
+        self.cache.put(key, bits.clone());
         bits
     }
 }
@@ -721,16 +707,6 @@ impl Seg<'_> {
             .as_ref()
             .or_else(|| self.dead.as_ref().and_then(|d| d.allowed.as_ref()))
     }
-}
-
-fn and(a: &Bitset, b: &Bitset) -> Bitset {
-    let words = a
-        .words()
-        .iter()
-        .zip(b.words())
-        .map(|(x, y)| x & y)
-        .collect();
-    Bitset::from_words(words, a.len().min(b.len()))
 }
 
 /// Keys of a batch with their encoded vectors (and payload rows, laid
@@ -1674,10 +1650,10 @@ impl Collection {
             let mut combined = keys.map(|k| active.filter_for_keys(k));
             if let Some(b) = pred {
                 let live = active.view().live_slots();
-                let f = and(&st.rows.matching(b, live.len()), &live);
+                let f = st.rows.matching(b, live.len()).and(&live);
                 combined = Some(match combined {
                     None => f,
-                    Some(c) => and(&c, &f),
+                    Some(c) => c.and(&f),
                 });
             }
             out.push(Seg {
@@ -1708,12 +1684,12 @@ impl Collection {
                 if let Some(f) = f {
                     combined = Some(match combined {
                         None => (*f).clone(),
-                        Some(c) => and(&c, &f),
+                        Some(c) => c.and(&f),
                     });
                 }
             }
             if let (Some(c), Some(a)) = (combined.as_mut(), dead.allowed.as_ref()) {
-                *c = and(c, a);
+                *c = c.and(a);
             }
             out.push(Seg {
                 seg: &s.seg as &dyn IndexRead,

@@ -21,7 +21,7 @@
 //! reports the offending field.
 
 use crate::payload::{json_value, FieldType, PayloadError, Row, Schema, Value};
-use crate::pindex::{self, Num, PayloadIndex};
+use crate::pindex::{self, cmp_num, Num, PayloadIndex};
 use arrow_array::RecordBatch;
 use parking_lot::Mutex;
 use roaring::RoaringBitmap;
@@ -341,15 +341,6 @@ pub enum Bound {
     },
 }
 
-fn cmp_num(a: Num, b: Num) -> std::cmp::Ordering {
-    match (a, b) {
-        (Num::I(x), Num::I(y)) => x.cmp(&y),
-        (Num::F(x), Num::F(y)) => x.total_cmp(&y),
-        (Num::I(x), Num::F(y)) => (x as f64).total_cmp(&y),
-        (Num::F(x), Num::I(y)) => x.total_cmp(&(y as f64)),
-    }
-}
-
 fn in_range(x: Num, lo: &RB<Num>, hi: &RB<Num>) -> bool {
     let lo_ok = match lo {
         RB::Unbounded => true,
@@ -407,6 +398,33 @@ impl Bound {
     }
 }
 
+/// Evaluated filters (slot bitmaps) by [`Bound::cache_key`], most
+/// recently used first, at most [`CACHE_ENTRIES`].
+#[derive(Debug, Default)]
+pub struct FilterCache {
+    entries: Mutex<Vec<(String, Arc<Bitset>)>>,
+}
+
+impl FilterCache {
+    /// The bitmap cached under `key` (marked most recently used).
+    pub fn get(&self, key: &str) -> Option<Arc<Bitset>> {
+        let mut c = self.entries.lock();
+        let i = c.iter().position(|(k, _)| k == key)?;
+        let e = c.remove(i);
+        let bits = e.1.clone();
+        c.insert(0, e);
+        Some(bits)
+    }
+
+    /// Caches `bits` under `key`, replacing any older entry.
+    pub fn put(&self, key: String, bits: Arc<Bitset>) {
+        let mut c = self.entries.lock();
+        c.retain(|(k, _)| *k != key);
+        c.insert(0, (key, bits));
+        c.truncate(CACHE_ENTRIES);
+    }
+}
+
 /// The payload of one sealed segment: the Arrow record batch (buffers
 /// borrowed from the map) and the payload indexes, plus a small cache of
 /// evaluated filters.
@@ -416,10 +434,10 @@ pub struct SegmentPayload {
     batch: RecordBatch,
     index: PayloadIndex,
     slots: usize,
-    cache: Mutex<Vec<(String, Arc<Bitset>)>>,
+    cache: FilterCache,
 }
 
-/// Evaluated filters kept per segment.
+/// Evaluated filters kept per cache (per segment).
 const CACHE_ENTRIES: usize = 32;
 
 impl SegmentPayload {
@@ -430,7 +448,7 @@ impl SegmentPayload {
             schema,
             batch,
             index,
-            cache: Mutex::new(Vec::new()),
+            cache: FilterCache::default(),
         }
     }
 
@@ -459,32 +477,19 @@ impl SegmentPayload {
         live: impl FnOnce() -> Bitset,
     ) -> Result<Arc<Bitset>, String> {
         let key = b.cache_key();
-        {
-            let mut c = self.cache.lock();
-            if let Some(i) = c.iter().position(|(k, _)| *k == key) {
-                let e = c.remove(i);
-                let out = e.1.clone();
-                c.insert(0, e);
-                return Ok(out);
-            }
+        if let Some(bits) = self.cache.get(&key) {
+            return Ok(bits);
         }
         let bm = self.eval(b)?;
-        let mut bits = live();
-        let mut words = vec![0u64; bits.words().len()];
+        let live = live();
+        let mut matched = Bitset::new(live.len());
         for s in bm.iter() {
-            let s = s as usize;
-            if s < bits.len() {
-                words[s / 64] |= 1 << (s % 64);
+            if (s as usize) < live.len() {
+                matched.insert(s as usize);
             }
         }
-        for (w, l) in words.iter_mut().zip(bits.words()) {
-            *w &= l;
-        }
-        bits = Bitset::from_words(words, bits.len());
-        let out = Arc::new(bits);
-        let mut c = self.cache.lock();
-        c.insert(0, (key, out.clone()));
-        c.truncate(CACHE_ENTRIES);
+        let out = Arc::new(matched.and(&live));
+        self.cache.put(key, out.clone());
         Ok(out)
     }
 

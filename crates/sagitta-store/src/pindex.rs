@@ -22,7 +22,7 @@
 //! binary-search the sorted values and collect the slots of the range, so
 //! a selective filter touches only what it selects.
 
-use crate::payload::{FieldType, PayloadError, Schema, Value};
+use crate::payload::{FieldType, Schema, Value};
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float64Type, Int64Type, TimestampMicrosecondType};
 use arrow_array::{Array, RecordBatch};
@@ -44,6 +44,17 @@ fn pad8(b: &mut Vec<u8>) {
 fn put_bitmap(out: &mut Vec<u8>, bm: &RoaringBitmap) {
     // Serialising into a Vec cannot fail.
     let _ = bm.serialize_into(&mut *out);
+}
+
+/// Writes sorted (value, slot) pairs: `count u64`, the values, the slots.
+fn put_sorted<T: Copy>(out: &mut Vec<u8>, pairs: &[(T, u32)], bytes: fn(T) -> [u8; 8]) {
+    out.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
+    pairs
+        .iter()
+        .for_each(|p| out.extend_from_slice(&bytes(p.0)));
+    pairs
+        .iter()
+        .for_each(|p| out.extend_from_slice(&p.1.to_le_bytes()));
 }
 
 /// Builds the payload index section for `batch` (rows = slots).
@@ -84,13 +95,7 @@ pub fn build(schema: &Schema, batch: &RecordBatch) -> Vec<u8> {
                     .filter_map(|(i, v)| v.map(|v| (v, i as u32)))
                     .collect();
                 pairs.sort_unstable();
-                out.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
-                pairs
-                    .iter()
-                    .for_each(|p| out.extend_from_slice(&p.0.to_le_bytes()));
-                pairs
-                    .iter()
-                    .for_each(|p| out.extend_from_slice(&p.1.to_le_bytes()));
+                put_sorted(&mut out, &pairs, i64::to_le_bytes);
                 KIND_SORTED_I64
             }
             FieldType::Float64 => {
@@ -101,13 +106,7 @@ pub fn build(schema: &Schema, batch: &RecordBatch) -> Vec<u8> {
                     .filter_map(|(i, v)| v.map(|v| (v, i as u32)))
                     .collect();
                 pairs.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-                out.extend_from_slice(&(pairs.len() as u64).to_le_bytes());
-                pairs
-                    .iter()
-                    .for_each(|p| out.extend_from_slice(&p.0.to_le_bytes()));
-                pairs
-                    .iter()
-                    .for_each(|p| out.extend_from_slice(&p.1.to_le_bytes()));
+                put_sorted(&mut out, &pairs, f64::to_le_bytes);
                 KIND_SORTED_F64
             }
             FieldType::String | FieldType::Bool | FieldType::Tags => {
@@ -207,6 +206,17 @@ pub enum Num {
     I(i64),
     /// Float.
     F(f64),
+}
+
+/// Orders two numeric bounds / values (an integer against a float
+/// compares as f64).
+pub fn cmp_num(a: Num, b: Num) -> std::cmp::Ordering {
+    match (a, b) {
+        (Num::I(x), Num::I(y)) => x.cmp(&y),
+        (Num::F(x), Num::F(y)) => x.total_cmp(&y),
+        (Num::I(x), Num::F(y)) => (x as f64).total_cmp(&y),
+        (Num::F(x), Num::I(y)) => x.total_cmp(&(y as f64)),
+    }
 }
 
 impl PayloadIndex {
@@ -332,14 +342,7 @@ impl PayloadIndex {
                 Num::F(f64::from_le_bytes(x))
             }
         };
-        let less = |a: Num, b: Num| -> std::cmp::Ordering {
-            match (a, b) {
-                (Num::I(x), Num::I(y)) => x.cmp(&y),
-                (Num::F(x), Num::F(y)) => x.total_cmp(&y),
-                (Num::I(x), Num::F(y)) => (x as f64).total_cmp(&y),
-                (Num::F(x), Num::I(y)) => x.total_cmp(&(y as f64)),
-            }
-        };
+        let less = cmp_num;
         // First index whose value passes the lower bound.
         let first = |pred: &dyn Fn(Num) -> bool| {
             let (mut lo, mut hi) = (0usize, n);
@@ -382,9 +385,4 @@ pub fn key_of(v: &Value) -> Option<Vec<u8>> {
         Value::Bool(b) => Some(vec![u8::from(*b)]),
         _ => None,
     }
-}
-
-/// Checks that a segment's payload schema is one the collection can read.
-pub fn check_schema(s: &Schema) -> Result<(), PayloadError> {
-    Schema::new(s.fields().to_vec()).map(|_| ())
 }

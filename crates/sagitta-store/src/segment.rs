@@ -765,12 +765,7 @@ impl Segment {
                         u64::from_le_bytes(x)
                     })
                     .unwrap_or(0);
-                let mask = if (i + 1) * 64 <= n {
-                    u64::MAX
-                } else {
-                    (1u64 << (n % 64)) - 1
-                };
-                !w & mask
+                !w
             })
             .collect();
         Bitset::from_words(words, n)
