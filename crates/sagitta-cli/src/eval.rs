@@ -530,7 +530,7 @@ pub fn cpu_model() -> String {
         )
 }
 
-pub fn demo(sample: &Path, show: usize) -> Result<()> {
+pub fn demo(sample: &Path, show: usize) -> Result<data::Dataset> {
     let t0 = Instant::now();
     let ds = data::load(sample, true).with_context(|| {
         format!(
@@ -596,6 +596,6 @@ pub fn demo(sample: &Path, show: usize) -> Result<()> {
         flat_qps
     );
     let _ = std::fs::remove_dir_all(&dir);
-    println!("done in {:.1} s", t0.elapsed().as_secs_f64());
-    Ok(())
+    println!("index part done in {:.1} s", t0.elapsed().as_secs_f64());
+    Ok(ds)
 }

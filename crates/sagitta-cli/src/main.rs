@@ -1,7 +1,11 @@
 //! `sagitta`: the command-line tool.
 //!
 //! * `demo`: build an HNSW index over the bundled sample, save it as a
-//!   segment, reopen it memory-mapped, and answer a few passages.
+//!   segment, reopen it memory-mapped, and answer a few passages; then
+//!   load the sample into a collection, serve it over HTTP and Flight, and
+//!   query it through both.
+//! * `serve`: the server (HTTP/JSON and Arrow Flight).
+//! * `openapi`: print the HTTP API's OpenAPI document.
 //! * `eval`: ef → recall / QPS tables on a dataset directory (cosine,
 //!   Hamming over sign bits, filtered).
 //! * `build`, `inspect`, `open-bench`, `bench-search`, `bench-kernels`.
@@ -10,6 +14,7 @@ mod collbench;
 mod crash;
 mod data;
 mod eval;
+mod serve;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -32,7 +37,25 @@ enum Cmd {
         /// How many passages to show neighbours for.
         #[arg(long, default_value_t = 3)]
         show: usize,
+        /// Keep serving the sample after the sample queries (until Ctrl-C).
+        #[arg(long)]
+        serve: bool,
+        /// Data directory for the served sample (default: a temporary one,
+        /// deleted at exit).
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// HTTP address of the served sample (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        http: std::net::SocketAddr,
+        /// Flight address of the served sample (port 0: any free port).
+        #[arg(long, default_value = "127.0.0.1:0")]
+        flight: std::net::SocketAddr,
     },
+    /// Serve the collections of a data directory over HTTP/JSON and Arrow
+    /// Flight.
+    Serve(serve::ServeArgs),
+    /// Print the HTTP API's OpenAPI document (docs/openapi.json).
+    Openapi,
     /// Print ef → recall@k / QPS tables for a dataset directory.
     Eval(eval::EvalArgs),
     /// Build an index from a .npy matrix and write it as a segment file.
@@ -134,7 +157,22 @@ enum Cmd {
 
 fn main() -> Result<()> {
     match Cli::parse().cmd {
-        Cmd::Demo { sample, show } => eval::demo(&sample, show),
+        Cmd::Demo {
+            sample,
+            show,
+            serve,
+            data,
+            http,
+            flight,
+        } => {
+            let ds = eval::demo(&sample, show)?;
+            serve::demo_server(&ds, data, http, flight, serve)
+        }
+        Cmd::Serve(a) => serve::serve(&a),
+        Cmd::Openapi => {
+            print!("{}", sagitta_server::http::openapi_json());
+            Ok(())
+        }
         Cmd::Eval(a) => eval::run(&a),
         Cmd::Build {
             input,

@@ -83,7 +83,8 @@ impl Durability {
         }
     }
 
-    fn name(self) -> String {
+    /// The policy as `parse` reads it.
+    pub fn name(self) -> String {
         match self {
             Durability::Batch => "batch".into(),
             Durability::Off => "off".into(),
@@ -556,6 +557,8 @@ pub struct CollectionStats {
     pub tombstones: usize,
     /// Bytes of all files in the directory.
     pub bytes_on_disk: u64,
+    /// Bytes of write-ahead log files (part of `bytes_on_disk`).
+    pub wal_bytes: u64,
     /// Bytes held in memory: the active index and the bloom filter
     /// (mapped segment pages are the OS's to keep or drop).
     pub bytes_in_memory: u64,
@@ -1999,14 +2002,14 @@ impl Collection {
     pub fn stats(&self) -> CollectionStats {
         let st = self.snapshot();
         let bloom = self.bloom.read();
-        let bytes_on_disk = std::fs::read_dir(&self.dir)
-            .map(|rd| {
-                rd.filter_map(|e| e.ok())
-                    .filter_map(|e| e.metadata().ok())
-                    .map(|m| m.len())
-                    .sum()
-            })
-            .unwrap_or(0);
+        let (mut bytes_on_disk, mut wal_bytes) = (0, 0);
+        for e in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let len = e.metadata().map_or(0, |m| m.len());
+            bytes_on_disk += len;
+            if e.file_name().to_str().and_then(wal::parse_name).is_some() {
+                wal_bytes += len;
+            }
+        }
         let wal_seq = self
             .writer
             .lock()
@@ -2018,6 +2021,7 @@ impl Collection {
             active_vectors: st.active.len(),
             tombstones: st.sealed.iter().map(|s| s.dead().keys.len()).sum(),
             bytes_on_disk,
+            wal_bytes,
             bytes_in_memory: (st.active.memory_usage() + bloom.memory_bytes()) as u64,
             bytes_mapped: st.sealed.iter().map(|s| s.seg.info().file_len).sum(),
             bloom_fill: bloom.fill(),

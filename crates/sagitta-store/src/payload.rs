@@ -408,7 +408,25 @@ impl Payload {
     pub fn from_ipc(bytes: &[u8]) -> Result<Payload, PayloadError> {
         let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
             .map_err(|e| malformed(format!("not an Arrow IPC stream: {e}")))?;
-        let schema = reader.schema();
+        let mut p = Payload::from_arrow_schema(&reader.schema())?;
+        for batch in reader {
+            let batch = batch.map_err(|e| malformed(format!("bad Arrow record batch: {e}")))?;
+            p.append_columns(batch.columns())?;
+        }
+        p.validate(p.rows)?;
+        Ok(p)
+    }
+
+    /// The columns of an Arrow record batch (the types [`Payload::from_ipc`]
+    /// accepts) as a payload.
+    pub fn from_record_batch(batch: &RecordBatch) -> Result<Payload, PayloadError> {
+        let mut p = Payload::from_arrow_schema(&batch.schema())?;
+        p.append_columns(batch.columns())?;
+        p.validate(p.rows)?;
+        Ok(p)
+    }
+
+    fn from_arrow_schema(schema: &arrow_schema::Schema) -> Result<Payload, PayloadError> {
         let mut fields = Vec::with_capacity(schema.fields().len());
         for f in schema.fields() {
             let ty = FieldType::from_arrow(f.data_type()).ok_or_else(|| PayloadError::Value {
@@ -423,21 +441,22 @@ impl Payload {
                 ty,
             });
         }
-        let mut p = Payload {
+        Ok(Payload {
             columns: vec![Vec::new(); fields.len()],
             fields,
             rows: 0,
-        };
-        for batch in reader {
-            let batch = batch.map_err(|e| malformed(format!("bad Arrow record batch: {e}")))?;
-            for (c, arr) in batch.columns().iter().enumerate() {
-                let name = p.fields[c].name.clone();
-                append_values(&mut p.columns[c], arr.as_ref(), &name)?;
-            }
-            p.rows += batch.num_rows();
+        })
+    }
+
+    fn append_columns(&mut self, columns: &[arrow_array::ArrayRef]) -> Result<(), PayloadError> {
+        let mut rows = 0;
+        for (c, arr) in columns.iter().enumerate() {
+            let name = self.fields[c].name.clone();
+            append_values(&mut self.columns[c], arr.as_ref(), &name)?;
+            rows = arr.len();
         }
-        p.validate(p.rows)?;
-        Ok(p)
+        self.rows += rows;
+        Ok(())
     }
 
     /// Builds a payload from JSON rows (objects of column → value), with
@@ -530,6 +549,48 @@ pub fn json_value(
         ),
         (t, _) => return Err(bad(&format!("a {}", t.name()))),
     })
+}
+
+/// Formats µs since the epoch as RFC 3339 in UTC
+/// (`2024-05-01T12:00:00.000001Z`; the fraction only when non-zero).
+pub fn format_rfc3339(us: i64) -> String {
+    let days = us.div_euclid(86_400_000_000);
+    let rem = us.rem_euclid(86_400_000_000);
+    // Civil from days (Howard Hinnant's algorithm), the inverse of the
+    // computation in `parse_rfc3339`.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    let (secs, frac) = (rem / 1_000_000, rem % 1_000_000);
+    let (h, mi, sec) = (secs / 3600, secs / 60 % 60, secs % 60);
+    if frac == 0 {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{sec:02}Z")
+    } else {
+        format!("{y:04}-{m:02}-{d:02}T{h:02}:{mi:02}:{sec:02}.{frac:06}Z")
+    }
+}
+
+impl Value {
+    /// The value as JSON (timestamps as RFC 3339 strings, tags as an
+    /// array of strings).
+    pub fn to_json(&self) -> serde_json::Value {
+        use serde_json::Value as J;
+        match self {
+            Value::Null => J::Null,
+            Value::Int(i) => J::from(*i),
+            Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
+            Value::Bool(b) => J::Bool(*b),
+            Value::Str(s) => J::String(s.clone()),
+            Value::Timestamp(t) => J::String(format_rfc3339(*t)),
+            Value::Tags(t) => J::Array(t.iter().cloned().map(J::String).collect()),
+        }
+    }
 }
 
 /// Parses `YYYY-MM-DD[(T| )HH:MM[:SS[.frac]]][Z|±HH:MM]` to µs since the
@@ -1013,6 +1074,19 @@ mod tests {
             "yesterday",
         ] {
             assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+        assert_eq!(format_rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(
+            format_rfc3339(1_714_566_615_250_000),
+            "2024-05-01T12:30:15.250000Z"
+        );
+        assert_eq!(format_rfc3339(-1_000_000), "1969-12-31T23:59:59Z");
+        for us in [
+            -62_135_596_800_000_000, // 0001-01-01
+            951_782_400_000_001,     // 2000-02-29, leap day
+            4_102_444_799_999_999,   // 2099-12-31T23:59:59.999999
+        ] {
+            assert_eq!(parse_rfc3339(&format_rfc3339(us)), Some(us), "{us}");
         }
     }
 

@@ -1,0 +1,301 @@
+//! `sagitta serve` and the server half of `sagitta demo`.
+
+use anyhow::{bail, Context, Result};
+use sagitta_server::{Keys, ServerConfig};
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// Options of `sagitta serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Data directory (one subdirectory per collection; created if missing).
+    #[arg(long, default_value = "sagitta-data")]
+    pub data: PathBuf,
+    /// HTTP/JSON listen address (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:7080")]
+    pub http: SocketAddr,
+    /// Arrow Flight listen address (port 0: any free port).
+    #[arg(long, default_value = "127.0.0.1:7081")]
+    pub flight: SocketAddr,
+    /// API keys file: one `ROLE KEY` per line (roles: read, write, admin).
+    /// Also read from SAGITTA_API_KEYS as `ROLE:KEY,ROLE:KEY`.
+    #[arg(long)]
+    pub api_keys: Option<PathBuf>,
+    /// Listen on non-loopback addresses without API keys.
+    #[arg(long)]
+    pub allow_unauthenticated_remote: bool,
+    /// Search threads (default: one per core).
+    #[arg(long)]
+    pub search_threads: Option<usize>,
+    /// Ingest threads, run at lower CPU priority (default: one per core).
+    #[arg(long)]
+    pub ingest_threads: Option<usize>,
+    /// Searches queued or running before new ones get 503 / UNAVAILABLE
+    /// (default: 64 per core).
+    #[arg(long)]
+    pub max_pending_searches: Option<usize>,
+    /// Ingest requests queued or running before new ones get 503 /
+    /// UNAVAILABLE (default: 4 per core).
+    #[arg(long)]
+    pub max_pending_ingest: Option<usize>,
+    /// Per-request timeout, milliseconds.
+    #[arg(long, default_value_t = 30_000)]
+    pub timeout_ms: u64,
+    /// Largest HTTP body / Flight message, MiB.
+    #[arg(long, default_value_t = 64)]
+    pub max_body_mib: usize,
+    /// Log level: error, warn, info, debug, trace.
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    pub log_format: String,
+}
+
+impl ServeArgs {
+    fn config(&self) -> Result<ServerConfig> {
+        let mut cfg = ServerConfig::new();
+        cfg.data = self.data.clone();
+        cfg.http = self.http;
+        cfg.flight = self.flight;
+        cfg.allow_unauthenticated_remote = self.allow_unauthenticated_remote;
+        let mut keys = Keys::default();
+        if let Some(p) = &self.api_keys {
+            let text = std::fs::read_to_string(p)
+                .with_context(|| format!("reading API keys from {}", p.display()))?;
+            keys.extend(
+                Keys::parse_file(&text)
+                    .map_err(|e| anyhow::anyhow!("API keys file {}: {e}", p.display()))?,
+            );
+        }
+        if let Ok(env) = std::env::var("SAGITTA_API_KEYS") {
+            keys.extend(
+                Keys::parse_env(&env).map_err(|e| anyhow::anyhow!("SAGITTA_API_KEYS: {e}"))?,
+            );
+        }
+        cfg.keys = keys;
+        let d = &mut cfg.exec;
+        if let Some(n) = self.search_threads {
+            d.search_threads = n;
+        }
+        if let Some(n) = self.ingest_threads {
+            d.ingest_threads = n;
+        }
+        if let Some(n) = self.max_pending_searches {
+            d.max_pending_searches = n;
+        }
+        if let Some(n) = self.max_pending_ingest {
+            d.max_pending_ingest = n;
+        }
+        if self.timeout_ms == 0 {
+            bail!("--timeout-ms must be at least 1");
+        }
+        d.timeout = Duration::from_millis(self.timeout_ms);
+        cfg.max_body = self.max_body_mib.max(1) << 20;
+        Ok(cfg)
+    }
+}
+
+fn init_logs(level: &str, format: &str) -> Result<()> {
+    let level: tracing::level_filters::LevelFilter = level
+        .parse()
+        .map_err(|_| anyhow::anyhow!("--log-level: expected error, warn, info, debug or trace"))?;
+    let b = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .with_ansi(false);
+    let r = match format {
+        "json" => b.json().try_init(),
+        "text" => b.try_init(),
+        _ => bail!("--log-format: expected text or json"),
+    };
+    r.map_err(|e| anyhow::anyhow!("logging: {e}"))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    // The runtime only does I/O; compute runs on the server's pools.
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("sagitta-io")
+        .enable_all()
+        .build()
+        .context("starting the I/O runtime")
+}
+
+/// `sagitta serve`: prints `{"http": ..., "flight": ...}` as the first line
+/// of stdout once both sockets listen, then serves until SIGTERM / Ctrl-C.
+pub fn serve(args: &ServeArgs) -> Result<()> {
+    init_logs(&args.log_level, &args.log_format)?;
+    let cfg = args.config()?;
+    runtime()?.block_on(async move {
+        let bound = sagitta_server::bind(cfg).await?;
+        {
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "{}",
+                serde_json::json!({"http": bound.http.to_string(), "flight": bound.flight.to_string()})
+            )?;
+            out.flush()?;
+        }
+        tracing::info!(http = %bound.http, flight = %bound.flight, data = %args.data.display(), "serving");
+        bound.run(sagitta_server::shutdown_signal()).await?;
+        Ok(())
+    })
+}
+
+/// One HTTP/1.1 request over a fresh connection; returns (status, body).
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Result<(u16, String)> {
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut resp = String::new();
+    s.read_to_string(&mut resp)?;
+    let (head, body) = resp
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .context("malformed HTTP status line")?;
+    Ok((status, body.to_string()))
+}
+
+/// The server part of the demo: loads the sample (vectors + passage text
+/// as payload) into a collection in a fresh data directory, serves it,
+/// queries it over HTTP and Flight, and keeps serving if asked.
+pub fn demo_server(
+    ds: &crate::data::Dataset,
+    data: Option<PathBuf>,
+    http: SocketAddr,
+    flight: SocketAddr,
+    keep_serving: bool,
+) -> Result<()> {
+    use sagitta_index::{DType, Metric, Space, VectorRef};
+    use sagitta_store::{Collection, CollectionConfig, Field, FieldType, Payload, Value};
+    let (dir, temp) = match data {
+        Some(d) => (d, false),
+        None => (
+            std::env::temp_dir().join(format!("sagitta-demo-data-{}", std::process::id())),
+            true,
+        ),
+    };
+    if dir.join("sample").exists() {
+        bail!(
+            "{} already holds a collection named `sample`; point --data at a fresh directory",
+            dir.display()
+        );
+    }
+    std::fs::create_dir_all(&dir)?;
+    let t = Instant::now();
+    let space = Space::new(ds.base.cols, Metric::Cos, DType::F32)?;
+    {
+        let c = Collection::create(&dir.join("sample"), CollectionConfig::new(space))?;
+        let keys: Vec<u64> = (0..ds.base.rows as u64).collect();
+        let vecs: Vec<VectorRef<'_>> = (0..ds.base.rows)
+            .map(|i| VectorRef::F32(ds.base.row(i)))
+            .collect();
+        let payload = Payload {
+            fields: vec![Field {
+                name: "text".into(),
+                ty: FieldType::String,
+            }],
+            columns: vec![(0..ds.base.rows)
+                .map(|i| {
+                    ds.base_texts
+                        .get(i)
+                        .map_or(Value::Null, |s| Value::Str(s.clone()))
+                })
+                .collect()],
+            rows: ds.base.rows,
+        };
+        c.upsert_with_payload(&keys, &vecs, Some(&payload))?;
+        c.close()?;
+    }
+    println!(
+        "\nloaded the sample into collection `sample` (vectors + passage text as payload) in {} in {:.1} s",
+        dir.display(),
+        t.elapsed().as_secs_f64()
+    );
+    let mut cfg = ServerConfig::new();
+    cfg.data = dir.clone();
+    cfg.http = http;
+    cfg.flight = flight;
+    let query: Vec<f32> = ds.queries.row(0).to_vec();
+    let query_text = ds.query_texts.first().cloned().unwrap_or_default();
+    runtime()?.block_on(async move {
+        let bound = sagitta_server::bind(cfg).await?;
+        let (h, f) = (bound.http, bound.flight);
+        println!("serving: {}", serde_json::json!({"http": h.to_string(), "flight": f.to_string()}));
+        println!("  HTTP API + OpenAPI: http://{h}/docs  http://{h}/openapi.json   metrics: http://{h}/metrics");
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(bound.run(async move {
+            tokio::select! {
+                _ = stop_rx => {}
+                _ = sagitta_server::shutdown_signal() => {}
+            }
+        }));
+        // A sample query over a real HTTP connection.
+        let body = serde_json::json!({"vector": query, "k": 3, "columns": ["text"]}).to_string();
+        let (status, resp) = tokio::task::spawn_blocking(move || {
+            http_request(h, "POST", "/collections/sample/search", &body)
+        })
+        .await??;
+        if status != 200 {
+            bail!("sample HTTP query answered {status}: {resp}");
+        }
+        println!("\nsample query over HTTP (POST /collections/sample/search, k=3) for:\n> {query_text}");
+        let v: serde_json::Value = serde_json::from_str(&resp)?;
+        for hit in v["hits"].as_array().into_iter().flatten() {
+            let text: String = hit["payload"]["text"].as_str().unwrap_or("?").chars().take(100).collect();
+            println!("  {:.3}  #{:<5} {}", hit["score"].as_f64().unwrap_or(f64::NAN), hit["id"], text);
+        }
+        // The same query over Arrow Flight (DoGet with a search ticket).
+        let ticket = serde_json::json!({"search": {"dataset": "sample", "vector": query, "k": 3}}).to_string();
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{f}"))?
+            .connect()
+            .await?;
+        let mut client = arrow_flight::FlightClient::new(channel);
+        let mut stream = client.do_get(arrow_flight::Ticket::new(ticket)).await?;
+        let mut ids = Vec::new();
+        use futures::StreamExt;
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            let col = batch
+                .column_by_name("id")
+                .context("Flight search answer without an id column")?;
+            let col = col
+                .as_any()
+                .downcast_ref::<arrow_array::UInt64Array>()
+                .context("id column is not uint64")?;
+            ids.extend(col.values().iter().copied());
+        }
+        println!("same query over Arrow Flight (DoGet search ticket): ids {ids:?}");
+        println!("\ntry it:\n  curl -s http://{h}/collections/sample/search -d '{{\"vector\": [...384 floats...], \"k\": 5, \"include_payload\": true}}'");
+        println!("  python -c \"import sagitta; c = sagitta.Client('http://{h}'); print(c.list_collections())\"");
+        if keep_serving {
+            println!("\nserving until Ctrl-C or SIGTERM ...");
+        } else {
+            let _ = stop_tx.send(());
+        }
+        server.await??;
+        Ok::<(), anyhow::Error>(())
+    })?;
+    if temp {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}

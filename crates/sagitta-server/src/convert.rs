@@ -1,0 +1,422 @@
+//! Arrow record batches in and out: the `id` / `vector` / payload layout of
+//! Flight DoPut and DoGet.
+
+use crate::error::{ApiError, ApiResult};
+use crate::ops::string_key;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float16Type, Float32Type, Int64Type, Int8Type, UInt64Type, UInt8Type};
+use arrow_array::{
+    Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray, UInt64Array,
+    UInt8Array,
+};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
+use sagitta_index::{DType, Space, VectorRef};
+use sagitta_store::{Collection, Payload};
+use std::sync::Arc;
+
+/// Payload column that keeps string ids (their keys are hashes).
+pub const STRING_ID_COLUMN: &str = "_id";
+
+/// The vectors of a batch, decoded once into one contiguous buffer (or
+/// borrowed from the batch for float32).
+#[derive(Debug)]
+pub enum Vectors {
+    /// Floats, `dims` per row.
+    F32 { values: Vec<f32>, dims: usize },
+    /// Bytes (binary metrics), `width` per row.
+    Bytes { values: Vec<u8>, width: usize },
+}
+
+impl Vectors {
+    /// Row `i`.
+    pub fn row(&self, i: usize) -> VectorRef<'_> {
+        match self {
+            Vectors::F32 { values, dims } => VectorRef::F32(&values[i * dims..(i + 1) * dims]),
+            Vectors::Bytes { values, width } => {
+                VectorRef::Bytes(&values[i * width..(i + 1) * width])
+            }
+        }
+    }
+
+    /// Components per row.
+    pub fn width(&self) -> usize {
+        match self {
+            Vectors::F32 { dims, .. } => *dims,
+            Vectors::Bytes { width, .. } => *width,
+        }
+    }
+
+    /// Rows.
+    pub fn len(&self) -> usize {
+        match self {
+            Vectors::F32 { values, dims } => values.len() / dims.max(&1),
+            Vectors::Bytes { values, width } => values.len() / width.max(&1),
+        }
+    }
+
+    /// Whether there are no rows.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A DoPut batch taken apart.
+#[derive(Debug)]
+pub struct Ingest {
+    /// Keys.
+    pub keys: Vec<u64>,
+    /// Vectors.
+    pub vectors: Vectors,
+    /// The Arrow element type of the vector column.
+    pub element: DataType,
+    /// Payload columns (everything but `id` and `vector`), if any.
+    pub payload: Option<Payload>,
+}
+
+fn bad(msg: impl Into<String>) -> ApiError {
+    ApiError::BadRequest(msg.into())
+}
+
+/// Splits a batch into keys, vectors and payload. `id`: int64 (not
+/// negative), uint64 or string; `vector`: a fixed-size list of float32,
+/// float16, int8 (or uint8 for binary collections); neither may hold
+/// nulls.
+pub fn ingest_batch(batch: &RecordBatch) -> ApiResult<Ingest> {
+    let schema = batch.schema();
+    let id = batch.column_by_name("id").ok_or_else(|| {
+        bad(format!(
+            "the batch needs an `id` column (int64, uint64 or string); it has {:?}",
+            schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+        ))
+    })?;
+    let vector = batch.column_by_name("vector").ok_or_else(|| {
+        bad("the batch needs a `vector` column (fixed-size list of float32, float16 or int8)")
+    })?;
+    if id.null_count() > 0 {
+        return Err(bad("`id` holds nulls"));
+    }
+    let mut string_ids = None;
+    let keys: Vec<u64> = match id.data_type() {
+        DataType::UInt64 => id.as_primitive::<UInt64Type>().values().to_vec(),
+        DataType::Int64 => {
+            let v = id.as_primitive::<Int64Type>().values();
+            if let Some(r) = v.iter().position(|&x| x < 0) {
+                return Err(bad(format!("`id` row {r} is negative ({})", v[r])));
+            }
+            v.iter().map(|&x| x as u64).collect()
+        }
+        DataType::Utf8 => {
+            let s = id.as_string::<i32>();
+            string_ids = Some(s.clone());
+            s.iter().map(|x| string_key(x.unwrap_or(""))).collect()
+        }
+        DataType::LargeUtf8 => {
+            let s = id.as_string::<i64>();
+            let s: StringArray = s.iter().collect();
+            let keys = s.iter().map(|x| string_key(x.unwrap_or(""))).collect();
+            string_ids = Some(s);
+            keys
+        }
+        t => {
+            return Err(bad(format!(
+                "`id` has type {t}; use int64, uint64 or string"
+            )))
+        }
+    };
+    let DataType::FixedSizeList(_, size) = vector.data_type() else {
+        return Err(bad(format!(
+            "`vector` has type {}; use a fixed-size list of float32, float16 or int8",
+            vector.data_type()
+        )));
+    };
+    let size = usize::try_from(*size).map_err(|_| bad("`vector`: bad list size"))?;
+    let list = vector.as_fixed_size_list();
+    if list.null_count() > 0 {
+        return Err(bad("`vector` holds null rows"));
+    }
+    let n = list.len();
+    let start = list.offset() * size;
+    let child = list.values().slice(start, n * size);
+    if child.null_count() > 0 {
+        return Err(bad("`vector` holds null components"));
+    }
+    let element = child.data_type().clone();
+    let vectors = match &element {
+        DataType::Float32 => Vectors::F32 {
+            values: child.as_primitive::<Float32Type>().values().to_vec(),
+            dims: size,
+        },
+        DataType::Float16 => Vectors::F32 {
+            values: child
+                .as_primitive::<Float16Type>()
+                .values()
+                .iter()
+                .map(|h| h.to_f32())
+                .collect(),
+            dims: size,
+        },
+        DataType::Int8 => Vectors::F32 {
+            values: child
+                .as_primitive::<Int8Type>()
+                .values()
+                .iter()
+                .map(|&x| f32::from(x))
+                .collect(),
+            dims: size,
+        },
+        DataType::UInt8 => Vectors::Bytes {
+            values: child.as_primitive::<UInt8Type>().values().to_vec(),
+            width: size,
+        },
+        t => {
+            return Err(bad(format!(
+                "`vector` elements have type {t}; use float32, float16 or int8 (uint8 for binary)"
+            )))
+        }
+    };
+    let rest: Vec<usize> = (0..schema.fields().len())
+        .filter(|&i| !matches!(schema.field(i).name().as_str(), "id" | "vector"))
+        .collect();
+    let mut payload = if rest.is_empty() {
+        None
+    } else {
+        let b = batch
+            .project(&rest)
+            .map_err(|e| bad(format!("payload columns: {e}")))?;
+        Some(Payload::from_record_batch(&b)?)
+    };
+    if let Some(s) = string_ids {
+        let p = payload.get_or_insert_with(|| Payload {
+            rows: n,
+            ..Payload::default()
+        });
+        if p.fields.iter().any(|f| f.name == STRING_ID_COLUMN) {
+            return Err(bad(format!(
+                "`{STRING_ID_COLUMN}` is reserved for string ids"
+            )));
+        }
+        p.fields.push(sagitta_store::Field {
+            name: STRING_ID_COLUMN.into(),
+            ty: sagitta_store::FieldType::String,
+        });
+        p.columns.push(
+            s.iter()
+                .map(|x| sagitta_store::Value::Str(x.unwrap_or("").to_owned()))
+                .collect(),
+        );
+    }
+    Ok(Ingest {
+        keys,
+        vectors,
+        element,
+        payload,
+    })
+}
+
+/// The storage type a new collection gets for a vector element type.
+pub fn dtype_for(element: &DataType) -> DType {
+    match element {
+        DataType::Float16 => DType::F16,
+        DataType::Int8 => DType::I8,
+        DataType::UInt8 => DType::B1,
+        _ => DType::F32,
+    }
+}
+
+/// Checks that a batch's vectors fit a collection's space.
+pub fn check_space(space: &Space, v: &Vectors) -> ApiResult<()> {
+    let (binary, want) = if space.dtype == DType::B1 {
+        (true, space.dims / 8)
+    } else {
+        (false, space.dims)
+    };
+    match v {
+        Vectors::Bytes { .. } if !binary => Err(bad(
+            "`vector` is uint8 but the collection holds float vectors",
+        )),
+        Vectors::F32 { .. } if binary => Err(bad(
+            "the collection is binary: send `vector` as a fixed-size list of uint8 (packed bits)",
+        )),
+        _ if v.width() != want => Err(bad(format!(
+            "`vector` has {} components per row; the collection has {want}",
+            v.width()
+        ))),
+        _ => Ok(()),
+    }
+}
+
+/// The Arrow type of a collection's stored vectors in DoGet.
+fn vector_field(space: &Space) -> Field {
+    if space.dtype == DType::B1 {
+        Field::new(
+            "vector",
+            DataType::FixedSizeList(
+                Arc::new(Field::new("item", DataType::UInt8, false)),
+                (space.dims / 8) as i32,
+            ),
+            false,
+        )
+    } else {
+        Field::new(
+            "vector",
+            DataType::FixedSizeList(
+                Arc::new(Field::new("item", DataType::Float32, false)),
+                space.dims as i32,
+            ),
+            false,
+        )
+    }
+}
+
+/// The schema of a collection's rows: `id`, `vector`, then the payload
+/// columns.
+pub fn row_schema(coll: &Collection) -> SchemaRef {
+    let space = coll.config().space;
+    let mut fields = vec![
+        Field::new("id", DataType::UInt64, false),
+        vector_field(&space),
+    ];
+    fields.extend(
+        coll.schema()
+            .arrow()
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone()),
+    );
+    Arc::new(ArrowSchema::new(fields))
+}
+
+/// The schema of search results.
+pub fn hits_schema() -> SchemaRef {
+    Arc::new(ArrowSchema::new(vec![
+        Field::new("id", DataType::UInt64, false),
+        Field::new("score", DataType::Float32, false),
+    ]))
+}
+
+/// Search results as a batch.
+pub fn hits_batch(hits: &[(u64, f32)]) -> ApiResult<RecordBatch> {
+    let ids: UInt64Array = hits.iter().map(|h| h.0).collect::<Vec<_>>().into();
+    let scores: Float32Array = hits.iter().map(|h| h.1).collect::<Vec<_>>().into();
+    RecordBatch::try_new(hits_schema(), vec![Arc::new(ids), Arc::new(scores)])
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// Rows `keys` of a collection as a batch laid out by `schema` (from
+/// [`row_schema`]; payload columns the schema lacks are left out, columns
+/// added since are null). Keys that vanished in between are skipped.
+pub fn rows_batch(coll: &Collection, schema: &SchemaRef, keys: &[u64]) -> ApiResult<RecordBatch> {
+    let space = coll.config().space;
+    let vb = space.vector_bytes();
+    let mut live = Vec::with_capacity(keys.len());
+    let mut floats: Vec<f32> = Vec::new();
+    let mut bytes: Vec<u8> = Vec::new();
+    for &k in keys {
+        let Some(raw) = coll.get_raw(k) else { continue };
+        live.push(k);
+        if space.dtype == DType::B1 {
+            bytes.extend_from_slice(&raw[..vb]);
+        } else if let Some(v) = space.decode_floats(&raw) {
+            floats.extend_from_slice(&v);
+        }
+    }
+    let vfield = vector_field(&space);
+    let DataType::FixedSizeList(item, size) = vfield.data_type().clone() else {
+        return Err(ApiError::Internal("vector field type".into()));
+    };
+    let values: ArrayRef = if space.dtype == DType::B1 {
+        Arc::new(UInt8Array::from(bytes))
+    } else {
+        Arc::new(Float32Array::from(floats))
+    };
+    let vectors = FixedSizeListArray::try_new(item, size, values, None)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let names: Vec<String> = schema
+        .fields()
+        .iter()
+        .skip(2)
+        .map(|f| f.name().clone())
+        .collect();
+    let payload = coll.payload_table(&live, Some(&names))?;
+    let mut cols: Vec<ArrayRef> = vec![Arc::new(UInt64Array::from(live)), Arc::new(vectors)];
+    cols.extend(payload.columns().iter().cloned());
+    RecordBatch::try_new(schema.clone(), cols).map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+    use super::*;
+    use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
+    use arrow_array::{Int64Array, StringArray};
+
+    fn vectors(rows: &[[f32; 2]]) -> FixedSizeListArray {
+        let mut b = FixedSizeListBuilder::new(Float32Builder::new(), 2);
+        for r in rows {
+            b.values().append_slice(r);
+            b.append(true);
+        }
+        b.finish()
+    }
+
+    #[test]
+    fn batches_are_taken_apart_and_bad_ones_refused() {
+        let v = vectors(&[[1.0, 2.0], [3.0, 4.0]]);
+        let b = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(vec![5, 6])) as ArrayRef),
+            ("vector", Arc::new(v.clone()) as ArrayRef),
+            (
+                "lang",
+                Arc::new(StringArray::from(vec!["en", "de"])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        let i = ingest_batch(&b).unwrap();
+        assert_eq!(i.keys, [5, 6]);
+        assert!(matches!(i.vectors.row(1), VectorRef::F32(x) if x == [3.0, 4.0]));
+        let p = i.payload.unwrap();
+        assert_eq!(p.fields[0].name, "lang");
+        // A sliced batch reads the right rows.
+        let i = ingest_batch(&b.slice(1, 1)).unwrap();
+        assert_eq!(i.keys, [6]);
+        assert!(matches!(i.vectors.row(0), VectorRef::F32(x) if x == [3.0, 4.0]));
+        // String ids hash and are kept as `_id`.
+        let b = RecordBatch::try_from_iter([
+            (
+                "id",
+                Arc::new(StringArray::from(vec!["a", "b"])) as ArrayRef,
+            ),
+            ("vector", Arc::new(v.clone()) as ArrayRef),
+        ])
+        .unwrap();
+        let i = ingest_batch(&b).unwrap();
+        assert_eq!(i.keys, [string_key("a"), string_key("b")]);
+        assert_eq!(i.payload.unwrap().fields[0].name, STRING_ID_COLUMN);
+        // Refused: negative id, no vector, wrong vector type.
+        let b = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(vec![1, -1])) as ArrayRef),
+            ("vector", Arc::new(v.clone()) as ArrayRef),
+        ])
+        .unwrap();
+        assert!(ingest_batch(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("negative"));
+        let b =
+            RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef)])
+                .unwrap();
+        assert!(ingest_batch(&b).unwrap_err().to_string().contains("vector"));
+        let b = RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef),
+            (
+                "vector",
+                Arc::new(Float32Array::from(vec![1.0])) as ArrayRef,
+            ),
+        ])
+        .unwrap();
+        assert!(ingest_batch(&b)
+            .unwrap_err()
+            .to_string()
+            .contains("fixed-size list"));
+    }
+}

@@ -1,0 +1,736 @@
+//! Arrow Flight (arrow-flight over tonic). See docs/SERVER.md for the
+//! tickets, actions and schemas.
+
+use crate::auth::{self, Role};
+use crate::convert::{self, Ingest};
+use crate::error::{ApiError, ApiResult};
+use crate::exec::Work;
+use crate::ops::{self, Id, Knobs, OwnedVector};
+use crate::registry::Entry;
+use crate::State;
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::error::FlightError;
+use arrow_flight::flight_descriptor::DescriptorType;
+use arrow_flight::flight_service_server::FlightService;
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightEndpoint, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaAsIpc, SchemaResult, Ticket,
+};
+use arrow_ipc::writer::IpcWriteOptions;
+use bytes::Bytes;
+use futures::stream::{self, BoxStream};
+use futures::{SinkExt, StreamExt, TryStreamExt};
+use serde::Deserialize;
+use serde_json::{json, Value as Json};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Rows per batch streamed by a DoGet scan.
+const SCAN_BATCH: usize = 4096;
+
+/// The Flight service.
+#[derive(Debug, Clone)]
+pub struct Flight {
+    st: Arc<State>,
+}
+
+impl Flight {
+    /// Serves `st`.
+    pub fn new(st: Arc<State>) -> Flight {
+        Flight { st }
+    }
+
+    fn auth<T>(&self, req: &Request<T>, need: Role) -> Result<(), Status> {
+        let m = req.metadata();
+        let key = auth::bearer(
+            m.get("authorization").map(|v| v.as_bytes()),
+            m.get("x-api-key").map(|v| v.as_bytes()),
+        );
+        self.st.keys.check(key.as_deref(), need).map_err(|e| {
+            self.st.metrics.rejected("unauthenticated");
+            e.to_status()
+        })
+    }
+
+    fn observe<T>(&self, method: &str, coll: &str, t0: Instant, r: &Result<T, Status>) {
+        let code = match r {
+            Ok(_) => "OK".to_string(),
+            Err(s) => format!("{:?}", s.code()),
+        };
+        let coll = if self.st.registry.contains(coll) {
+            coll
+        } else {
+            ""
+        };
+        self.st
+            .metrics
+            .observe("flight", method, coll, &code, t0.elapsed());
+    }
+
+    async fn run<T: Send + 'static>(
+        &self,
+        work: Work,
+        f: impl FnOnce() -> ApiResult<T> + Send + 'static,
+    ) -> Result<T, Status> {
+        if !self.st.accepting.load(Ordering::Acquire) {
+            return Err(ApiError::ShuttingDown.to_status());
+        }
+        self.st.exec.run(work, f).await.map_err(|e| e.to_status())
+    }
+
+    fn info(&self, e: &Entry) -> Result<FlightInfo, Status> {
+        let schema = convert::row_schema(&e.coll);
+        let ticket = json!({ "name": e.name }).to_string();
+        FlightInfo::new()
+            .try_with_schema(&schema)
+            .map_err(|err| ApiError::Internal(err.to_string()).to_status())
+            .map(|i| {
+                i.with_descriptor(FlightDescriptor::new_path(vec![e.name.clone()]))
+                    .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+                    .with_total_records(e.coll.len() as i64)
+                    .with_total_bytes(-1)
+            })
+    }
+
+    fn entry_of(&self, d: &FlightDescriptor) -> Result<Arc<Entry>, Status> {
+        let name = path_name(d)?;
+        self.st.registry.get(&name).map_err(|e| e.to_status())
+    }
+}
+
+fn invalid(msg: impl Into<String>) -> Status {
+    ApiError::BadRequest(msg.into()).to_status()
+}
+
+fn path_name(d: &FlightDescriptor) -> Result<String, Status> {
+    if d.r#type != DescriptorType::Path as i32 || d.path.len() != 1 {
+        return Err(invalid(
+            "use a PATH flight descriptor with one element: the collection name",
+        ));
+    }
+    let name = d.path[0].clone();
+    crate::registry::validate_name(&name).map_err(|e| e.to_status())?;
+    Ok(name)
+}
+
+fn json_body<T: for<'de> Deserialize<'de>>(what: &str, b: &[u8]) -> Result<T, Status> {
+    serde_json::from_slice(b).map_err(|e| invalid(format!("{what}: invalid JSON: {e}")))
+}
+
+/// A DoGet ticket.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TicketBody {
+    /// Stream a collection's rows.
+    #[serde(default)]
+    name: Option<String>,
+    /// Only rows this filter matches (with `name`).
+    #[serde(default)]
+    filter: Option<Json>,
+    /// Search.
+    #[serde(default)]
+    search: Option<SearchTicket>,
+}
+
+/// `{"search": {...}}`. Fields marked "accepted" are taken and not acted on
+/// (the server always answers `id`, `score`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchTicket {
+    dataset: String,
+    vector: Vec<f32>,
+    #[serde(default = "ten")]
+    k: usize,
+    #[serde(default)]
+    filters: Option<Json>,
+    #[serde(default)]
+    ef: Option<usize>,
+    #[serde(default)]
+    nprobe: Option<usize>,
+    #[serde(default)]
+    refine: Option<usize>,
+    #[serde(default)]
+    exact: bool,
+    // Accepted, not acted on.
+    #[serde(default)]
+    #[allow(dead_code)]
+    include_vectors: Option<Json>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    vector_format: Option<Json>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    alpha: Option<Json>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    local_only: Option<Json>,
+}
+
+fn ten() -> usize {
+    10
+}
+
+/// A filter in either form: a list of conditions (AND) or an expression;
+/// an empty list is no filter.
+fn filter_of(f: Option<Json>) -> Option<Json> {
+    match f {
+        Some(Json::Array(a)) if a.is_empty() => None,
+        Some(Json::Null) | None => None,
+        f => f,
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteAction {
+    dataset: String,
+    id: IdOrIds,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum IdOrIds {
+    One(Id),
+    Many(Vec<Id>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchByIdAction {
+    dataset: String,
+    id: Id,
+    #[serde(default = "ten")]
+    k: usize,
+    #[serde(default)]
+    filters: Option<Json>,
+    #[serde(default)]
+    ef: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DropAction {
+    name: String,
+}
+
+/// The actions DoAction takes: (type, description, role).
+const ACTIONS: [(&str, &str, Role); 7] = [
+    ("delete", "Delete rows: {\"dataset\": C, \"id\": ID or [ID, ...]} -> {\"deleted\": n}", Role::Write),
+    ("VectorSearchByID", "Neighbours of a stored row (itself left out): {\"dataset\": C, \"id\": ID, \"k\": N, \"filters\": [...]} -> {\"ids\": [...], \"scores\": [...]}", Role::Read),
+    ("cluster-status", "Node and collection status -> JSON", Role::Read),
+    ("list", "Collection names -> {\"collections\": [...]}", Role::Read),
+    ("describe", "{\"name\": C} -> the collection's settings and figures (as GET /collections/C)", Role::Read),
+    ("create-collection", "Body as POST /collections -> the new collection's description", Role::Admin),
+    ("drop-collection", "{\"name\": C} -> {\"dropped\": C}", Role::Admin),
+];
+
+type Stream<T> = BoxStream<'static, Result<T, Status>>;
+
+#[tonic::async_trait]
+impl FlightService for Flight {
+    type HandshakeStream = Stream<HandshakeResponse>;
+    type ListFlightsStream = Stream<FlightInfo>;
+    type DoGetStream = Stream<FlightData>;
+    type DoPutStream = Stream<PutResult>;
+    type DoExchangeStream = Stream<FlightData>;
+    type DoActionStream = Stream<arrow_flight::Result>;
+    type ListActionsStream = Stream<ActionType>;
+
+    async fn handshake(
+        &self,
+        _req: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        // Keys travel with every call (authorization metadata); the
+        // handshake has nothing to negotiate.
+        Ok(Response::new(
+            stream::once(async { Ok(HandshakeResponse::default()) }).boxed(),
+        ))
+    }
+
+    async fn list_flights(
+        &self,
+        req: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        self.auth(&req, Role::Read)?;
+        let infos: Vec<Result<FlightInfo, Status>> = self
+            .st
+            .registry
+            .all()
+            .iter()
+            .map(|e| self.info(e))
+            .collect();
+        Ok(Response::new(stream::iter(infos).boxed()))
+    }
+
+    async fn get_flight_info(
+        &self,
+        req: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        self.auth(&req, Role::Read)?;
+        let e = self.entry_of(req.get_ref())?;
+        Ok(Response::new(self.info(&e)?))
+    }
+
+    async fn poll_flight_info(
+        &self,
+        _req: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        Err(Status::unimplemented(
+            "PollFlightInfo: queries finish at once; use GetFlightInfo",
+        ))
+    }
+
+    async fn get_schema(
+        &self,
+        req: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        self.auth(&req, Role::Read)?;
+        let e = self.entry_of(req.get_ref())?;
+        let schema = convert::row_schema(&e.coll);
+        let r: SchemaResult = SchemaAsIpc::new(&schema, &IpcWriteOptions::default())
+            .try_into()
+            .map_err(|err: arrow_schema::ArrowError| {
+                ApiError::Internal(err.to_string()).to_status()
+            })?;
+        Ok(Response::new(r))
+    }
+
+    async fn do_get(&self, req: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        let t0 = Instant::now();
+        self.auth(&req, Role::Read)?;
+        let t: TicketBody = json_body("ticket", &req.get_ref().ticket)?;
+        let (label, r) = match (t.name, t.search) {
+            (Some(name), None) => (name.clone(), self.scan(name, filter_of(t.filter)).await),
+            (None, Some(s)) => (s.dataset.clone(), self.search(s).await),
+            _ => (
+                String::new(),
+                Err(invalid(
+                    "ticket: give {\"name\": C} to read rows or {\"search\": {...}} to search",
+                )),
+            ),
+        };
+        self.observe("DoGet", &label, t0, &r);
+        r.map(Response::new)
+    }
+
+    async fn do_put(
+        &self,
+        req: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        self.auth(&req, Role::Write)?;
+        let mut input = req.into_inner();
+        let first = input
+            .message()
+            .await?
+            .ok_or_else(|| invalid("DoPut: empty stream"))?;
+        let desc = first
+            .flight_descriptor
+            .clone()
+            .ok_or_else(|| invalid("DoPut: the first message must carry a flight descriptor"))?;
+        let name = path_name(&desc)?;
+        // Optional JSON in the first message's app_metadata: settings of a
+        // collection this put creates (as POST /collections, without name).
+        let create: Option<Json> = if first.app_metadata.is_empty() {
+            None
+        } else {
+            Some(json_body("DoPut app_metadata", &first.app_metadata)?)
+        };
+        let data = stream::once(async { Ok(first) })
+            .chain(input)
+            .map_err(|s| FlightError::Tonic(Box::new(s)));
+        let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(data);
+        let (mut tx, rx) = futures::channel::mpsc::channel::<Result<PutResult, Status>>(2);
+        let this = self.clone();
+        tokio::spawn(async move {
+            let mut total = 0usize;
+            while let Some(b) = batches.next().await {
+                let t0 = Instant::now();
+                let r = match b {
+                    Ok(batch) => this.put_batch(&name, create.as_ref(), batch).await,
+                    Err(FlightError::Tonic(s)) => Err(*s),
+                    Err(e) => Err(invalid(format!("DoPut: bad Arrow data: {e}"))),
+                };
+                this.observe("DoPut", &name, t0, &r);
+                match r {
+                    Ok(n) => {
+                        total += n;
+                        let ack = json!({ "rows": n, "total": total }).to_string();
+                        let msg = PutResult {
+                            app_metadata: Bytes::from(ack),
+                        };
+                        if tx.send(Ok(msg)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(s) => {
+                        let _ = tx.send(Err(s)).await;
+                        break;
+                    }
+                }
+            }
+        });
+        Ok(Response::new(rx.boxed()))
+    }
+
+    async fn do_exchange(
+        &self,
+        _req: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        Err(Status::unimplemented(
+            "DoExchange is not supported; use DoPut and DoGet",
+        ))
+    }
+
+    async fn do_action(
+        &self,
+        req: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        let t0 = Instant::now();
+        let a = req.get_ref();
+        let Some(&(_, _, need)) = ACTIONS.iter().find(|x| x.0 == a.r#type) else {
+            return Err(invalid(format!(
+                "unknown action {:?}; ListActions names them",
+                a.r#type.chars().take(64).collect::<String>()
+            )));
+        };
+        self.auth(&req, need)?;
+        let a = req.into_inner();
+        let (label, r) = self.action(&a.r#type, &a.body).await;
+        self.observe(&a.r#type, &label, t0, &r);
+        let body = r?;
+        let out = arrow_flight::Result {
+            body: Bytes::from(body.to_string()),
+        };
+        Ok(Response::new(stream::once(async { Ok(out) }).boxed()))
+    }
+
+    async fn list_actions(
+        &self,
+        _req: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        let list: Vec<Result<ActionType, Status>> = ACTIONS
+            .iter()
+            .map(|(t, d, _)| {
+                Ok(ActionType {
+                    r#type: (*t).into(),
+                    description: (*d).into(),
+                })
+            })
+            .collect();
+        Ok(Response::new(stream::iter(list).boxed()))
+    }
+}
+
+impl Flight {
+    async fn put_batch(
+        &self,
+        name: &str,
+        create: Option<&Json>,
+        batch: arrow_array::RecordBatch,
+    ) -> Result<usize, Status> {
+        let rows = batch.num_rows();
+        if rows == 0 {
+            return Ok(0);
+        }
+        let bytes = batch.get_array_memory_size();
+        let name2 = name.to_string();
+        let create = create.cloned();
+        let st = self.st.clone();
+        let n = self
+            .run(Work::Ingest, move || {
+                let ing: Ingest = convert::ingest_batch(&batch)?;
+                let (e, _) = st.registry.get_or_create(&name2, || {
+                    let mut req: ops::CreateCollection =
+                        match create {
+                            Some(Json::Object(mut m)) => {
+                                m.insert("name".into(), Json::String(name2.clone()));
+                                m.entry("dims").or_insert_with(|| {
+                                    let bits = if convert::dtype_for(&ing.element)
+                                        == sagitta_index::DType::B1
+                                    {
+                                        8
+                                    } else {
+                                        1
+                                    };
+                                    Json::from(ing.vectors.width() * bits)
+                                });
+                                serde_json::from_value(Json::Object(m)).map_err(|e| {
+                                    ApiError::BadRequest(format!("DoPut app_metadata: {e}"))
+                                })?
+                            }
+                            Some(_) => return Err(ApiError::BadRequest(
+                                "DoPut app_metadata: expected a JSON object of collection settings"
+                                    .into(),
+                            )),
+                            None => ops::CreateCollection {
+                                name: name2.clone(),
+                                dims: ing.vectors.width(),
+                                metric: None,
+                                dtype: None,
+                                kind: None,
+                                m: None,
+                                ef_construction: None,
+                                ef_search: None,
+                                segment_size: None,
+                                durability: None,
+                            },
+                        };
+                    if req.dtype.is_none() {
+                        req.dtype = Some(convert::dtype_for(&ing.element).name().into());
+                        if req.dtype.as_deref() == Some("b1") && req.metric.is_none() {
+                            req.metric = Some("hamming".into());
+                        }
+                    }
+                    ops::config_from(&req)
+                })?;
+                convert::check_space(&e.coll.config().space, &ing.vectors)?;
+                let refs: Vec<sagitta_index::VectorRef<'_>> =
+                    (0..ing.keys.len()).map(|i| ing.vectors.row(i)).collect();
+                ops::ingest(&e, rows, || {
+                    e.coll
+                        .upsert_with_payload(&ing.keys, &refs, ing.payload.as_ref())?;
+                    Ok(rows)
+                })
+            })
+            .await?;
+        self.st
+            .metrics
+            .ingested("flight", name, n as u64, bytes as u64);
+        Ok(n)
+    }
+
+    async fn scan(&self, name: String, filter: Option<Json>) -> Result<Stream<FlightData>, Status> {
+        let e = self.st.registry.get(&name).map_err(|e| e.to_status())?;
+        let e2 = e.clone();
+        let (schema, keys) = self
+            .run(Work::Search, move || {
+                let pred = ops::bind(&e2.coll, filter.as_ref())?;
+                Ok((
+                    convert::row_schema(&e2.coll),
+                    e2.coll.keys_where(pred.as_ref())?,
+                ))
+            })
+            .await?;
+        let chunks: Vec<Vec<u64>> = keys.chunks(SCAN_BATCH).map(<[u64]>::to_vec).collect();
+        let exec_st = self.st.clone();
+        let schema2 = schema.clone();
+        let batches = stream::iter(chunks).then(move |chunk| {
+            let e = e.clone();
+            let schema = schema2.clone();
+            let st = exec_st.clone();
+            async move {
+                st.exec
+                    .run(Work::Search, move || {
+                        convert::rows_batch(&e.coll, &schema, &chunk)
+                    })
+                    .await
+                    .map_err(|err| FlightError::Tonic(Box::new(err.to_status())))
+            }
+        });
+        let out = FlightDataEncoderBuilder::new()
+            .with_schema(schema)
+            .build(batches)
+            .map_err(|e| match e {
+                FlightError::Tonic(s) => *s,
+                e => ApiError::Internal(e.to_string()).to_status(),
+            });
+        Ok(out.boxed())
+    }
+
+    async fn search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
+        let e = self
+            .st
+            .registry
+            .get(&s.dataset)
+            .map_err(|e| e.to_status())?;
+        let hits = self
+            .run(Work::Search, move || {
+                let space = e.coll.config().space;
+                let q = ops::json_vector(&space, s.vector, 0)?;
+                let pred = ops::bind(&e.coll, filter_of(s.filters).as_ref())?;
+                let knobs = Knobs {
+                    ef: s.ef,
+                    nprobe: s.nprobe,
+                    refine: s.refine,
+                    exact: s.exact,
+                };
+                let mut r = ops::search(&e.coll, &[q], s.k, &knobs, pred.as_ref())?;
+                convert::hits_batch(&r.pop().unwrap_or_default())
+            })
+            .await?;
+        let out = FlightDataEncoderBuilder::new()
+            .with_schema(convert::hits_schema())
+            .build(stream::once(async { Ok(hits) }))
+            .map_err(|e| ApiError::Internal(e.to_string()).to_status());
+        Ok(out.boxed())
+    }
+
+    async fn action(&self, kind: &str, body: &[u8]) -> (String, Result<Json, Status>) {
+        match kind {
+            "delete" => {
+                let a: DeleteAction = match json_body("delete", body) {
+                    Ok(a) => a,
+                    Err(s) => return (String::new(), Err(s)),
+                };
+                let label = a.dataset.clone();
+                let r = async {
+                    let e = self
+                        .st
+                        .registry
+                        .get(&a.dataset)
+                        .map_err(|e| e.to_status())?;
+                    let keys: Vec<u64> = match a.id {
+                        IdOrIds::One(i) => vec![i.key()],
+                        IdOrIds::Many(v) => v.iter().map(Id::key).collect(),
+                    };
+                    let n = self
+                        .run(Work::Ingest, move || {
+                            ops::ingest(&e, 0, || Ok(e.coll.remove(&keys)?))
+                        })
+                        .await?;
+                    Ok(json!({ "deleted": n }))
+                }
+                .await;
+                (label, r)
+            }
+            "VectorSearchByID" => {
+                let a: SearchByIdAction = match json_body("VectorSearchByID", body) {
+                    Ok(a) => a,
+                    Err(s) => return (String::new(), Err(s)),
+                };
+                let label = a.dataset.clone();
+                let r = async {
+                    let e = self
+                        .st
+                        .registry
+                        .get(&a.dataset)
+                        .map_err(|e| e.to_status())?;
+                    self.run(Work::Search, move || search_by_id(&e, a)).await
+                }
+                .await;
+                (label, r)
+            }
+            "cluster-status" => {
+                let st = self.st.clone();
+                let r = self
+                    .run(Work::Search, move || {
+                        let cols: Vec<Json> = st
+                            .registry
+                            .all()
+                            .iter()
+                            .map(|e| {
+                                let s = e.coll.stats();
+                                json!({"name": e.name, "rows": s.vectors,
+                                       "segments": s.segments, "active_rows": s.active_vectors})
+                            })
+                            .collect();
+                        Ok(json!({
+                            "status": if st.accepting.load(Ordering::Acquire) { "serving" } else { "shutting_down" },
+                            "mode": "standalone",
+                            "nodes": [{"id": "local", "http": st.http_addr, "flight": st.flight_addr,
+                                       "version": env!("CARGO_PKG_VERSION")}],
+                            "collections": cols,
+                        }))
+                    })
+                    .await;
+                (String::new(), r)
+            }
+            "list" => {
+                let names: Vec<String> = self
+                    .st
+                    .registry
+                    .all()
+                    .iter()
+                    .map(|e| e.name.clone())
+                    .collect();
+                (String::new(), Ok(json!({ "collections": names })))
+            }
+            "describe" => {
+                let a: DropAction = match json_body("describe", body) {
+                    Ok(a) => a,
+                    Err(s) => return (String::new(), Err(s)),
+                };
+                let r = match self.st.registry.get(&a.name) {
+                    Ok(e) => {
+                        self.run(Work::Search, move || {
+                            serde_json::to_value(ops::describe(&e))
+                                .map_err(|e| ApiError::Internal(e.to_string()))
+                        })
+                        .await
+                    }
+                    Err(e) => Err(e.to_status()),
+                };
+                (a.name, r)
+            }
+            "create-collection" => {
+                let req: ops::CreateCollection = match json_body("create-collection", body) {
+                    Ok(a) => a,
+                    Err(s) => return (String::new(), Err(s)),
+                };
+                let label = req.name.clone();
+                let st = self.st.clone();
+                let r = self
+                    .run(Work::Ingest, move || {
+                        let cfg = ops::config_from(&req)?;
+                        let e = st.registry.create(&req.name, cfg)?;
+                        serde_json::to_value(ops::describe(&e))
+                            .map_err(|e| ApiError::Internal(e.to_string()))
+                    })
+                    .await;
+                (label, r)
+            }
+            "drop-collection" => {
+                let a: DropAction = match json_body("drop-collection", body) {
+                    Ok(a) => a,
+                    Err(s) => return (String::new(), Err(s)),
+                };
+                let st = self.st.clone();
+                let name = a.name.clone();
+                let r = self
+                    .run(Work::Ingest, move || {
+                        st.registry.drop_collection(&name)?;
+                        Ok(json!({ "dropped": name }))
+                    })
+                    .await;
+                (a.name, r)
+            }
+            _ => (String::new(), Err(invalid("unknown action"))),
+        }
+    }
+}
+
+fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
+    let key = a.id.key();
+    let raw = e
+        .coll
+        .get_raw(key)
+        .ok_or_else(|| ApiError::BadRequest(format!("id {key} is not in {:?}", e.name)))?;
+    let space = e.coll.config().space;
+    let q = match space.decode_floats(&raw) {
+        Some(v) => OwnedVector::F32(v),
+        None => OwnedVector::Bytes(raw[..space.vector_bytes()].to_vec()),
+    };
+    let pred = ops::bind(&e.coll, filter_of(a.filters).as_ref())?;
+    let k = ops::check_k(a.k, e.coll.len())?;
+    let knobs = Knobs {
+        ef: a.ef,
+        ..Knobs::default()
+    };
+    let mut hits = ops::search(
+        &e.coll,
+        &[q],
+        (k + 1).min(ops::MAX_K),
+        &knobs,
+        pred.as_ref(),
+    )?
+    .pop()
+    .unwrap_or_default();
+    hits.retain(|h| h.0 != key);
+    hits.truncate(k);
+    Ok(json!({
+        "ids": hits.iter().map(|h| h.0).collect::<Vec<_>>(),
+        "scores": hits.iter().map(|h| h.1).collect::<Vec<_>>(),
+    }))
+}

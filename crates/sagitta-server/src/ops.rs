@@ -1,0 +1,844 @@
+//! What both protocols do, over the registry: the request and response
+//! shapes of the HTTP API (which the OpenAPI document is generated from)
+//! and the operations behind them, run on the executor's pools.
+
+use crate::error::{ApiError, ApiResult};
+use crate::registry::Entry;
+use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, VectorRef};
+use sagitta_store::filter::Bound;
+use sagitta_store::{
+    Collection, CollectionConfig, CollectionSearch, Durability, Filter, Payload, Schema,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value as Json;
+use std::sync::atomic::Ordering;
+use utoipa::ToSchema;
+
+/// Largest k a search may ask for.
+pub const MAX_K: usize = 10_000;
+/// Most queries in one batch search.
+pub const MAX_BATCH_QUERIES: usize = 1024;
+/// Most keys in one get or delete request.
+pub const MAX_KEYS: usize = 100_000;
+
+// ---------------------------------------------------------------- shapes
+
+/// Creates a collection.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateCollection {
+    /// 1 to 64 characters of `A-Z a-z 0-9 _ - .`, starting with a letter,
+    /// digit or `_`.
+    pub name: String,
+    /// Vector dimensions (bits for hamming / nphd).
+    #[schema(minimum = 1, maximum = 65536)]
+    pub dims: usize,
+    /// `cos` (default), `l2`, `ip`, `hamming` or `nphd`.
+    #[serde(default)]
+    pub metric: Option<String>,
+    /// Storage type: `f32` (default for float metrics), `f16`, `i8`, `sq8`,
+    /// `sq16`, `b1` (binary metrics).
+    #[serde(default)]
+    pub dtype: Option<String>,
+    /// `hnsw` (default), `flat` or `ivf_rq`.
+    #[serde(default)]
+    pub kind: Option<String>,
+    /// HNSW links per node (default 16).
+    #[serde(default)]
+    pub m: Option<usize>,
+    /// HNSW beam width while inserting (default 128).
+    #[serde(default)]
+    pub ef_construction: Option<usize>,
+    /// HNSW default beam width while searching (default 64).
+    #[serde(default)]
+    pub ef_search: Option<usize>,
+    /// Seal the active segment past this many bytes (default 64 MiB).
+    #[serde(default)]
+    pub segment_size: Option<u64>,
+    /// WAL policy: `batch` (fsync before acknowledging; default), `off`,
+    /// or milliseconds such as `100ms`.
+    #[serde(default)]
+    pub durability: Option<String>,
+}
+
+/// A payload column.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FieldInfo {
+    /// Column name.
+    pub name: String,
+    /// int64, float64, bool, string, timestamp or tags.
+    #[serde(rename = "type")]
+    pub ty: String,
+}
+
+/// Whether a collection is indexing writes it has accepted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct IndexStatus {
+    /// `serving` (every accepted row is searchable) or `building` (ingest
+    /// requests are being written and indexed).
+    pub state: String,
+    /// Rows received by ingest requests still being written.
+    pub pending_rows: u64,
+    /// Fraction of the rows received since start that are searchable.
+    pub progress: f64,
+    /// Sealed segments.
+    pub segments: usize,
+    /// Rows in the active (in-memory, WAL-backed) segment.
+    pub active_vectors: usize,
+}
+
+/// A collection's settings and figures.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CollectionInfo {
+    /// Name.
+    pub name: String,
+    /// Dimensions.
+    pub dims: usize,
+    /// Metric.
+    pub metric: String,
+    /// Storage type.
+    pub dtype: String,
+    /// Index kind.
+    pub kind: String,
+    /// WAL policy.
+    pub durability: String,
+    /// Active segment size that triggers a seal, bytes.
+    pub segment_size: u64,
+    /// Live vectors.
+    pub vectors: usize,
+    /// Deleted vectors still held by sealed segments.
+    pub tombstones: usize,
+    /// Bytes on disk.
+    pub disk_bytes: u64,
+    /// Payload columns.
+    pub schema: Vec<FieldInfo>,
+    /// Index status.
+    pub index: IndexStatus,
+}
+
+/// The served collections.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CollectionList {
+    /// By name.
+    pub collections: Vec<CollectionInfo>,
+}
+
+/// A key: an unsigned 64-bit integer, or a string (hashed to 64 bits; see
+/// docs/SERVER.md).
+#[derive(Debug, Clone, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum Id {
+    /// An integer key.
+    Int(u64),
+    /// A string key.
+    Str(String),
+}
+
+impl Id {
+    /// The 64-bit key.
+    pub fn key(&self) -> u64 {
+        match self {
+            Id::Int(k) => *k,
+            Id::Str(s) => string_key(s),
+        }
+    }
+}
+
+/// The 64-bit key of a string id: FNV-1a over the UTF-8 bytes, then the
+/// splitmix64 finaliser. Stable across versions (it is persisted).
+pub fn string_key(s: &str) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in s.as_bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// Inserts or replaces rows.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpsertRequest {
+    /// One key per row.
+    pub ids: Vec<Id>,
+    /// One vector per row (floats; byte values 0-255 for binary metrics).
+    pub vectors: Vec<Vec<f32>>,
+    /// Optional payload, one JSON object (column → value) or null per row.
+    #[serde(default)]
+    #[schema(value_type = Option<Vec<Object>>)]
+    pub payload: Option<Vec<Json>>,
+}
+
+/// Rows written.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct UpsertResponse {
+    /// Rows written (and durable under the collection's WAL policy).
+    pub upserted: usize,
+}
+
+/// Reads rows by key.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetRequest {
+    /// Keys to read.
+    pub ids: Vec<Id>,
+    /// Return vectors (default true).
+    #[serde(default = "yes")]
+    pub include_vectors: bool,
+    /// Return payload (default true).
+    #[serde(default = "yes")]
+    pub include_payload: bool,
+    /// Only these payload columns.
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// A stored row.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Item {
+    /// Key.
+    pub id: u64,
+    /// Vector (float metrics: decoded floats; binary: byte values).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector: Option<Vec<f32>>,
+    /// Payload columns (null ones left out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<serde_json::Map<String, Json>>,
+}
+
+/// Rows read.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct GetResponse {
+    /// Rows found, in request order.
+    pub items: Vec<Item>,
+    /// Keys not found.
+    pub missing: Vec<u64>,
+}
+
+/// Deletes rows by key or by filter (exactly one of the two).
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteRequest {
+    /// Keys to delete.
+    #[serde(default)]
+    pub ids: Option<Vec<Id>>,
+    /// Delete every row this filter matches (see docs/API.md).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<Json>,
+}
+
+/// Rows deleted.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeleteResponse {
+    /// Rows that were live and are now deleted.
+    pub deleted: usize,
+}
+
+/// Counts rows, optionally those a filter matches.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CountRequest {
+    /// Filter (see docs/API.md).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<Json>,
+}
+
+/// A count.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct CountResponse {
+    /// Live rows (matching the filter).
+    pub count: usize,
+}
+
+/// k-nearest-neighbour search: one `vector`, or a batch of `vectors`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// One query.
+    #[serde(default)]
+    pub vector: Option<Vec<f32>>,
+    /// A batch of queries (at most 1024).
+    #[serde(default)]
+    pub vectors: Option<Vec<Vec<f32>>>,
+    /// Neighbours per query (1 to 10000; default 10).
+    #[serde(default = "ten")]
+    #[schema(minimum = 1, maximum = 10000)]
+    pub k: usize,
+    /// HNSW beam width (default: the collection's ef_search).
+    #[serde(default)]
+    pub ef: Option<usize>,
+    /// IVF lists probed.
+    #[serde(default)]
+    pub nprobe: Option<usize>,
+    /// IVF candidates re-ranked at full precision.
+    #[serde(default)]
+    pub refine: Option<usize>,
+    /// Exact search (scan every vector).
+    #[serde(default)]
+    pub exact: bool,
+    /// Only rows this filter matches (see docs/API.md).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<Json>,
+    /// Return each hit's vector.
+    #[serde(default)]
+    pub include_vectors: bool,
+    /// Return each hit's payload.
+    #[serde(default)]
+    pub include_payload: bool,
+    /// Only these payload columns (implies include_payload).
+    #[serde(default)]
+    pub columns: Option<Vec<String>>,
+}
+
+fn ten() -> usize {
+    10
+}
+
+/// A neighbour.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct Hit {
+    /// Key.
+    pub id: u64,
+    /// Distance under the collection's metric (smaller is nearer; cos:
+    /// 1 - cosine similarity, ip: negative inner product, l2: squared
+    /// Euclidean distance).
+    pub score: f32,
+    /// Vector, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vector: Option<Vec<f32>>,
+    /// Payload, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<Object>)]
+    pub payload: Option<serde_json::Map<String, Json>>,
+}
+
+/// The neighbours of one query, nearest first.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SearchResponse {
+    /// Hits.
+    pub hits: Vec<Hit>,
+}
+
+/// The neighbours of each query of a batch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BatchSearchResponse {
+    /// One entry per query, in order.
+    pub results: Vec<SearchResponse>,
+}
+
+/// The search answer: one query's hits, or one entry per query of a batch.
+#[derive(Debug, Serialize, ToSchema)]
+#[serde(untagged)]
+pub enum SearchResult {
+    /// For `vector`.
+    One(SearchResponse),
+    /// For `vectors`.
+    Batch(BatchSearchResponse),
+}
+
+// ------------------------------------------------------------ operations
+
+/// A query or stored vector as the user gave it.
+#[derive(Debug, Clone)]
+pub enum OwnedVector {
+    /// Floats.
+    F32(Vec<f32>),
+    /// Packed bits / codes.
+    Bytes(Vec<u8>),
+}
+
+impl OwnedVector {
+    /// Borrowed.
+    pub fn as_ref(&self) -> VectorRef<'_> {
+        match self {
+            OwnedVector::F32(v) => VectorRef::F32(v),
+            OwnedVector::Bytes(b) => VectorRef::Bytes(b),
+        }
+    }
+}
+
+/// A JSON vector for `space`: floats as they are, or bytes (each value an
+/// integer 0..=255) for binary metrics.
+pub fn json_vector(space: &Space, v: Vec<f32>, row: usize) -> ApiResult<OwnedVector> {
+    if space.dtype != DType::B1 {
+        return Ok(OwnedVector::F32(v));
+    }
+    let mut out = Vec::with_capacity(v.len());
+    for (i, x) in v.into_iter().enumerate() {
+        if !(0.0..=255.0).contains(&x) || x.fract() != 0.0 {
+            return Err(ApiError::BadRequest(format!(
+                "row {row}: component {i} = {x}: binary vectors are given as bytes (integers 0-255)"
+            )));
+        }
+        out.push(x as u8);
+    }
+    Ok(OwnedVector::Bytes(out))
+}
+
+/// A collection config from a create request.
+pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
+    let metric_s = req.metric.as_deref().unwrap_or("cos");
+    let metric = Metric::parse(metric_s).ok_or_else(|| {
+        ApiError::BadRequest(format!(
+            "metric: unknown metric {metric_s:?} (cos, l2, ip, hamming or nphd)"
+        ))
+    })?;
+    let dtype = match req.dtype.as_deref() {
+        None if metric.is_binary() => DType::B1,
+        None => DType::F32,
+        Some(d) => DType::parse(d).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "dtype: unknown dtype {d:?} (f32, f16, i8, sq8, sq16 or b1)"
+            ))
+        })?,
+    };
+    let space = Space::new(req.dims, metric, dtype)?;
+    let mut cfg = CollectionConfig::new(space);
+    if let Some(k) = req.kind.as_deref() {
+        cfg.kind = IndexKind::parse(k).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "kind: unknown index kind {k:?} (hnsw, flat or ivf_rq)"
+            ))
+        })?;
+    }
+    let d = HnswParams::default();
+    let check = |name: &str, v: Option<usize>, lo: usize, hi: usize, default: usize| {
+        let v = v.unwrap_or(default);
+        if !(lo..=hi).contains(&v) {
+            return Err(ApiError::BadRequest(format!(
+                "{name} = {v}: must be in {lo}..={hi}"
+            )));
+        }
+        Ok(v)
+    };
+    cfg.hnsw = HnswParams {
+        m: check("m", req.m, 2, 256, d.m)?,
+        ef_construction: check(
+            "ef_construction",
+            req.ef_construction,
+            1,
+            4096,
+            d.ef_construction,
+        )?,
+        ef_search: check("ef_search", req.ef_search, 1, 4096, d.ef_search)?,
+        ..d
+    };
+    cfg.ivf = IvfParams::default();
+    if let Some(s) = req.segment_size {
+        cfg.segment_size = s;
+    }
+    if let Some(p) = req.durability.as_deref() {
+        cfg.durability = Durability::parse(p).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "durability: unknown policy {p:?} (batch, off, or milliseconds like 100ms)"
+            ))
+        })?;
+    }
+    Ok(cfg)
+}
+
+/// A collection's settings, figures and index status.
+pub fn describe(e: &Entry) -> CollectionInfo {
+    let cfg = e.coll.config();
+    let s = e.coll.stats();
+    CollectionInfo {
+        name: e.name.clone(),
+        dims: cfg.space.dims,
+        metric: cfg.space.metric.name().into(),
+        dtype: cfg.space.dtype.name().into(),
+        kind: cfg.kind.name().into(),
+        durability: cfg.durability.name(),
+        segment_size: cfg.segment_size,
+        vectors: s.vectors,
+        tombstones: s.tombstones,
+        disk_bytes: s.bytes_on_disk,
+        schema: schema_info(&e.coll.schema()),
+        index: index_status(e, s.segments, s.active_vectors),
+    }
+}
+
+/// The payload schema as a list of fields.
+pub fn schema_info(schema: &Schema) -> Vec<FieldInfo> {
+    schema
+        .fields()
+        .iter()
+        .map(|f| FieldInfo {
+            name: f.name.clone(),
+            ty: f.ty.name().into(),
+        })
+        .collect()
+}
+
+/// Index status of a collection.
+pub fn index_status(e: &Entry, segments: usize, active_vectors: usize) -> IndexStatus {
+    let pending = e.pending_rows.load(Ordering::Acquire);
+    let done = e.ingested_rows.load(Ordering::Acquire);
+    IndexStatus {
+        state: if pending > 0 { "building" } else { "serving" }.into(),
+        pending_rows: pending,
+        progress: if pending == 0 {
+            1.0
+        } else {
+            done as f64 / (done + pending) as f64
+        },
+        segments,
+        active_vectors,
+    }
+}
+
+/// Parses and binds a JSON filter against the collection's schema.
+pub fn bind(coll: &Collection, filter: Option<&Json>) -> ApiResult<Option<Bound>> {
+    match filter {
+        None | Some(Json::Null) => Ok(None),
+        Some(f) => Ok(Some(coll.bind_filter(&Filter::parse(f)?)?)),
+    }
+}
+
+/// Counts bookkeeping of an ingest request around `f`.
+pub fn ingest<T>(e: &Entry, rows: usize, f: impl FnOnce() -> ApiResult<T>) -> ApiResult<T> {
+    e.pending_rows.fetch_add(rows as u64, Ordering::AcqRel);
+    let r = f();
+    e.pending_rows.fetch_sub(rows as u64, Ordering::AcqRel);
+    if r.is_ok() {
+        e.ingested_rows.fetch_add(rows as u64, Ordering::AcqRel);
+    }
+    r
+}
+
+/// Writes rows (keys, vectors, optional payload) durably.
+pub fn upsert(
+    e: &Entry,
+    keys: &[u64],
+    vectors: &[OwnedVector],
+    payload: Option<&Payload>,
+) -> ApiResult<usize> {
+    if keys.len() != vectors.len() {
+        return Err(ApiError::BadRequest(format!(
+            "{} ids for {} vectors",
+            keys.len(),
+            vectors.len()
+        )));
+    }
+    let refs: Vec<VectorRef<'_>> = vectors.iter().map(OwnedVector::as_ref).collect();
+    ingest(e, keys.len(), || {
+        e.coll.upsert_with_payload(keys, &refs, payload)?;
+        Ok(keys.len())
+    })
+}
+
+/// Checks k and clamps it to the rows there are (a k larger than the
+/// collection returns every row).
+pub fn check_k(k: usize, len: usize) -> ApiResult<usize> {
+    if k == 0 {
+        return Err(ApiError::BadRequest("k must be at least 1".into()));
+    }
+    if k > MAX_K {
+        return Err(ApiError::BadRequest(format!(
+            "k = {k} is larger than the maximum {MAX_K}"
+        )));
+    }
+    Ok(k.min(len))
+}
+
+/// Search knobs shared by both protocols.
+#[derive(Debug, Default, Clone)]
+pub struct Knobs {
+    /// Beam width.
+    pub ef: Option<usize>,
+    /// IVF probes.
+    pub nprobe: Option<usize>,
+    /// IVF re-rank.
+    pub refine: Option<usize>,
+    /// Exact.
+    pub exact: bool,
+}
+
+/// k nearest (key, distance) per query.
+pub fn search(
+    coll: &Collection,
+    queries: &[OwnedVector],
+    k: usize,
+    knobs: &Knobs,
+    pred: Option<&Bound>,
+) -> ApiResult<Vec<Vec<(u64, f32)>>> {
+    let k = check_k(k, coll.len())?;
+    if k == 0 {
+        return Ok(vec![Vec::new(); queries.len()]);
+    }
+    for (name, v) in [
+        ("ef", knobs.ef),
+        ("nprobe", knobs.nprobe),
+        ("refine", knobs.refine),
+    ] {
+        if v.is_some_and(|v| v == 0 || v > 100_000) {
+            return Err(ApiError::BadRequest(format!(
+                "{name} must be in 1..=100000"
+            )));
+        }
+    }
+    let refs: Vec<VectorRef<'_>> = queries.iter().map(OwnedVector::as_ref).collect();
+    let opts = CollectionSearch {
+        ef: knobs.ef,
+        exact: knobs.exact,
+        nprobe: knobs.nprobe,
+        refine: knobs.refine,
+        predicate: pred,
+        ..CollectionSearch::default()
+    };
+    let res = coll.search(&refs, k, &opts)?;
+    Ok(res
+        .into_iter()
+        .map(|r| r.into_iter().map(|n| (n.key, n.distance)).collect())
+        .collect())
+}
+
+/// A stored vector as JSON numbers.
+pub fn vector_json(coll: &Collection, key: u64) -> Option<Vec<f32>> {
+    let raw = coll.get_raw(key)?;
+    let space = coll.config().space;
+    match space.decode_floats(&raw) {
+        Some(v) => Some(v),
+        None => Some(
+            raw[..space.vector_bytes()]
+                .iter()
+                .map(|&b| f32::from(b))
+                .collect(),
+        ),
+    }
+}
+
+/// Payload rows of `keys` as JSON objects (null values left out), limited
+/// to `columns` when given.
+pub fn payload_json(
+    coll: &Collection,
+    keys: &[u64],
+    columns: Option<&[String]>,
+) -> ApiResult<Vec<Option<serde_json::Map<String, Json>>>> {
+    let schema = coll.schema();
+    let picks: Vec<usize> = match columns {
+        None => (0..schema.len()).collect(),
+        Some(cols) => cols
+            .iter()
+            .map(|c| schema.field(c).map(|(i, _)| i))
+            .collect::<Result<_, _>>()?,
+    };
+    let rows = coll.payload_rows(keys)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            r.map(|row| {
+                let mut m = serde_json::Map::new();
+                for &i in &picks {
+                    if let Some(v) = row.get(i).filter(|v| !v.is_null()) {
+                        m.insert(schema.fields()[i].name.clone(), v.to_json());
+                    }
+                }
+                m
+            })
+        })
+        .collect())
+}
+
+/// Runs a search request.
+pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
+    let coll = &e.coll;
+    let space = coll.config().space;
+    let (batch, raw) = match (req.vector, req.vectors) {
+        (Some(v), None) => (false, vec![v]),
+        (None, Some(vs)) => {
+            if vs.is_empty() || vs.len() > MAX_BATCH_QUERIES {
+                return Err(ApiError::BadRequest(format!(
+                    "vectors: give 1 to {MAX_BATCH_QUERIES} queries"
+                )));
+            }
+            (true, vs)
+        }
+        _ => {
+            return Err(ApiError::BadRequest(
+                "give exactly one of `vector` (one query) or `vectors` (a batch)".into(),
+            ))
+        }
+    };
+    let queries = raw
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| json_vector(&space, v, i))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let pred = bind(coll, req.filter.as_ref())?;
+    let knobs = Knobs {
+        ef: req.ef,
+        nprobe: req.nprobe,
+        refine: req.refine,
+        exact: req.exact,
+    };
+    let found = search(coll, &queries, req.k, &knobs, pred.as_ref())?;
+    let with_payload = req.include_payload || req.columns.is_some();
+    let mut results = Vec::with_capacity(found.len());
+    for hits in found {
+        let keys: Vec<u64> = hits.iter().map(|h| h.0).collect();
+        let payloads = if with_payload {
+            payload_json(coll, &keys, req.columns.as_deref())?
+        } else {
+            Vec::new()
+        };
+        let hits = hits
+            .into_iter()
+            .enumerate()
+            .map(|(i, (id, score))| Hit {
+                id,
+                score,
+                vector: req.include_vectors.then(|| vector_json(coll, id)).flatten(),
+                payload: payloads.get(i).cloned().flatten(),
+            })
+            .collect();
+        results.push(SearchResponse { hits });
+    }
+    Ok(if batch {
+        SearchResult::Batch(BatchSearchResponse { results })
+    } else {
+        SearchResult::One(results.pop().unwrap_or(SearchResponse { hits: Vec::new() }))
+    })
+}
+
+/// Runs a get request.
+pub fn run_get(e: &Entry, req: GetRequest) -> ApiResult<GetResponse> {
+    if req.ids.len() > MAX_KEYS {
+        return Err(ApiError::BadRequest(format!(
+            "ids: at most {MAX_KEYS} per request"
+        )));
+    }
+    let coll = &e.coll;
+    let keys: Vec<u64> = req.ids.iter().map(Id::key).collect();
+    let payloads = if req.include_payload {
+        payload_json(coll, &keys, req.columns.as_deref())?
+    } else {
+        Vec::new()
+    };
+    let mut items = Vec::new();
+    let mut missing = Vec::new();
+    for (i, &k) in keys.iter().enumerate() {
+        let vector = if req.include_vectors {
+            vector_json(coll, k)
+        } else {
+            None
+        };
+        let live = if req.include_vectors {
+            vector.is_some()
+        } else {
+            coll.contains(k)
+        };
+        if !live {
+            missing.push(k);
+            continue;
+        }
+        items.push(Item {
+            id: k,
+            vector,
+            payload: payloads.get(i).cloned().flatten(),
+        });
+    }
+    Ok(GetResponse { items, missing })
+}
+
+/// Runs an upsert request.
+pub fn run_upsert(e: &Entry, req: UpsertRequest) -> ApiResult<UpsertResponse> {
+    if req.ids.len() != req.vectors.len() {
+        return Err(ApiError::BadRequest(format!(
+            "{} ids for {} vectors",
+            req.ids.len(),
+            req.vectors.len()
+        )));
+    }
+    let space = e.coll.config().space;
+    let keys: Vec<u64> = req.ids.iter().map(Id::key).collect();
+    let vectors = req
+        .vectors
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| json_vector(&space, v, i))
+        .collect::<ApiResult<Vec<_>>>()?;
+    let payload = match &req.payload {
+        None => None,
+        Some(rows) => {
+            if rows.len() != keys.len() {
+                return Err(ApiError::BadRequest(format!(
+                    "payload: {} rows for {} ids",
+                    rows.len(),
+                    keys.len()
+                )));
+            }
+            Some(Payload::from_json_rows(rows, &e.coll.schema())?)
+        }
+    };
+    let n = upsert(e, &keys, &vectors, payload.as_ref())?;
+    Ok(UpsertResponse { upserted: n })
+}
+
+/// Runs a delete request.
+pub fn run_delete(e: &Entry, req: DeleteRequest) -> ApiResult<DeleteResponse> {
+    let deleted = match (req.ids, req.filter) {
+        (Some(ids), None) => {
+            if ids.len() > MAX_KEYS {
+                return Err(ApiError::BadRequest(format!(
+                    "ids: at most {MAX_KEYS} per request"
+                )));
+            }
+            let keys: Vec<u64> = ids.iter().map(Id::key).collect();
+            ingest(e, 0, || Ok(e.coll.remove(&keys)?))?
+        }
+        (None, Some(f)) => {
+            let pred = bind(&e.coll, Some(&f))?
+                .ok_or_else(|| ApiError::BadRequest("filter: must not be null".into()))?;
+            ingest(e, 0, || Ok(e.coll.remove_where(&pred)?))?
+        }
+        _ => {
+            return Err(ApiError::BadRequest(
+                "give exactly one of `ids` or `filter`".into(),
+            ))
+        }
+    };
+    Ok(DeleteResponse { deleted })
+}
+
+/// Runs a count request.
+pub fn run_count(e: &Entry, req: CountRequest) -> ApiResult<CountResponse> {
+    let pred = bind(&e.coll, req.filter.as_ref())?;
+    Ok(CountResponse {
+        count: e.coll.count(pred.as_ref())?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+    use super::*;
+
+    #[test]
+    fn string_keys_are_stable() {
+        // Persisted as keys: these values must never change (checked
+        // against an independent implementation).
+        assert_eq!(string_key(""), 0xf52a_15e9_a9b5_e89b);
+        assert_eq!(string_key("ISCC:KACYPXW445FTYNJ3"), 0xd53e_d829_0099_f6a8);
+        assert_ne!(string_key("a"), string_key("b"));
+    }
+
+    #[test]
+    fn k_is_checked_and_clamped() {
+        assert!(check_k(0, 10).is_err());
+        assert!(check_k(MAX_K + 1, 10).is_err());
+        assert_eq!(check_k(50, 10).unwrap(), 10);
+        assert_eq!(check_k(5, 10).unwrap(), 5);
+    }
+}
