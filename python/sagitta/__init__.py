@@ -22,17 +22,37 @@ from ._sagitta import (
     __version__,
     isa,
 )
+from .client import (
+    AuthError,
+    BadRequestError,
+    Client,
+    ConflictError,
+    NotFoundError,
+    RemoteCollection,
+    RemoteSearchResult,
+    ServerError,
+    UnavailableError,
+)
 
 __all__ = [
     "NO_KEY",
+    "AuthError",
+    "BadRequestError",
+    "Client",
     "Collection",
     "CollectionIterator",
+    "ConflictError",
     "CorruptFileError",
     "Index",
     "LockedError",
+    "NotFoundError",
     "PayloadError",
     "ReadOnlyError",
+    "RemoteCollection",
+    "RemoteSearchResult",
     "SearchResult",
+    "ServerError",
+    "UnavailableError",
     "__version__",
     "isa",
 ]

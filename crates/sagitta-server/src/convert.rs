@@ -251,7 +251,7 @@ fn vector_field(space: &Space) -> Field {
         Field::new(
             "vector",
             DataType::FixedSizeList(
-                Arc::new(Field::new("item", DataType::UInt8, false)),
+                Arc::new(Field::new("item", DataType::UInt8, true)),
                 (space.dims / 8) as i32,
             ),
             false,
@@ -260,7 +260,7 @@ fn vector_field(space: &Space) -> Field {
         Field::new(
             "vector",
             DataType::FixedSizeList(
-                Arc::new(Field::new("item", DataType::Float32, false)),
+                Arc::new(Field::new("item", DataType::Float32, true)),
                 space.dims as i32,
             ),
             false,

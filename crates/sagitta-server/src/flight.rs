@@ -330,13 +330,6 @@ impl FlightService for Flight {
             .clone()
             .ok_or_else(|| invalid("DoPut: the first message must carry a flight descriptor"))?;
         let name = path_name(&desc)?;
-        // Optional JSON in the first message's app_metadata: settings of a
-        // collection this put creates (as POST /collections, without name).
-        let create: Option<Json> = if first.app_metadata.is_empty() {
-            None
-        } else {
-            Some(json_body("DoPut app_metadata", &first.app_metadata)?)
-        };
         let data = stream::once(async { Ok(first) })
             .chain(input)
             .map_err(|s| FlightError::Tonic(Box::new(s)));
@@ -348,7 +341,7 @@ impl FlightService for Flight {
             while let Some(b) = batches.next().await {
                 let t0 = Instant::now();
                 let r = match b {
-                    Ok(batch) => this.put_batch(&name, create.as_ref(), batch).await,
+                    Ok(batch) => this.put_batch(&name, batch).await,
                     Err(FlightError::Tonic(s)) => Err(*s),
                     Err(e) => Err(invalid(format!("DoPut: bad Arrow data: {e}"))),
                 };
@@ -427,7 +420,6 @@ impl Flight {
     async fn put_batch(
         &self,
         name: &str,
-        create: Option<&Json>,
         batch: arrow_array::RecordBatch,
     ) -> Result<usize, Status> {
         let rows = batch.num_rows();
@@ -436,52 +428,31 @@ impl Flight {
         }
         let bytes = batch.get_array_memory_size();
         let name2 = name.to_string();
-        let create = create.cloned();
         let st = self.st.clone();
         let n = self
             .run(Work::Ingest, move || {
                 let ing: Ingest = convert::ingest_batch(&batch)?;
                 let (e, _) = st.registry.get_or_create(&name2, || {
-                    let mut req: ops::CreateCollection =
-                        match create {
-                            Some(Json::Object(mut m)) => {
-                                m.insert("name".into(), Json::String(name2.clone()));
-                                m.entry("dims").or_insert_with(|| {
-                                    let bits = if convert::dtype_for(&ing.element)
-                                        == sagitta_index::DType::B1
-                                    {
-                                        8
-                                    } else {
-                                        1
-                                    };
-                                    Json::from(ing.vectors.width() * bits)
-                                });
-                                serde_json::from_value(Json::Object(m)).map_err(|e| {
-                                    ApiError::BadRequest(format!("DoPut app_metadata: {e}"))
-                                })?
-                            }
-                            Some(_) => return Err(ApiError::BadRequest(
-                                "DoPut app_metadata: expected a JSON object of collection settings"
-                                    .into(),
-                            )),
-                            None => ops::CreateCollection {
-                                name: name2.clone(),
-                                dims: ing.vectors.width(),
-                                metric: None,
-                                dtype: None,
-                                kind: None,
-                                m: None,
-                                ef_construction: None,
-                                ef_search: None,
-                                segment_size: None,
-                                durability: None,
-                            },
-                        };
-                    if req.dtype.is_none() {
-                        req.dtype = Some(convert::dtype_for(&ing.element).name().into());
-                        if req.dtype.as_deref() == Some("b1") && req.metric.is_none() {
-                            req.metric = Some("hamming".into());
-                        }
+                    // A collection created by its first put: cosine, the
+                    // storage type of the vector elements, default index
+                    // settings (create it beforehand for others).
+                    let mut req = ops::CreateCollection {
+                        name: name2.clone(),
+                        dims: ing.vectors.width(),
+                        metric: None,
+                        dtype: None,
+                        kind: None,
+                        m: None,
+                        ef_construction: None,
+                        ef_search: None,
+                        segment_size: None,
+                        durability: None,
+                    };
+                    let dtype = convert::dtype_for(&ing.element);
+                    req.dtype = Some(dtype.name().into());
+                    if dtype == sagitta_index::DType::B1 {
+                        req.metric = Some("hamming".into());
+                        req.dims *= 8;
                     }
                     ops::config_from(&req)
                 })?;

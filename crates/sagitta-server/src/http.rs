@@ -39,7 +39,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
                 ApiError::BadRequest(e.body_text())
             }
         })?;
-        if bytes.is_empty() {
+        if bytes.trim_ascii_start().first() != Some(&b'{') {
             return Err(ApiError::BadRequest(
                 "the request body must be a JSON object".into(),
             ));

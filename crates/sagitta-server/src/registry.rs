@@ -86,6 +86,7 @@ impl Registry {
 
     /// The collection `name`.
     pub fn get(&self, name: &str) -> ApiResult<Arc<Entry>> {
+        validate_name(name)?;
         self.cols
             .read()
             .get(name)

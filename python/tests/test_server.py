@@ -1,0 +1,629 @@
+"""The real ``sagitta serve`` binary on ephemeral loopback ports, driven by
+real clients: ``sagitta.Client`` / ``http.client`` over HTTP and
+``pyarrow.flight`` over Flight."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import signal
+import socket
+import threading
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+from conftest import brute_force
+from server_util import REPO, Server
+
+import sagitta
+
+N, D = 2000, 32
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    # 1 MiB bodies so the size limit is testable.
+    s = Server(tmp_path_factory.mktemp("srv") / "data", "--max-body-mib", "1")
+    yield s
+    assert s.stop() == 0, s.log()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def data():
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((N, D)).astype(np.float32)
+    cat = rng.choice(["a", "b", "c", "d"], size=N, p=[0.7, 0.2, 0.09, 0.01])
+    year = rng.integers(2000, 2025, size=N)
+    return x, cat, year
+
+
+@pytest.fixture(scope="module")
+def loaded(server, data):
+    """Collection `vec` (l2) with payload, loaded over HTTP."""
+    x, cat, year = data
+    c = sagitta.Client(server.url)
+    col = c.create_collection("vec", ndim=D, metric="l2")
+    for s in range(0, N, 500):
+        n = col.upsert(
+            np.arange(s, s + 500),
+            x[s : s + 500],
+            payload={"cat": cat[s : s + 500], "year": year[s : s + 500]},
+        )
+        assert n == 500
+    return col
+
+
+def raw(server, method, path, body=b"", headers=None):
+    """One request with http.client; returns (status, headers, parsed or text body)."""
+    conn = http.client.HTTPConnection(server.http_addr, timeout=60)
+    conn.request(method, path, body=body, headers=headers or {})
+    r = conn.getresponse()
+    text = r.read()
+    conn.close()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = text.decode(errors="replace")
+    return r.status, dict(r.getheaders()), parsed
+
+
+def test_http_search_matches_the_exact_oracle(loaded, data):
+    x, _cat, _year = data
+    q = np.random.default_rng(8).standard_normal((50, D)).astype(np.float32)
+    truth = brute_force(x, q, "l2", 10)[0]
+    # Exact search over HTTP equals the numpy oracle.
+    res = loaded.search(q, 10, exact=True)
+    np.testing.assert_array_equal(res.keys, truth)
+    # HNSW over HTTP: recall against the oracle.
+    res = loaded.search(q, 10, expansion=64)
+    hits = sum(len(set(a) & set(b)) for a, b in zip(res.keys.tolist(), truth.tolist()))
+    assert hits / truth.size >= 0.9
+    # A single query answers 1-d arrays, same as the batch row.
+    one = loaded.search(q[3], 10, exact=True)
+    np.testing.assert_array_equal(one.keys, truth[3])
+    np.testing.assert_allclose(
+        one.distances, ((x[truth[3]] - q[3]) ** 2).sum(1), rtol=1e-4, atol=1e-4
+    )
+
+
+def test_http_filters_payload_get_count_delete(server, loaded, data):
+    x, cat, year = data
+    where = {
+        "and": [
+            {"field": "cat", "op": "eq", "value": "c"},
+            {"field": "year", "op": ">=", "value": 2010},
+        ]
+    }
+    mask = (cat == "c") & (year >= 2010)
+    assert loaded.count(where=where) == int(mask.sum())
+    assert loaded.count() == N
+    q = x[5] + 0.01
+    idx = np.flatnonzero(mask)
+    truth = idx[brute_force(x[idx], q, "l2", 5)[0][0]]
+    res = loaded.search(q, 5, where=where, columns=["year"], exact=True)
+    np.testing.assert_array_equal(res.keys, truth)
+    assert [p["year"] for p in res.payload] == [int(year[i]) for i in truth]
+    # The flat-list filter form (as Flight tickets send) works too.
+    flat = [
+        {"field": "cat", "op": "eq", "value": "c"},
+        {"field": "year", "op": "ge", "value": 2010},
+    ]
+    assert loaded.count(where=flat) == int(mask.sum())
+    vecs, rows = loaded.get([0, 1, 999_999], payload=True)
+    np.testing.assert_array_equal(vecs[:2], x[:2])
+    assert np.isnan(vecs[2]).all() and rows[2] is None
+    assert rows[0] == {"cat": str(cat[0]), "year": int(year[0])}
+    # Delete by key and by filter; both are gone from search and count.
+    assert loaded.remove([0, 1, 999_999]) == 2
+    rare = {"field": "cat", "op": "eq", "value": "d"}
+    n_rare = int((cat[2:] == "d").sum())
+    assert loaded.remove(where=rare) == n_rare
+    assert loaded.count() == N - 2 - n_rare
+    res = loaded.search(x[0], 1, exact=True)
+    assert res.keys[0] != 0
+    info = loaded.info()
+    assert info["vectors"] == N - 2 - n_rare
+    assert [f["name"] for f in info["schema"]] == ["cat", "year"]
+    assert info["index"]["state"] == "serving"
+    names = [c["name"] for c in sagitta.Client(server.url).list_collections()]
+    assert "vec" in names
+
+
+BAD_REQUESTS = [
+    # (method, path, body, status, message fragment)
+    ("POST", "/collections/vec/search", b'{"vector": [1, 2], "k": 3}', 400, "dimensions"),
+    ("POST", "/collections/vec/search", b'{"vector": [NaN, 1], "k": 3}', 400, "invalid JSON"),
+    (
+        "POST",
+        "/collections/vec/search",
+        b'{"vector": [1e39' + b", 0" * 31 + b'], "k": 3}',
+        400,
+        "finite",
+    ),
+    (
+        "POST",
+        "/collections/vec/search",
+        b'{"vector": [' + b"0," * 31 + b'0], "k": 0}',
+        400,
+        "k must be",
+    ),
+    (
+        "POST",
+        "/collections/vec/search",
+        b'{"vector": [' + b"0," * 31 + b'0], "k": 99999999}',
+        400,
+        "maximum",
+    ),
+    (
+        "POST",
+        "/collections/vec/search",
+        b'{"vector": [' + b"0," * 31 + b'0], "k": -1}',
+        400,
+        "invalid JSON",
+    ),
+    ("POST", "/collections/vec/search", b'{"vector": "abc"}', 400, "invalid JSON"),
+    ("POST", "/collections/vec/search", b'{"k": 3}', 400, "exactly one"),
+    ("POST", "/collections/vec/search", b'{"vector": [1], "vectors": [[1]]}', 400, "exactly one"),
+    ("POST", "/collections/vec/search", b'{"vector": [1], "filters": []}', 400, "unknown field"),
+    ("POST", "/collections/vec/search", b"{not json", 400, "invalid JSON"),
+    ("POST", "/collections/vec/search", b"", 400, "JSON object"),
+    ("POST", "/collections/vec/search", b"[]", 400, "JSON object"),
+    ("POST", "/collections/vec/search", b"  [[1, 2]]", 400, "JSON object"),
+    (
+        "POST",
+        "/collections/vec/search",
+        b'{"vector": [' + b"0," * 31 + b'0], "filter": {"field": "nope", "op": "eq", "value": 1}}',
+        400,
+        "nope",
+    ),
+    (
+        "POST",
+        "/collections/vec/search",
+        b'{"vector": ['
+        + b"0," * 31
+        + b'0], "filter": {"field": "year", "op": "eq", "value": "x"}}',
+        400,
+        "year",
+    ),
+    (
+        "POST",
+        "/collections/vec/count",
+        b'{"filter": '
+        + b'{"not": ' * 200
+        + b'{"field": "year", "op": "eq", "value": 1}'
+        + b"}" * 201,
+        400,
+        "",
+    ),
+    ("POST", "/collections/nope/search", b'{"vector": [1], "k": 1}', 404, "not found"),
+    ("GET", "/collections/nope", b"", 404, "not found"),
+    ("DELETE", "/collections/nope", b"", 404, "not found"),
+    ("POST", "/collections/vec/upsert", b'{"ids": [1, 2], "vectors": [[0]]}', 400, "ids"),
+    ("POST", "/collections/vec/upsert", b'{"ids": [-5], "vectors": [[0]]}', 400, "invalid JSON"),
+    (
+        "POST",
+        "/collections/vec/upsert",
+        b'{"ids": [1], "vectors": [[' + b"0," * 31 + b'0]], "payload": [{"year": "not a year"}]}',
+        400,
+        "year",
+    ),
+    ("POST", "/collections/vec/delete", b"{}", 400, "exactly one"),
+    ("POST", "/collections", b'{"name": "../etc", "dims": 4}', 400, "invalid collection name"),
+    (
+        "POST",
+        "/collections",
+        b'{"name": "' + b"x" * 65 + b'", "dims": 4}',
+        400,
+        "invalid collection name",
+    ),
+    ("POST", "/collections", b'{"name": "ok", "dims": 0}', 400, "dims"),
+    ("POST", "/collections", b'{"name": "ok", "dims": 4, "metric": "manhattan"}', 400, "metric"),
+    ("POST", "/collections", b'{"name": "ok", "dims": 4, "m": 100000}', 400, "m = "),
+    ("POST", "/collections", b'{"name": "vec", "dims": 4}', 409, "exists"),
+    ("GET", "/collections/%2e%2e", b"", 400, "invalid collection name"),
+    ("PUT", "/collections", b"{}", 405, "method"),
+    ("GET", "/no/such/route", b"", 404, ""),
+]
+
+
+@pytest.mark.parametrize("method,path,body,status,fragment", BAD_REQUESTS)
+def test_bad_input_gets_a_clear_4xx_and_the_server_stays_up(
+    server, loaded, method, path, body, status, fragment
+):
+    got, _headers, parsed = raw(server, method, path, body, {"content-type": "application/json"})
+    assert got == status, parsed
+    assert isinstance(parsed, dict) and "error" in parsed, parsed
+    assert fragment.lower() in parsed["error"]["message"].lower(), parsed
+    # Nothing leaks paths or internals.
+    assert str(server.data) not in json.dumps(parsed)
+    assert raw(server, "GET", "/health")[0] == 200
+
+
+def test_oversized_body_is_413_and_loses_nothing(server, loaded):
+    before = loaded.count()
+    body = json.dumps({"ids": list(range(40_000)), "vectors": [[0.0] * D] * 40_000}).encode()
+    assert len(body) > 1 << 20
+    # The server answers from the Content-Length alone and closes the
+    # connection, so send the body best-effort and then read the answer.
+    sock = socket.create_connection(
+        (server.http_addr.split(":")[0], int(server.http_addr.split(":")[1]))
+    )
+    head = (
+        f"POST /collections/vec/upsert HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    sock.sendall(head)
+    with contextlib.suppress(OSError):
+        sock.sendall(body)
+    resp = b""
+    with contextlib.suppress(OSError):
+        while chunk := sock.recv(65536):
+            resp += chunk
+    sock.close()
+    status_line, _, rest = resp.partition(b"\r\n")
+    assert b" 413 " in status_line, resp[:300]
+    assert json.loads(rest.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "too_large"
+    assert loaded.count() == before
+
+
+def vector_array(x: np.ndarray, type_=None) -> pa.FixedSizeListArray:
+    type_ = type_ or pa.float32()
+    return pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), type=type_), x.shape[1])
+
+
+def test_flight_put_get_search_actions(server, data):
+    x, cat, year = data
+    client = fl.FlightClient(server.flight_url)
+    table = pa.table(
+        {
+            "id": pa.array(np.arange(N), pa.int64()),
+            "vector": vector_array(x),
+            "cat": pa.array(cat),
+            "year": pa.array(year, pa.int64()),
+        }
+    )
+    # An l2 collection, created by an action (a first put would create a
+    # cosine one).
+    created = list(
+        client.do_action(
+            fl.Action(
+                "create-collection", json.dumps({"name": "fl", "dims": D, "metric": "l2"}).encode()
+            )
+        )
+    )
+    assert json.loads(created[0].body.to_pybytes())["metric"] == "l2"
+    writer, reader = client.do_put(fl.FlightDescriptor.for_path("fl"), table.schema)
+    total = 0
+    for batch in table.to_batches(max_chunksize=400):
+        writer.write_batch(batch)
+        ack = json.loads(reader.read().to_pybytes())
+        total += ack["rows"]
+        assert ack["total"] == total
+    writer.done_writing()
+    writer.close()
+    assert total == N
+    # Listing and info: schema and row count.
+    infos = {i.descriptor.path[0].decode(): i for i in client.list_flights()}
+    assert infos["fl"].total_records == N
+    info = client.get_flight_info(fl.FlightDescriptor.for_path("fl"))
+    assert info.schema.names == ["id", "vector", "cat", "year"]
+    assert info.schema.field("vector").type == pa.list_(pa.float32(), D)
+    # DoGet {"name"}: every row back, as written.
+    got = client.do_get(info.endpoints[0].ticket).read_all().sort_by("id")
+    assert got.num_rows == N
+    np.testing.assert_array_equal(got["id"].to_numpy(), np.arange(N))
+    np.testing.assert_array_equal(np.stack(got["vector"].to_numpy(zero_copy_only=False)), x)
+    assert got["cat"].to_pylist() == cat.tolist()
+    # DoGet search: id/score, same as the exact oracle; unused fields accepted.
+    q = x[11] + 0.05
+    ticket = {
+        "search": {
+            "dataset": "fl",
+            "vector": q.tolist(),
+            "k": 5,
+            "exact": True,
+            "include_vectors": False,
+            "vector_format": "f32",
+            "alpha": 0.5,
+            "local_only": True,
+        }
+    }
+    res = client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+    assert res.schema.names == ["id", "score"]
+    assert (
+        res.schema.field("id").type == pa.uint64()
+        and res.schema.field("score").type == pa.float32()
+    )
+    np.testing.assert_array_equal(res["id"].to_numpy(), brute_force(x, q, "l2", 5)[0][0])
+    # Filters in the flat list form.
+    ticket["search"]["filters"] = [{"field": "cat", "op": "eq", "value": "b"}]
+    res = client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+    assert all(cat[i] == "b" for i in res["id"].to_numpy())
+    # Scan with a filter.
+    t = {"name": "fl", "filter": [{"field": "year", "op": "lt", "value": 2003}]}
+    got = client.do_get(fl.Ticket(json.dumps(t).encode())).read_all()
+    assert sorted(got["id"].to_pylist()) == np.flatnonzero(year < 2003).tolist()
+
+    def action(kind, body):
+        out = list(client.do_action(fl.Action(kind, json.dumps(body).encode())))
+        return json.loads(out[0].body.to_pybytes())
+
+    r = action("VectorSearchByID", {"dataset": "fl", "id": 11, "k": 4})
+    d = ((x - x[11]) ** 2).sum(1)
+    d[11] = np.inf
+    assert r["ids"] == np.argsort(d, kind="stable")[:4].tolist() and len(r["scores"]) == 4
+    assert action("delete", {"dataset": "fl", "id": [11, 12]}) == {"deleted": 2}
+    assert action("delete", {"dataset": "fl", "id": 11}) == {"deleted": 0}
+    st = action("cluster-status", {})
+    assert {"name": "fl", "rows": N - 2} in [
+        {k: c[k] for k in ("name", "rows")} for c in st["collections"]
+    ]
+    assert "fl" in action("list", {})["collections"]
+    kinds = {a.type for a in client.list_actions()}
+    assert {"delete", "VectorSearchByID", "cluster-status", "list"} <= kinds
+
+
+def test_flight_string_ids_f16_vectors_and_created_on_first_put(server):
+    client = fl.FlightClient(server.flight_url)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((300, 8)).astype(np.float16)
+    ids = [f"doc-{i}" for i in range(300)]
+    table = pa.table({"id": pa.array(ids), "vector": vector_array(x, pa.float16())})
+    writer, _reader = client.do_put(fl.FlightDescriptor.for_path("strs"), table.schema)
+    writer.write_table(table)
+    writer.done_writing()
+    writer.close()
+    c = sagitta.Client(server.url)
+    info = c.collection("strs").info()
+    assert (info["dims"], info["dtype"], info["metric"], info["vectors"]) == (8, "f16", "cos", 300)
+    vecs, rows = c.collection("strs").get(["doc-7"], payload=True)
+    x7 = x[7].astype(np.float32)  # cosine collections store unit vectors
+    np.testing.assert_allclose(vecs[0], x7 / np.linalg.norm(x7), rtol=2e-3, atol=2e-3)
+    assert rows[0] == {"_id": "doc-7"}
+
+
+BAD_FLIGHT = [
+    ({"id": pa.array([1.5]), "vector": "ok"}, "id"),
+    ({"vector": "ok"}, "id"),
+    ({"id": pa.array([1], pa.int64())}, "vector"),
+    ({"id": pa.array([-1], pa.int64()), "vector": "ok"}, "negative"),
+    ({"id": pa.array([1], pa.int64()), "vector": pa.array([[1.0] * D])}, "fixed-size list"),
+    ({"id": pa.array([1], pa.int64()), "vector": "short"}, "components"),
+    ({"id": pa.array([1], pa.int64()), "vector": "nan"}, "finite"),
+    ({"id": pa.array([1], pa.int64()), "vector": "ok", "m": pa.array([[1, 2]])}, "storable"),
+]
+
+
+@pytest.mark.parametrize("cols,fragment", BAD_FLIGHT)
+def test_flight_wrong_schema_is_invalid_argument(server, loaded, cols, fragment):
+    client = fl.FlightClient(server.flight_url)
+    vec = {
+        "ok": vector_array(np.zeros((1, D), np.float32)),
+        "short": vector_array(np.zeros((1, D - 1), np.float32)),
+        "nan": vector_array(np.full((1, D), np.nan, np.float32)),
+    }
+    table = pa.table({k: (vec[v] if isinstance(v, str) else v) for k, v in cols.items()})
+    before = loaded.count()
+    with pytest.raises(pa.ArrowInvalid, match=fragment):
+        writer, reader = client.do_put(fl.FlightDescriptor.for_path("vec"), table.schema)
+        writer.write_table(table)
+        writer.done_writing()
+        reader.read()
+        writer.close()
+    assert loaded.count() == before
+
+
+@pytest.mark.parametrize(
+    "ticket,error",
+    [
+        (b"not json", pa.ArrowInvalid),
+        (b'{"name": "nope"}', pa.ArrowKeyError),
+        (b'{"search": {"dataset": "vec", "vector": [1, 2], "k": 3}}', pa.ArrowInvalid),
+        (b'{"search": {"dataset": "vec", "vector": [1], "k": 0}}', pa.ArrowInvalid),
+        (b'{"search": {"dataset": "vec", "k": 3}}', pa.ArrowInvalid),
+        (b'{"name": "vec", "search": {}}', pa.ArrowInvalid),
+    ],
+)
+def test_flight_bad_tickets(server, loaded, ticket, error):
+    client = fl.FlightClient(server.flight_url)
+    with pytest.raises(error):
+        client.do_get(fl.Ticket(ticket)).read_all()
+    assert raw(server, "GET", "/health")[0] == 200
+
+
+def test_openapi_served_and_committed_match(server):
+    status, _, spec = raw(server, "GET", "/openapi.json")
+    assert status == 200
+    assert spec == json.loads((REPO / "docs" / "openapi.json").read_text())
+    assert "/collections/{name}/search" in spec["paths"]
+    status, _headers, page = raw(server, "GET", "/docs")
+    assert status == 200 and "openapi.json" in page
+
+
+def test_metrics_histograms_counters_and_gauges(server, loaded):
+    loaded.search(np.zeros(D, np.float32), 3)
+    text = sagitta.Client(server.url).metrics()
+    assert (
+        'sagitta_request_duration_seconds_bucket{protocol="http",route="/collections/{name}/search",'
+        'collection="vec",le="0.0001"}' in text
+    )
+    assert 'sagitta_ingest_rows_total{protocol="http",collection="vec"} 2000' in text
+    assert 'sagitta_collection_vectors{collection="vec"}' in text
+    assert 'sagitta_collection_wal_bytes{collection="vec"}' in text
+    assert (
+        'sagitta_requests_total{protocol="http",route="/collections/{name}/search",status="400"}'
+        in text
+    )
+
+
+def test_api_keys_roles_http_and_flight(tmp_path):
+    keys = (
+        "read:reader-0123456789abcdef,write:writer-0123456789abcdef,admin:admin-0123456789abcdefg"
+    )
+    with Server(tmp_path / "data", env={"SAGITTA_API_KEYS": keys}) as s:
+        anon = sagitta.Client(s.url)
+        reader = sagitta.Client(s.url, api_key="reader-0123456789abcdef")
+        writer = sagitta.Client(s.url, api_key="writer-0123456789abcdef")
+        admin = sagitta.Client(s.url, api_key="admin-0123456789abcdefg")
+        assert anon.health()["status"] == "ok"  # liveness is open
+        with pytest.raises(sagitta.AuthError) as e:
+            anon.list_collections()
+        assert e.value.status == 401
+        with pytest.raises(sagitta.AuthError):
+            sagitta.Client(s.url, api_key="reader-0123456789abcdeX").list_collections()
+        with pytest.raises(sagitta.AuthError) as e:
+            writer.create_collection("k", ndim=2)
+        assert e.value.status == 403
+        admin.create_collection("k", ndim=2, metric="l2")
+        with pytest.raises(sagitta.AuthError) as e:
+            reader.collection("k").upsert([1], [[1.0, 0.0]])
+        assert e.value.status == 403
+        assert writer.collection("k").upsert([1], [[1.0, 0.0]]) == 1
+        assert reader.collection("k").search([1.0, 0.0], 1).keys.tolist() == [1]
+        # Flight: same keys, same roles.
+        client = fl.FlightClient(s.flight_url)
+        with pytest.raises(fl.FlightUnauthenticatedError):
+            list(client.list_flights())
+        opts = fl.FlightCallOptions(headers=[(b"authorization", b"Bearer reader-0123456789abcdef")])
+        assert [i.total_records for i in client.list_flights(options=opts)] == [1]
+        with pytest.raises(fl.FlightUnauthorizedError):
+            list(client.do_action(fl.Action("delete", b'{"dataset": "k", "id": 1}'), options=opts))
+
+
+def test_refuses_remote_bind_without_keys(tmp_path):
+    with pytest.raises(RuntimeError, match="without API keys"):
+        Server(tmp_path / "data", http="0.0.0.0:0")
+
+
+def test_admission_control_answers_503_with_retry_after(tmp_path):
+    with Server(tmp_path / "data", "--search-threads", "1", "--max-pending-searches", "2") as s:
+        c = sagitta.Client(s.url)
+        col = c.create_collection("big", ndim=64, metric="l2", kind="flat")
+        x = np.random.default_rng(1).standard_normal((8000, 64)).astype(np.float32)
+        for i in range(0, len(x), 1000):
+            col.upsert(np.arange(i, i + 1000), x[i : i + 1000])
+        q = x[:512].tolist()
+        body = json.dumps({"vectors": q, "k": 10, "exact": True}).encode()
+        barrier = threading.Barrier(12)
+        statuses, retry = [], []
+
+        def hit():
+            barrier.wait()
+            st, h, _ = raw(s, "POST", "/collections/big/search", body)
+            statuses.append(st)
+            if st == 503:
+                retry.append(h.get("retry-after") or h.get("Retry-After"))
+
+        ts = [threading.Thread(target=hit) for _ in range(12)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        assert set(statuses) <= {200, 503}, statuses
+        assert statuses.count(200) >= 2 and statuses.count(503) >= 1, statuses
+        assert all(r == "1" for r in retry)
+        assert 'sagitta_rejected_requests_total{reason="search"}' in c.metrics()
+        assert col.count() == 8000
+
+
+def test_request_timeout_is_504(tmp_path):
+    data = tmp_path / "data"
+    x = np.random.default_rng(2).standard_normal((4000, 64)).astype(np.float32)
+    with Server(data) as s:
+        col = sagitta.Client(s.url).create_collection("t", ndim=64, metric="l2", kind="flat")
+        col.upsert(np.arange(4000), x)
+    # Restarted with a 1 ms budget, a 1024-query exact batch cannot finish.
+    with Server(data, "--timeout-ms", "1", "--search-threads", "1") as s:
+        body = json.dumps({"vectors": x[:1024].tolist(), "k": 10, "exact": True}).encode()
+        status, _, parsed = raw(s, "POST", "/collections/t/search", body)
+        assert status == 504, parsed
+        assert parsed["error"]["code"] == "deadline_exceeded"
+        assert raw(s, "GET", "/health")[0] == 200
+        assert s.stop() == 0
+
+
+def test_kill9_during_flight_ingest_keeps_every_acknowledged_row(tmp_path):
+    data = tmp_path / "data"
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((12_000, 16)).astype(np.float32)
+    acked = []
+    s = Server(data)
+    sagitta.Client(s.url).create_collection("crash", ndim=16, metric="l2")
+    client = fl.FlightClient(s.flight_url)
+    schema = pa.schema(
+        [("id", pa.uint64()), ("vector", pa.list_(pa.float32(), 16)), ("n", pa.int64())]
+    )
+    writer, reader = client.do_put(fl.FlightDescriptor.for_path("crash"), schema)
+    for b in range(0, 12_000, 500):
+        ids = np.arange(b, b + 500, dtype=np.uint64)
+        batch = pa.record_batch(
+            [pa.array(ids), vector_array(x[b : b + 500]), pa.array(ids.astype(np.int64) * 2)],
+            schema=schema,
+        )
+        writer.write_batch(batch)
+        if b >= 6000:
+            # This batch is in flight, not acknowledged: kill -9 now.
+            assert s.kill() == -signal.SIGKILL
+            break
+        ack = json.loads(reader.read().to_pybytes())
+        assert ack["rows"] == 500
+        acked.extend(ids.tolist())
+    with contextlib.suppress(pa.ArrowException):  # the stream died with the server
+        writer.close()
+    # Restart on the same data directory: every acknowledged row is there,
+    # with its vector and payload.
+    with Server(data) as s2:
+        col = sagitta.Client(s2.url).collection("crash")
+        assert col.count() >= len(acked) == 6000
+        vecs, rows = col.get(acked, payload=True)
+        np.testing.assert_array_equal(vecs, x[: len(acked)])
+        assert [r["n"] for r in rows] == [2 * k for k in acked]
+
+
+def test_sigterm_is_graceful_and_restart_recovers(tmp_path):
+    data = tmp_path / "data"
+    with Server(data) as s:
+        c = sagitta.Client(s.url)
+        col = c.create_collection("g", ndim=4, metric="l2", durability="1000ms")
+        col.upsert(np.arange(100), np.eye(100, 4, dtype=np.float32) + 1)
+        assert s.stop(signal.SIGTERM) == 0
+        assert "every collection flushed" in s.log()
+    with Server(data) as s:
+        col = sagitta.Client(s.url).collection("g")
+        assert col.count() == 100
+        assert col.info()["durability"] == "1000ms"
+
+
+def test_schemathesis_finds_no_server_errors(server, loaded, tmp_path):
+    """Property-based run against the OpenAPI document: no 5xx."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("schemathesis") or str(REPO / ".venv" / "bin" / "schemathesis")
+    r = subprocess.run(
+        [
+            exe,
+            "run",
+            f"{server.url}/openapi.json",
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "25",
+            "--seed",
+            "1",
+            "--workers",
+            "2",
+            "--request-timeout",
+            "30",
+            "--suppress-health-check",
+            "all",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    assert raw(server, "GET", "/health")[0] == 200
