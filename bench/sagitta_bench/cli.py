@@ -75,6 +75,11 @@ def main(argv: list[str] | None = None) -> None:
 
         filtered.main(args_in[1:])
         return
+    if args_in[:1] == ["server"]:
+        from . import server
+
+        server.main(args_in[1:])
+        return
     ap = argparse.ArgumentParser(prog="sagitta-bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="benchmark engines on one dataset")
@@ -103,6 +108,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser(
         "filtered",
         help="filtered search at 0.1-100%% selectivity (see sagitta_bench.filtered)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "server",
+        help="the server over HTTP and Flight: ingest, latency at concurrency 1/4/16, kill -9",
         add_help=False,
     )
     w = sub.add_parser("report", help="rewrite BENCHMARKS.md from the runs in a results dir")
@@ -212,5 +222,15 @@ def write_benchmarks(path: Path, results_dir: Path) -> None:
             "each searched in turn on one thread with ef 64, while each peer searches one "
             "graph; that, not the filters, is most of the gap in unfiltered QPS.\n\n"
             + md.read_text()
+        )
+    for md in sorted((results_dir / "server").glob("*.md")):
+        parts.append(
+            f"\n## Server ({md.stem})\n\n"
+            "`sagitta serve` (the release binary) measured from Python clients on the same "
+            "machine (`sagitta_bench/server.py`): ingest of the dataset through Flight DoPut "
+            "and HTTP into default HNSW collections (acknowledged after the WAL fsync), then "
+            "k=10 searches one query per request at concurrency 1, 4 and 16 over HTTP, over "
+            "Flight, and in-process (a read-only `sagitta.Collection` on the same segments). "
+            "Latencies include the Python client.\n\n" + md.read_text()
         )
     path.write_text("".join(parts))

@@ -15,6 +15,7 @@ mod crash;
 mod data;
 mod eval;
 mod serve;
+mod servebench;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -56,6 +57,9 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Print the HTTP API's OpenAPI document (docs/openapi.json).
     Openapi,
+    /// Search latency of a running server from lean Rust clients (HTTP and
+    /// Flight) next to in-process; driven by `python -m sagitta_bench server`.
+    BenchServe(servebench::BenchServeArgs),
     /// Print ef → recall@k / QPS tables for a dataset directory.
     Eval(eval::EvalArgs),
     /// Build an index from a .npy matrix and write it as a segment file.
@@ -169,6 +173,7 @@ fn main() -> Result<()> {
             serve::demo_server(&ds, data, http, flight, serve)
         }
         Cmd::Serve(a) => serve::serve(&a),
+        Cmd::BenchServe(a) => servebench::run(&a),
         Cmd::Openapi => {
             print!("{}", sagitta_server::http::openapi_json());
             Ok(())

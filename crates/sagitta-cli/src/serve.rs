@@ -46,6 +46,10 @@ pub struct ServeArgs {
     /// Largest HTTP body / Flight message, MiB.
     #[arg(long, default_value_t = 64)]
     pub max_body_mib: usize,
+    /// Threads of the I/O runtime (sockets, parsing, encoding; no search
+    /// or ingest work runs there).
+    #[arg(long, default_value_t = 2)]
+    pub io_threads: usize,
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, default_value = "info")]
     pub log_level: String,
@@ -114,10 +118,10 @@ fn init_logs(level: &str, format: &str) -> Result<()> {
     r.map_err(|e| anyhow::anyhow!("logging: {e}"))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime> {
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
     // The runtime only does I/O; compute runs on the server's pools.
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(threads.max(1))
         .thread_name("sagitta-io")
         .enable_all()
         .build()
@@ -129,7 +133,7 @@ fn runtime() -> Result<tokio::runtime::Runtime> {
 pub fn serve(args: &ServeArgs) -> Result<()> {
     init_logs(&args.log_level, &args.log_format)?;
     let cfg = args.config()?;
-    runtime()?.block_on(async move {
+    runtime(args.io_threads)?.block_on(async move {
         let bound = sagitta_server::bind(cfg).await?;
         {
             let mut out = std::io::stdout().lock();
@@ -236,7 +240,7 @@ pub fn demo_server(
     cfg.flight = flight;
     let query: Vec<f32> = ds.queries.row(0).to_vec();
     let query_text = ds.query_texts.first().cloned().unwrap_or_default();
-    runtime()?.block_on(async move {
+    runtime(2)?.block_on(async move {
         let bound = sagitta_server::bind(cfg).await?;
         let (h, f) = (bound.http, bound.flight);
         println!("serving: {}", serde_json::json!({"http": h.to_string(), "flight": f.to_string()}));
