@@ -233,7 +233,17 @@ def latency(srv: Server, data_dir: Path, name: str, queries: np.ndarray, gt, k: 
     return rows
 
 
-def latency_rust(srv: Server, data_dir: Path, name: str, queries, gt, k: int, conc_list, tmp: Path):
+def latency_rust(
+    srv: Server,
+    data_dir: Path,
+    name: str,
+    queries,
+    gt,
+    k: int,
+    conc_list,
+    tmp: Path,
+    modes: str = "in-process,http,flight",
+):
     """The same measurement from lean Rust clients (``sagitta bench-serve``)."""
     import subprocess
 
@@ -245,6 +255,7 @@ def latency_rust(srv: Server, data_dir: Path, name: str, queries, gt, k: int, co
     cmd = [sagitta_bin(), "bench-serve", "--http", srv.http_addr, "--flight", srv.flight_addr]
     cmd += ["--collection", name, "--dir", str(data_dir / name), "--queries", str(qp)]
     cmd += ["--gt", str(gp), "--k", str(k), "--concurrency", ",".join(map(str, conc_list))]
+    cmd += ["--modes", modes]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     for row in rows:
@@ -364,6 +375,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-http-ingest", action="store_true", help="skip the HTTP HNSW ingest")
     ap.add_argument("--flat", action="store_true", help="also ingest into Flat collections")
     ap.add_argument("--crash", action="store_true", help="kill -9 during a Flight ingest")
+    ap.add_argument(
+        "--under-ingest",
+        action="store_true",
+        help="also measure concurrency-1 search latency while a Flight ingest runs",
+    )
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     args = ap.parse_args(argv)
     ds = datasets.load(args.dataset, args.k)
@@ -420,6 +436,21 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"  {run['ingest'][-1]}", file=sys.stderr)
             run["latency"] = latency_rust(srv, data, "flight_hnsw", queries, gt, args.k, conc, tmp)
             run["latency"] += latency(srv, data, "flight_hnsw", queries, gt, args.k, conc)
+            if args.under_ingest:
+                create(srv, "bg_hnsw", d, "hnsw")
+                bg: list = []
+                t = threading.Thread(
+                    target=lambda: bg.append(ingest_flight(srv, "bg_hnsw", base, args.flight_batch))
+                )
+                t.start()
+                busy = latency_rust(
+                    srv, data, "flight_hnsw", queries, gt, args.k, [1], tmp, modes="http,flight"
+                )
+                t.join()
+                for r in busy:
+                    r["mode"] += " during ingest"
+                run["latency"] += busy
+                run["background_ingest"] = bg[0] if bg else None
         if args.crash:
             run["crash"] = crash(base, tmp, 2000, kill_after=min(20, n // 2000 - 1))
             print(f"  crash: {run['crash']}", file=sys.stderr)

@@ -38,6 +38,31 @@ fn demo_prints_neighbours_and_high_recall() {
         .parse()
         .unwrap();
     assert!(recall >= 0.95, "{line}");
+    // The server part: addresses, then the sample query answered over HTTP
+    // (with the passages) and over Flight, with the same nearest passage.
+    let serving = stdout.lines().find(|l| l.starts_with("serving: ")).unwrap();
+    assert!(serving.contains("\"http\":\"127.0.0.1:"), "{serving}");
+    let http_hits: Vec<&str> = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("sample query over HTTP"))
+        .skip(2)
+        .take(3)
+        .collect();
+    assert_eq!(http_hits.len(), 3, "{stdout}");
+    let first_id: u64 = http_hits[0]
+        .split('#')
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let flight = stdout
+        .lines()
+        .find(|l| l.starts_with("same query over Arrow Flight"))
+        .unwrap();
+    assert!(flight.contains(&format!("ids [{first_id}, ")), "{flight}");
 }
 
 #[test]

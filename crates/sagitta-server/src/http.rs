@@ -397,6 +397,7 @@ async fn guard(AxState(st): S, req: Request, next: Next) -> Response {
             return r;
         }
     }
+    let method = req.method().clone();
     let timeout = st.exec.timeout() + std::time::Duration::from_millis(500);
     let r = match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(r) => r,
@@ -408,13 +409,17 @@ async fn guard(AxState(st): S, req: Request, next: Next) -> Response {
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
         st.metrics.rejected("body_too_large");
     }
-    st.metrics.observe(
-        "http",
-        &route,
-        &collection,
-        r.status().as_str(),
-        t0.elapsed(),
+    let elapsed = t0.elapsed();
+    tracing::debug!(
+        %method,
+        route = %route,
+        collection = %collection,
+        status = r.status().as_u16(),
+        elapsed_us = elapsed.as_micros() as u64,
+        "http request"
     );
+    st.metrics
+        .observe("http", &route, &collection, r.status().as_str(), elapsed);
     r
 }
 

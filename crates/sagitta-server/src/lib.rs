@@ -213,26 +213,43 @@ impl Bound {
         let flight_srv = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(svc)
-            .serve_with_incoming_shutdown(incoming, wait(stop_rx));
+            .serve_with_incoming_shutdown(incoming, wait(stop_rx.clone()));
         let st2 = st.clone();
+        let grace = st.exec.timeout();
+        let mut stopping = stop_rx.clone();
         tokio::spawn(async move {
             shutdown.await;
             tracing::info!("shutting down: refusing new work, finishing in-flight requests");
             st2.accepting.store(false, Ordering::Release);
             let _ = stop_tx.send(true);
         });
-        let (h, f) = tokio::join!(
-            async {
-                http_srv
-                    .await
-                    .map_err(|e| ServeError::Runtime(format!("http: {e}")))
-            },
-            async {
-                flight_srv
-                    .await
-                    .map_err(|e| ServeError::Runtime(format!("flight: {e}")))
+        let servers = async {
+            tokio::join!(
+                async {
+                    http_srv
+                        .await
+                        .map_err(|e| ServeError::Runtime(format!("http: {e}")))
+                },
+                async {
+                    flight_srv
+                        .await
+                        .map_err(|e| ServeError::Runtime(format!("flight: {e}")))
+                }
+            )
+        };
+        // In-flight requests get the request timeout to finish; a client
+        // holding a stream open longer does not keep the process alive.
+        let deadline = async move {
+            let _ = stopping.wait_for(|&v| v).await;
+            tokio::time::sleep(grace).await;
+        };
+        let (h, f) = tokio::select! {
+            r = servers => r,
+            _ = deadline => {
+                tracing::warn!(grace_ms = grace.as_millis() as u64, "shutdown grace period over; closing open connections");
+                (Ok(()), Ok(()))
             }
-        );
+        };
         st.registry.flush_all();
         tracing::info!("stopped; every collection flushed");
         h.and(f)
