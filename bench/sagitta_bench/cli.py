@@ -226,11 +226,14 @@ def write_benchmarks(path: Path, results_dir: Path) -> None:
     for md in sorted((results_dir / "server").glob("*.md")):
         parts.append(
             f"\n## Server ({md.stem})\n\n"
-            "`sagitta serve` (the release binary) measured from Python clients on the same "
-            "machine (`sagitta_bench/server.py`): ingest of the dataset through Flight DoPut "
-            "and HTTP into default HNSW collections (acknowledged after the WAL fsync), then "
-            "k=10 searches one query per request at concurrency 1, 4 and 16 over HTTP, over "
-            "Flight, and in-process (a read-only `sagitta.Collection` on the same segments). "
-            "Latencies include the Python client.\n\n" + md.read_text()
+            "`sagitta serve` (the release binary) measured on the same machine "
+            "(`sagitta_bench/server.py`): ingest of the dataset through Flight DoPut and "
+            "HTTP (acknowledged after the WAL fsync) into default HNSW collections and into "
+            "Flat ones (protocol and WAL cost without index build); then k=10 searches, one "
+            "query per request, at concurrency 1, 4 and 16 over HTTP, over Flight and "
+            "in-process (a read-only Collection on the server's own segments), from lean "
+            "Rust clients (`sagitta bench-serve`) and from Python clients. The clients share "
+            "the machine's cores with the server. "
+            "Latencies include the client.\n\n" + md.read_text()
         )
     path.write_text("".join(parts))
