@@ -184,7 +184,7 @@ async fn create_collection(
 
 /// Describes a collection.
 #[utoipa::path(get, path = "/collections/{name}", tag = "collections",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     responses((status = 200, body = CollectionInfo), (status = 404, body = ErrorBody)))]
 async fn describe_collection(AxState(st): S, Name(name): Name) -> ApiResult<Json<CollectionInfo>> {
     let e = st.registry.get(&name)?;
@@ -193,7 +193,7 @@ async fn describe_collection(AxState(st): S, Name(name): Name) -> ApiResult<Json
 
 /// Drops a collection and deletes its files.
 #[utoipa::path(delete, path = "/collections/{name}", tag = "collections",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     responses((status = 200, body = Dropped), (status = 404, body = ErrorBody)))]
 async fn drop_collection(AxState(st): S, Name(name): Name) -> ApiResult<Json<Dropped>> {
     crate::registry::validate_name(&name)?;
@@ -208,7 +208,7 @@ async fn drop_collection(AxState(st): S, Name(name): Name) -> ApiResult<Json<Dro
 
 /// Index status: `building` while accepted writes are being indexed.
 #[utoipa::path(get, path = "/collections/{name}/index", tag = "collections",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     responses((status = 200, body = IndexStatus), (status = 404, body = ErrorBody)))]
 async fn index_status(AxState(st): S, Name(name): Name) -> ApiResult<Json<IndexStatus>> {
     let e = st.registry.get(&name)?;
@@ -219,7 +219,7 @@ async fn index_status(AxState(st): S, Name(name): Name) -> ApiResult<Json<IndexS
 /// Inserts or replaces rows; answers once they are durable under the
 /// collection's WAL policy.
 #[utoipa::path(post, path = "/collections/{name}/upsert", tag = "rows",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     request_body = UpsertRequest,
     responses((status = 200, body = UpsertResponse), (status = 400, body = ErrorBody),
               (status = 404, body = ErrorBody), (status = 413, body = ErrorBody),
@@ -241,7 +241,7 @@ async fn upsert(
 
 /// Reads rows by key.
 #[utoipa::path(post, path = "/collections/{name}/get", tag = "rows",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     request_body = GetRequest,
     responses((status = 200, body = GetResponse), (status = 400, body = ErrorBody),
               (status = 404, body = ErrorBody)))]
@@ -256,7 +256,7 @@ async fn get_rows(
 
 /// Deletes rows by key or by filter.
 #[utoipa::path(post, path = "/collections/{name}/delete", tag = "rows",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     request_body = DeleteRequest,
     responses((status = 200, body = DeleteResponse), (status = 400, body = ErrorBody),
               (status = 404, body = ErrorBody)))]
@@ -274,7 +274,7 @@ async fn delete_rows(
 
 /// Counts rows (matching a filter).
 #[utoipa::path(post, path = "/collections/{name}/count", tag = "rows",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     request_body = CountRequest,
     responses((status = 200, body = CountResponse), (status = 400, body = ErrorBody),
               (status = 404, body = ErrorBody)))]
@@ -290,7 +290,7 @@ async fn count_rows(
 /// k-nearest-neighbour search, one query (`vector`) or a batch
 /// (`vectors`), with an optional filter.
 #[utoipa::path(post, path = "/collections/{name}/search", tag = "search",
-    params(("name" = String, Path, description = "Collection name")),
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
     request_body = SearchRequest,
     responses((status = 200, body = SearchResult), (status = 400, body = ErrorBody),
               (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]

@@ -29,6 +29,7 @@ pub const MAX_KEYS: usize = 100_000;
 pub struct CreateCollection {
     /// 1 to 64 characters of `A-Z a-z 0-9 _ - .`, starting with a letter,
     /// digit or `_`.
+    #[schema(pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")]
     pub name: String,
     /// Vector dimensions (bits for hamming / nphd).
     #[schema(minimum = 1, maximum = 65536)]
