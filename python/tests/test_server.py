@@ -10,6 +10,7 @@ import json
 import signal
 import socket
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
@@ -527,6 +528,25 @@ def test_admission_control_answers_503_with_retry_after(tmp_path):
         assert all(r == "1" for r in retry)
         assert 'sagitta_rejected_requests_total{reason="search"}' in c.metrics()
         assert col.count() == 8000
+
+        # Flight: with the search queue held full by two slow HTTP batches
+        # (metrics answer outside the pools), a Flight search is refused
+        # with UNAVAILABLE.
+        heavy = json.dumps({"vectors": x[:1024].tolist(), "k": 10, "exact": True}).encode()
+        slow = [
+            threading.Thread(target=raw, args=(s, "POST", "/collections/big/search", heavy))
+            for _ in range(2)
+        ]
+        for t in slow:
+            t.start()
+        deadline = time.monotonic() + 30
+        while 'sagitta_pending_jobs{pool="search"} 2' not in c.metrics():
+            assert time.monotonic() < deadline, "the two slow searches never queued"
+        ticket = {"search": {"dataset": "big", "vector": x[0].tolist(), "k": 3}}
+        with pytest.raises(fl.FlightUnavailableError, match="busy"):
+            fl.FlightClient(s.flight_url).do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+        for t in slow:
+            t.join()
 
 
 def test_request_timeout_is_504(tmp_path):

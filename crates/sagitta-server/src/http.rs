@@ -130,18 +130,25 @@ async fn ready(AxState(st): S) -> Response {
 #[utoipa::path(get, path = "/metrics", tag = "server",
     responses((status = 200, content_type = "text/plain", body = String)))]
 async fn metrics(AxState(st): S) -> ApiResult<Response> {
+    // Not through the search pool's admission control: metrics must answer
+    // when the server is overloaded.
     let st2 = st.clone();
-    let text = on_pool(&st, Work::Search, move || {
-        Ok(st2.metrics.render(
+    let text = tokio::task::spawn_blocking(move || {
+        st2.metrics.render(
             &st2.registry,
             [
                 ("search", st2.exec.pending(Work::Search)),
                 ("ingest", st2.exec.pending(Work::Ingest)),
             ],
-        ))
+        )
     })
-    .await?;
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+    .await
+    .map_err(|e| ApiError::Internal(format!("metrics: {e}")))?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        text,
+    )
+        .into_response())
 }
 
 /// Lists collections.
