@@ -144,11 +144,7 @@ async fn metrics(AxState(st): S) -> ApiResult<Response> {
     })
     .await
     .map_err(|e| ApiError::Internal(format!("metrics: {e}")))?;
-    Ok((
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        text,
-    )
-        .into_response())
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
 }
 
 /// Lists collections.
