@@ -386,6 +386,28 @@ def test_flight_string_ids_f16_vectors_and_created_on_first_put(server):
     assert rows[0] == {"_id": "doc-7"}
 
 
+def test_flight_put_does_not_recreate_a_collection_dropped_under_it(server):
+    client = fl.FlightClient(server.flight_url)
+    x = np.random.default_rng(4).standard_normal((20, 4)).astype(np.float32)
+    schema = pa.schema([("id", pa.int64()), ("vector", pa.list_(pa.float32(), 4))])
+
+    def batch(lo, hi):
+        ids = pa.array(np.arange(lo, hi), pa.int64())
+        return pa.record_batch([ids, vector_array(x[lo:hi])], schema=schema)
+
+    writer, reader = client.do_put(fl.FlightDescriptor.for_path("dropme"), schema)
+    writer.write_batch(batch(0, 10))
+    assert json.loads(reader.read().to_pybytes())["rows"] == 10
+    c = sagitta.Client(server.url)
+    c.drop_collection("dropme")
+    with pytest.raises(pa.ArrowKeyError, match="dropped during this put"):
+        writer.write_batch(batch(10, 20))
+        writer.done_writing()
+        reader.read()
+        writer.close()
+    assert "dropme" not in [x["name"] for x in c.list_collections()]
+
+
 BAD_FLIGHT = [
     ({"id": pa.array([1.5]), "vector": "ok"}, "id"),
     ({"vector": "ok"}, "id"),

@@ -338,10 +338,12 @@ impl FlightService for Flight {
         let this = self.clone();
         tokio::spawn(async move {
             let mut total = 0usize;
+            // The collection this stream writes to, fixed by its first batch.
+            let mut target: Option<Arc<Entry>> = None;
             while let Some(b) = batches.next().await {
                 let t0 = Instant::now();
                 let r = match b {
-                    Ok(batch) => this.put_batch(&name, batch).await,
+                    Ok(batch) => this.put_batch(&name, batch, &mut target).await,
                     Err(FlightError::Tonic(s)) => Err(*s),
                     Err(e) => Err(invalid(format!("DoPut: bad Arrow data: {e}"))),
                 };
@@ -417,10 +419,14 @@ impl FlightService for Flight {
 }
 
 impl Flight {
+    /// Writes one DoPut batch. The first batch of a stream finds or creates
+    /// the collection (`target`); later batches write to that collection
+    /// only, so a stream does not recreate a collection dropped under it.
     async fn put_batch(
         &self,
         name: &str,
         batch: arrow_array::RecordBatch,
+        target: &mut Option<Arc<Entry>>,
     ) -> Result<usize, Status> {
         let rows = batch.num_rows();
         if rows == 0 {
@@ -429,43 +435,60 @@ impl Flight {
         let bytes = batch.get_array_memory_size();
         let name2 = name.to_string();
         let st = self.st.clone();
-        let n = self
+        let fixed = target.clone();
+        let (n, e) = self
             .run(Work::Ingest, move || {
                 let ing: Ingest = convert::ingest_batch(&batch)?;
-                let (e, _) = st.registry.get_or_create(&name2, || {
-                    // A collection created by its first put: cosine, the
-                    // storage type of the vector elements, default index
-                    // settings (create it beforehand for others).
-                    let mut req = ops::CreateCollection {
-                        name: name2.clone(),
-                        dims: ing.vectors.width(),
-                        metric: None,
-                        dtype: None,
-                        kind: None,
-                        m: None,
-                        ef_construction: None,
-                        ef_search: None,
-                        segment_size: None,
-                        durability: None,
-                    };
-                    let dtype = convert::dtype_for(&ing.element);
-                    req.dtype = Some(dtype.name().into());
-                    if dtype == sagitta_index::DType::B1 {
-                        req.metric = Some("hamming".into());
-                        req.dims *= 8;
+                let e = match fixed {
+                    Some(e) => match st.registry.get(&name2) {
+                        Ok(now) if Arc::ptr_eq(&now, &e) => e,
+                        _ => {
+                            return Err(ApiError::NotFound(format!(
+                                "{name2} (dropped during this put)"
+                            )))
+                        }
+                    },
+                    None => {
+                        st.registry
+                            .get_or_create(&name2, || {
+                                // A collection created by its first put: cosine, the
+                                // storage type of the vector elements, default index
+                                // settings (create it beforehand for others).
+                                let mut req = ops::CreateCollection {
+                                    name: name2.clone(),
+                                    dims: ing.vectors.width(),
+                                    metric: None,
+                                    dtype: None,
+                                    kind: None,
+                                    m: None,
+                                    ef_construction: None,
+                                    ef_search: None,
+                                    segment_size: None,
+                                    durability: None,
+                                };
+                                let dtype = convert::dtype_for(&ing.element);
+                                req.dtype = Some(dtype.name().into());
+                                if dtype == sagitta_index::DType::B1 {
+                                    req.metric = Some("hamming".into());
+                                    req.dims *= 8;
+                                }
+                                ops::config_from(&req)
+                            })?
+                            .0
                     }
-                    ops::config_from(&req)
-                })?;
+                };
                 convert::check_space(&e.coll.config().space, &ing.vectors)?;
                 let refs: Vec<sagitta_index::VectorRef<'_>> =
                     (0..ing.keys.len()).map(|i| ing.vectors.row(i)).collect();
-                ops::ingest(&e, rows, || {
+                let n = ops::ingest(&e, rows, || {
                     e.coll
                         .upsert_with_payload(&ing.keys, &refs, ing.payload.as_ref())?;
                     Ok(rows)
-                })
+                })?;
+                Ok((n, e))
             })
             .await?;
+        *target = Some(e);
         self.st
             .metrics
             .ingested("flight", name, n as u64, bytes as u64);
