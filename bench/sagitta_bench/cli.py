@@ -39,6 +39,21 @@ def cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
+def run_env(mode: str, argv: list[str] | None) -> dict:
+    """Machine, ISA and the command of a run (``mode``: the subcommand
+    prefix, such as ``"server "``)."""
+    import sagitta
+
+    args = sys.argv[1:] if argv is None else argv
+    return {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "isa": sagitta.isa(),
+        "python": platform.python_version(),
+        "command": f"python -m sagitta_bench {mode}" + " ".join(args),
+    }
+
+
 def run_engine(name: str, cfg: dict, bar: tqdm) -> dict:
     """Builds in one worker process, then opens and searches in another."""
     with tempfile.TemporaryDirectory(prefix=f"sgb-{name}-") as tmp:
@@ -143,15 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         "passes": args.passes,
         "knobs": mode["knobs"],
     }
-    import sagitta
 
-    env = {
-        "cpu": cpu_model(),
-        "cores": os.cpu_count(),
-        "isa": sagitta.isa(),
-        "python": platform.python_version(),
-        "command": "python -m sagitta_bench " + " ".join(sys.argv[1:] if argv is None else argv),
-    }
+    env = run_env("", argv)
     results = []
     points = sum(len(mode["knobs"][ENGINES[n].knob]) for n in names)
     with tqdm(total=points, desc="engines × knob", unit="pt") as bar:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -397,7 +396,6 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [n for n in names if n not in ADAPTERS]
     if unknown:
         raise SystemExit(f"unknown engines {unknown}; known: {list(ADAPTERS)}")
-    import sagitta
 
     with tempfile.TemporaryDirectory(prefix="sgb-filtered-") as tmp:
         gt_path = Path(tmp) / "gt.npz"
@@ -431,21 +429,14 @@ def main(argv: list[str] | None = None) -> None:
             if r.returncode != 0:
                 raise SystemExit(f"{name} failed:\n{r.stderr[-3000:]}")
             results.append(json.loads(op.read_text()))
-    from .cli import cpu_model
+    from .cli import run_env
 
     run = {
         "kind": "filtered",
         "dataset": ds.name,
         "k": args.k,
         "queries": len(queries),
-        "env": {
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "isa": sagitta.isa(),
-            "python": platform.python_version(),
-            "command": "python -m sagitta_bench filtered "
-            + " ".join(sys.argv[1:] if argv is None else argv),
-        },
+        "env": run_env("filtered ", argv),
         "results": results,
         "time": time.time(),
     }

@@ -26,8 +26,6 @@ import argparse
 import contextlib
 import http.client
 import json
-import os
-import platform
 import signal
 import sys
 import tempfile
@@ -416,9 +414,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.rows:
         gt = datasets.exact_topk(np.asarray(base, dtype=np.float32), queries, args.k)
     conc = [int(c) for c in args.concurrency.split(",")]
-    import sagitta
 
-    from .cli import cpu_model
+    from .cli import run_env
 
     run: dict = {
         "kind": "server",
@@ -426,14 +423,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": n,
         "k": args.k,
         "queries": len(queries),
-        "env": {
-            "cpu": cpu_model(),
-            "cores": os.cpu_count(),
-            "isa": sagitta.isa(),
-            "python": platform.python_version(),
-            "command": "python -m sagitta_bench server "
-            + " ".join(sys.argv[1:] if argv is None else argv),
-        },
+        "env": run_env("server ", argv),
         "ingest": [],
     }
     with tempfile.TemporaryDirectory(prefix="sgb-server-") as tmp:

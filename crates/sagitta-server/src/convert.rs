@@ -45,19 +45,6 @@ impl Vectors {
             Vectors::Bytes { width, .. } => *width,
         }
     }
-
-    /// Rows.
-    pub fn len(&self) -> usize {
-        match self {
-            Vectors::F32 { values, dims } => values.len() / dims.max(&1),
-            Vectors::Bytes { values, width } => values.len() / width.max(&1),
-        }
-    }
-
-    /// Whether there are no rows.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// A DoPut batch taken apart.

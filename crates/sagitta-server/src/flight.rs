@@ -5,7 +5,7 @@ use crate::auth::{self, Role};
 use crate::convert::{self, Ingest};
 use crate::error::{ApiError, ApiResult};
 use crate::exec::Work;
-use crate::ops::{self, Id, Knobs, OwnedVector};
+use crate::ops::{self, Id, Knobs};
 use crate::registry::Entry;
 use crate::State;
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -95,8 +95,11 @@ impl Flight {
     }
 
     fn entry_of(&self, d: &FlightDescriptor) -> Result<Arc<Entry>, Status> {
-        let name = path_name(d)?;
-        self.st.registry.get(&name).map_err(|e| e.to_status())
+        self.entry(&path_name(d)?)
+    }
+
+    fn entry(&self, name: &str) -> Result<Arc<Entry>, Status> {
+        self.st.registry.get(name).map_err(|e| e.to_status())
     }
 }
 
@@ -454,20 +457,13 @@ impl Flight {
                                 // A collection created by its first put: cosine, the
                                 // storage type of the vector elements, default index
                                 // settings (create it beforehand for others).
+                                let dtype = convert::dtype_for(&ing.element);
                                 let mut req = ops::CreateCollection {
                                     name: name2.clone(),
                                     dims: ing.vectors.width(),
-                                    metric: None,
-                                    dtype: None,
-                                    kind: None,
-                                    m: None,
-                                    ef_construction: None,
-                                    ef_search: None,
-                                    segment_size: None,
-                                    durability: None,
+                                    dtype: Some(dtype.name().into()),
+                                    ..Default::default()
                                 };
-                                let dtype = convert::dtype_for(&ing.element);
-                                req.dtype = Some(dtype.name().into());
                                 if dtype == sagitta_index::DType::B1 {
                                     req.metric = Some("hamming".into());
                                     req.dims *= 8;
@@ -480,11 +476,7 @@ impl Flight {
                 convert::check_space(&e.coll.config().space, &ing.vectors)?;
                 let refs: Vec<sagitta_index::VectorRef<'_>> =
                     (0..ing.keys.len()).map(|i| ing.vectors.row(i)).collect();
-                let n = ops::ingest(&e, rows, || {
-                    e.coll
-                        .upsert_with_payload(&ing.keys, &refs, ing.payload.as_ref())?;
-                    Ok(rows)
-                })?;
+                let n = ops::upsert(&e, &ing.keys, &refs, ing.payload.as_ref())?;
                 Ok((n, e))
             })
             .await?;
@@ -496,7 +488,7 @@ impl Flight {
     }
 
     async fn scan(&self, name: String, filter: Option<Json>) -> Result<Stream<FlightData>, Status> {
-        let e = self.st.registry.get(&name).map_err(|e| e.to_status())?;
+        let e = self.entry(&name)?;
         let e2 = e.clone();
         let (schema, keys) = self
             .run(Work::Search, move || {
@@ -534,11 +526,7 @@ impl Flight {
     }
 
     async fn search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
-        let e = self
-            .st
-            .registry
-            .get(&s.dataset)
-            .map_err(|e| e.to_status())?;
+        let e = self.entry(&s.dataset)?;
         let hits = self
             .run(Work::Search, move || {
                 let space = e.coll.config().space;
@@ -570,11 +558,7 @@ impl Flight {
                 };
                 let label = a.dataset.clone();
                 let r = async {
-                    let e = self
-                        .st
-                        .registry
-                        .get(&a.dataset)
-                        .map_err(|e| e.to_status())?;
+                    let e = self.entry(&a.dataset)?;
                     let keys: Vec<u64> = match a.id {
                         IdOrIds::One(i) => vec![i.key()],
                         IdOrIds::Many(v) => v.iter().map(Id::key).collect(),
@@ -596,11 +580,7 @@ impl Flight {
                 };
                 let label = a.dataset.clone();
                 let r = async {
-                    let e = self
-                        .st
-                        .registry
-                        .get(&a.dataset)
-                        .map_err(|e| e.to_status())?;
+                    let e = self.entry(&a.dataset)?;
                     self.run(Work::Search, move || search_by_id(&e, a)).await
                 }
                 .await;
@@ -697,15 +677,8 @@ impl Flight {
 
 fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
     let key = a.id.key();
-    let raw = e
-        .coll
-        .get_raw(key)
+    let q = ops::stored_vector(&e.coll, key)
         .ok_or_else(|| ApiError::BadRequest(format!("id {key} is not in {:?}", e.name)))?;
-    let space = e.coll.config().space;
-    let q = match space.decode_floats(&raw) {
-        Some(v) => OwnedVector::F32(v),
-        None => OwnedVector::Bytes(raw[..space.vector_bytes()].to_vec()),
-    };
     let pred = ops::bind(&e.coll, filter_of(a.filters).as_ref())?;
     let k = ops::check_k(a.k, e.coll.len())?;
     let knobs = Knobs {

@@ -24,7 +24,7 @@ pub const MAX_KEYS: usize = 100_000;
 // ---------------------------------------------------------------- shapes
 
 /// Creates a collection.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateCollection {
     /// 1 to 64 characters of `A-Z a-z 0-9 _ - .`, starting with a letter,
@@ -522,7 +522,7 @@ pub fn ingest<T>(e: &Entry, rows: usize, f: impl FnOnce() -> ApiResult<T>) -> Ap
 pub fn upsert(
     e: &Entry,
     keys: &[u64],
-    vectors: &[OwnedVector],
+    vectors: &[VectorRef<'_>],
     payload: Option<&Payload>,
 ) -> ApiResult<usize> {
     if keys.len() != vectors.len() {
@@ -532,9 +532,8 @@ pub fn upsert(
             vectors.len()
         )));
     }
-    let refs: Vec<VectorRef<'_>> = vectors.iter().map(OwnedVector::as_ref).collect();
     ingest(e, keys.len(), || {
-        e.coll.upsert_with_payload(keys, &refs, payload)?;
+        e.coll.upsert_with_payload(keys, vectors, payload)?;
         Ok(keys.len())
     })
 }
@@ -607,17 +606,21 @@ pub fn search(
 
 /// A stored vector as JSON numbers.
 pub fn vector_json(coll: &Collection, key: u64) -> Option<Vec<f32>> {
+    Some(match stored_vector(coll, key)? {
+        OwnedVector::F32(v) => v,
+        OwnedVector::Bytes(b) => b.into_iter().map(f32::from).collect(),
+    })
+}
+
+/// A stored vector as the user gave it: decoded floats, or the packed
+/// bytes of a binary collection.
+pub fn stored_vector(coll: &Collection, key: u64) -> Option<OwnedVector> {
     let raw = coll.get_raw(key)?;
     let space = coll.config().space;
-    match space.decode_floats(&raw) {
-        Some(v) => Some(v),
-        None => Some(
-            raw[..space.vector_bytes()]
-                .iter()
-                .map(|&b| f32::from(b))
-                .collect(),
-        ),
-    }
+    Some(match space.decode_floats(&raw) {
+        Some(v) => OwnedVector::F32(v),
+        None => OwnedVector::Bytes(raw[..space.vector_bytes()].to_vec()),
+    })
 }
 
 /// Payload rows of `keys` as JSON objects (null values left out), limited
@@ -783,7 +786,8 @@ pub fn run_upsert(e: &Entry, req: UpsertRequest) -> ApiResult<UpsertResponse> {
             Some(Payload::from_json_rows(rows, &e.coll.schema())?)
         }
     };
-    let n = upsert(e, &keys, &vectors, payload.as_ref())?;
+    let refs: Vec<VectorRef<'_>> = vectors.iter().map(OwnedVector::as_ref).collect();
+    let n = upsert(e, &keys, &refs, payload.as_ref())?;
     Ok(UpsertResponse { upserted: n })
 }
 
