@@ -191,6 +191,7 @@ class Collection:
         dtype: DType | None = None,
         kind: Kind = "hnsw",
         segment_size: int = 64 << 20,
+        max_segment_size: int = 1 << 30,
         durability: str = "batch",
         key_bits: int = 64,
         connectivity: int = 16,
@@ -261,15 +262,19 @@ class Collection:
     def items(self) -> CollectionIterator:
         """Lazy iterator over every live (key, vector)."""
     def compact(self) -> None:
-        """Rewrites segments without deleted vectors, merging small ones."""
+        """Like ``optimize()``, and rewrites every segment holding deleted vectors."""
+    def optimize(self, wait: bool = True) -> None:
+        """Hands the mutable part to the background optimizer; with ``wait``,
+        waits until everything written before the call is indexed and merged."""
     def flush(self) -> None:
         """Makes every acknowledged write durable now."""
     def seal(self) -> None:
-        """Seals the active segment now."""
-    def stats(self) -> dict[str, int | float]:
-        """Segments, vectors, tombstones, bytes, bloom fill."""
+        """Writes the mutable part as a segment file now (indexed in the background)."""
+    def stats(self) -> dict[str, Any]:
+        """Segments, vectors, unindexed vectors, tombstones, bytes, bloom fill, optimizer."""
     def close(self) -> None:
-        """Flushes and closes; releases the writer lock."""
+        """Writes the mutable part to a segment (nothing to replay at the next
+        open), stops background work, releases the writer lock."""
     def __enter__(self) -> Collection: ...
     def __exit__(self, *args: object) -> bool: ...
     @property

@@ -90,8 +90,11 @@ impl PyCollection {
     /// it must not already hold one) and opens it for writing.
     ///
     /// ndim / metric / dtype / kind / connectivity / expansion_add /
-    /// expansion_search: as for :class:`Index`. segment_size: seal the
-    /// active segment past this many bytes (default 64 MiB). durability:
+    /// expansion_search: as for :class:`Index`. segment_size: the
+    /// mutable part (searched exactly) is frozen and flushed past this many
+    /// bytes (default 64 MiB); the background optimizer then builds its
+    /// index. max_segment_size: the optimizer merges segments up to this
+    /// size (default 1 GiB). durability:
     /// ``"batch"`` (fsync before each write returns), ``"off"`` (never
     /// fsync; survives a process crash, not a power loss), or a number of
     /// milliseconds such as ``"100ms"`` (fsync in the background at that
@@ -100,7 +103,7 @@ impl PyCollection {
     /// ``kind="ivf_rq"``; the active segment is then HNSW, and each
     /// segment is trained on its own vectors when it is sealed.
     #[staticmethod]
-    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None))]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -110,6 +113,7 @@ impl PyCollection {
         dtype: Option<&str>,
         kind: &str,
         segment_size: u64,
+        max_segment_size: u64,
         durability: &str,
         key_bits: u32,
         connectivity: i64,
@@ -138,6 +142,7 @@ impl PyCollection {
         let mut cfg = CollectionConfig::new(space);
         cfg.kind = kind_v;
         cfg.segment_size = segment_size;
+        cfg.max_segment_size = max_segment_size.max(segment_size);
         cfg.durability = durability_v;
         cfg.key_bits = key_bits;
         cfg.hnsw = hnsw;
@@ -480,15 +485,34 @@ impl PyCollection {
         py.detach(|| c.flush()).map_err(store_err)
     }
 
-    /// Seals the active segment into a segment file now.
+    /// Writes the mutable part as a segment file now (the background
+    /// optimizer indexes it).
     fn seal(&self, py: Python<'_>) -> PyResult<()> {
         let c = self.coll()?;
         py.detach(|| c.seal()).map_err(store_err)
     }
 
-    /// Figures: ``segments`` (sealed), ``vectors``, ``active_vectors``,
-    /// ``tombstones``, ``bytes_on_disk``, ``bytes_in_memory``,
-    /// ``bytes_mapped``, ``bloom_fill``, ``bloom_filters``, ``wal_seq``.
+    /// Hands the mutable part to the background optimizer and, with
+    /// ``wait=True`` (the default), waits until every row written before
+    /// the call is in a built index and merges are done. Raises
+    /// ``OSError`` if background work fails meanwhile (e.g. disk full).
+    #[pyo3(signature = (wait = true))]
+    fn optimize(&self, py: Python<'_>, wait: bool) -> PyResult<()> {
+        let c = self.coll()?;
+        if wait {
+            py.detach(|| c.optimize()).map_err(store_err)
+        } else {
+            py.detach(|| c.seal()).map_err(store_err)
+        }
+    }
+
+    /// Figures: ``segments`` (immutable: sealed and frozen), ``vectors``,
+    /// ``active_vectors``, ``unindexed_vectors`` (searched exactly until
+    /// the optimizer builds their index), ``tombstones``, ``bytes_on_disk``,
+    /// ``bytes_in_memory``, ``bytes_mapped``, ``bloom_fill``,
+    /// ``bloom_filters``, ``wal_seq``, and ``optimizer`` (a dict: ``task``,
+    /// ``task_rows_done``, ``task_rows_total``, ``tasks_done``,
+    /// ``flushes``, ``rows_indexed``, ``errors``, ``last_error``).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.coll()?.stats();
         let d = PyDict::new(py);
@@ -502,6 +526,18 @@ impl PyCollection {
         d.set_item("bloom_fill", s.bloom_fill)?;
         d.set_item("bloom_filters", s.bloom_filters)?;
         d.set_item("wal_seq", s.wal_seq)?;
+        d.set_item("unindexed_vectors", s.unindexed_vectors)?;
+        d.set_item("frozen_segments", s.frozen_segments)?;
+        let o = PyDict::new(py);
+        o.set_item("task", s.optimizer.task)?;
+        o.set_item("task_rows_done", s.optimizer.task_rows_done)?;
+        o.set_item("task_rows_total", s.optimizer.task_rows_total)?;
+        o.set_item("tasks_done", s.optimizer.tasks_done)?;
+        o.set_item("flushes", s.optimizer.flushes)?;
+        o.set_item("rows_indexed", s.optimizer.rows_indexed)?;
+        o.set_item("errors", s.optimizer.errors)?;
+        o.set_item("last_error", s.optimizer.last_error)?;
+        d.set_item("optimizer", o)?;
         Ok(d)
     }
 
@@ -510,10 +546,11 @@ impl PyCollection {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let c = self.inner.write().take();
         if let Some(c) = c {
-            py.detach(|| {
-                let r = c.flush();
-                drop(c);
-                r
+            py.detach(|| match Arc::try_unwrap(c) {
+                // Freezes and writes the mutable part: the next open
+                // replays nothing.
+                Ok(c) => c.close(),
+                Err(c) => c.flush(),
             })
             .map_err(store_err)?;
         }

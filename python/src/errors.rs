@@ -78,6 +78,7 @@ pub fn store_err(e: StoreError) -> PyErr {
         e @ StoreError::AlreadyExists { .. } => PyFileExistsError::new_err(e.to_string()),
         e @ StoreError::NotACollection { .. } => PyFileNotFoundError::new_err(e.to_string()),
         StoreError::Config(msg) => PyValueError::new_err(msg),
+        e @ StoreError::Optimizer(_) => PyOSError::new_err(e.to_string()),
         StoreError::Payload(e) => PayloadError::new_err(e.to_string()),
     }
 }

@@ -25,6 +25,9 @@ pub trait GraphView: Sync {
     fn key(&self, slot: u32) -> u64;
     /// Whether the slot may appear in results: published and not deleted.
     fn is_live(&self, slot: u32) -> bool;
+    /// The node's top level: 0 for nodes only on level 0 (and for slots
+    /// outside the graph).
+    fn level(&self, slot: u32) -> usize;
     /// Entry slot and top level, `None` for an empty graph.
     fn entry_point(&self) -> Option<(u32, usize)>;
     /// Writes the neighbours of `slot` at `level` into `out` (cleared first).

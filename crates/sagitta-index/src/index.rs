@@ -22,6 +22,12 @@
 //! graph so it keeps routing searches, and is never returned. An upsert is
 //! a delete of the old slot plus an insert into a new slot. Space is
 //! reclaimed when a segment is rewritten (compaction, later issue).
+//!
+//! ## Importing a graph
+//! [`Index::from_graph`] builds an HNSW index from any [`GraphView`] (an
+//! [`IndexView`] or a sealed segment) by copying its slots, vectors, keys,
+//! levels and links as they are; slots not kept become tombstones. A merge
+//! imports its largest segment's graph and inserts only the other rows.
 
 use crate::bitset::AtomicBitset;
 use crate::graph::{self, GraphView};
@@ -426,6 +432,14 @@ impl GraphView for Graph<'_> {
     fn is_live(&self, slot: u32) -> bool {
         self.store.ready.get(slot as usize) && !self.store.deleted.get(slot as usize)
     }
+    #[inline]
+    fn level(&self, slot: u32) -> usize {
+        self.store
+            .links
+            .as_ref()
+            .and_then(|l| l.levels.get(slot as usize))
+            .map_or(0, |x| usize::from(x.load(Ordering::Acquire)))
+    }
     fn entry_point(&self) -> Option<(u32, usize)> {
         self.store.links.as_ref().and_then(|l| *l.entry.read())
     }
@@ -467,13 +481,10 @@ impl IndexView<'_> {
         }
     }
 
-    /// HNSW level of a slot (0 for Flat).
+    /// HNSW level of a slot (0 for Flat); the same as
+    /// [`GraphView::level`], callable without the trait in scope.
     pub fn level(&self, slot: u32) -> usize {
-        self.store
-            .links
-            .as_ref()
-            .and_then(|l| l.levels.get(slot as usize))
-            .map_or(0, |x| usize::from(x.load(Ordering::Acquire)))
+        self.graph().level(slot)
     }
 
     /// Whether the slot is tombstoned or was never published.
@@ -514,6 +525,9 @@ impl GraphView for IndexView<'_> {
     }
     fn is_live(&self, slot: u32) -> bool {
         self.graph().is_live(slot)
+    }
+    fn level(&self, slot: u32) -> usize {
+        self.graph().level(slot)
     }
     fn entry_point(&self) -> Option<(u32, usize)> {
         self.graph().entry_point()
@@ -625,6 +639,191 @@ impl Index {
             store: RwLock::new(Store::new(&space, INITIAL_CAPACITY, links)),
             keymap: Mutex::new(KeyMap::default()),
             live: AtomicUsize::new(0),
+            scratch: ScratchPool::default(),
+            ivf: None,
+        })
+    }
+
+    /// A mutable HNSW index (kind [`IndexKind::Hnsw`], parameters
+    /// `params`) built from an existing HNSW graph, an in-memory
+    /// [`IndexView`] or a memory-mapped sealed segment, without searching
+    /// for a single neighbour: a merge can take the largest segment's
+    /// graph as it is and insert only the other rows into it.
+    ///
+    /// **Copied**, slot for slot in the same order (slots
+    /// `0..src.slots()` keep their numbers): the first `space.stride()`
+    /// stored bytes of every vector (as stored, never re-encoded), the key,
+    /// the node's level ([`GraphView::level`], at most [`MAX_LEVEL`]), its
+    /// level-0 and upper-level neighbour lists (ids outside the source's
+    /// slots dropped), and the entry point with the top level. Not copied:
+    /// full-precision rows (the result keeps none) and IVF lists.
+    ///
+    /// **Dead slots**: a slot is live in the result iff
+    /// `src.is_live(slot) && keep(slot)`. Every other slot is copied as a
+    /// tombstone, exactly like a deleted row of an index built by inserts:
+    /// it keeps its links and routes searches, is never returned, its key
+    /// is not in the key map (so [`IndexRead::contains`] is false and
+    /// inserting the key again claims a new slot), and [`IndexRead::len`]
+    /// counts live slots only.
+    ///
+    /// The result behaves as if built by inserts: later inserts, upserts
+    /// and removes link into the imported graph (new slots get their level
+    /// from `params.seed` like any insert), and it can be written back as a
+    /// segment. Room for `extra_capacity` more slots is reserved up front.
+    ///
+    /// `space` must be the source's (vectors are copied, not re-encoded)
+    /// and `params.m` must match the graph's (level 0 holds `2 * m` links):
+    /// a source list longer than that is refused rather than truncated, and
+    /// a smaller source `m` works but leaves the copied nodes with fewer
+    /// links than new ones.
+    ///
+    /// Errors: [`IndexError::DuplicateKey`] when two live (and kept) slots
+    /// share a key; [`IndexError::InvalidParameter`] when a list is too
+    /// long for `m`, a stored vector is shorter than the space's stride, or
+    /// the source has live slots but no entry point (not an HNSW graph);
+    /// [`IndexError::Full`] when `src.slots() + extra_capacity` exceeds
+    /// [`MAX_SLOTS`]; invalid `params` or space as for [`Index::hnsw`]. An
+    /// empty source gives an empty index.
+    ///
+    /// Cost: O(slots × (stride + M0)) copies in one pass plus a key-map
+    /// insert per live slot; the only allocations are the key map, the
+    /// slot store and the upper-level lists of nodes above level 0. `src`
+    /// should not change while it is read (a sealed segment, or an index
+    /// no other thread writes to).
+    pub fn from_graph<G: GraphView + ?Sized>(
+        space: Space,
+        params: HnswParams,
+        src: &G,
+        keep: &dyn Fn(u32) -> bool,
+        extra_capacity: usize,
+    ) -> Result<Index> {
+        params.validate()?;
+        let dist = space.distance()?;
+        let (m, m0, stride) = (params.m, params.m0(), space.stride());
+        // Entry point before the slot count: an index growing concurrently
+        // then has its entry among the slots seen.
+        let src_entry = src.entry_point();
+        let n = src.slots();
+        // An HNSW graph with live nodes always has an entry point (a Flat
+        // index or segment has none, nor any links).
+        if src_entry.is_none() && (0..n as u32).any(|s| src.is_live(s)) {
+            return Err(IndexError::InvalidParameter {
+                name: "src",
+                value: format!("{n} slots"),
+                reason: "the source has live slots but no entry point (not an HNSW graph)",
+            });
+        }
+        let capacity = n
+            .checked_add(extra_capacity)
+            .filter(|&c| c <= MAX_SLOTS)
+            .ok_or(IndexError::Full(MAX_SLOTS))?
+            .max(INITIAL_CAPACITY);
+        let too_long = || IndexError::InvalidParameter {
+            name: "m",
+            value: m.to_string(),
+            reason: "the source graph has longer neighbour lists than this m allows \
+                     (params.m must match the source's)",
+        };
+        // Copies `items` (ids below `n` only) into a `[count, n..]` record.
+        // Plain stores through `&mut`: nothing is shared yet.
+        let copy_list = |rec: &mut [AtomicU32], items: &[u32]| -> Result<()> {
+            let Some((count, body)) = rec.split_first_mut() else {
+                return Err(too_long());
+            };
+            if items.len() > body.len() {
+                return Err(too_long());
+            }
+            let mut c = 0;
+            for &x in items {
+                if (x as usize) < n {
+                    *body[c].get_mut() = x;
+                    c += 1;
+                }
+            }
+            *count.get_mut() = c as u32;
+            Ok(())
+        };
+
+        let mut store = Store::new(&space, capacity, None);
+        let mut links = Links::new(capacity, m0);
+        let mut keymap =
+            KeyMap::with_capacity_and_hasher(n.saturating_add(extra_capacity), Default::default());
+        let mut live = 0usize;
+        // The first slot of the highest level: the entry point should the
+        // source name none usable.
+        let mut highest: Option<(u32, usize)> = None;
+        let mut buf: Vec<u32> = Vec::with_capacity(m0 + 1);
+        let stride0 = links.stride0;
+        let Links {
+            level0,
+            upper,
+            levels,
+            ..
+        } = &mut links;
+        let rows = level0
+            .chunks_exact_mut(stride0)
+            .zip(upper.iter_mut().zip(levels.iter_mut()))
+            .take(n);
+        for (slot, (rec0, (up, lvl))) in (0u32..).zip(rows) {
+            let s = slot as usize;
+            let v = src.vector(slot);
+            let Some(v) = v.get(..stride) else {
+                return Err(IndexError::InvalidParameter {
+                    name: "src",
+                    value: format!("slot {slot}: {} stored bytes", v.len()),
+                    reason: "a source vector is shorter than the space's stride",
+                });
+            };
+            // SAFETY: `store` was created above and is owned by this
+            // function alone: no other thread can read or write any slot
+            // of it, and each slot is written exactly once.
+            unsafe { store.vectors.write(s, v) };
+            let key = src.key(slot);
+            *store.keys[s].get_mut() = key;
+
+            src.neighbors(0, slot, &mut buf);
+            copy_list(rec0, &buf)?;
+            let level = src.level(slot).min(MAX_LEVEL);
+            *lvl.get_mut() = level as u8;
+            if level > 0 {
+                let mut lists: Box<[AtomicU32]> =
+                    (0..level * (1 + m)).map(|_| AtomicU32::new(0)).collect();
+                for (l, rec) in (1..=level).zip(lists.chunks_exact_mut(1 + m)) {
+                    src.neighbors(l, slot, &mut buf);
+                    copy_list(rec, &buf)?;
+                }
+                *up = OnceLock::from(lists);
+            }
+            if highest.is_none_or(|(_, h)| level > h) {
+                highest = Some((slot, level));
+            }
+
+            if src.is_live(slot) && keep(slot) {
+                if keymap.insert(key, slot).is_some() {
+                    return Err(IndexError::DuplicateKey(key));
+                }
+                live += 1;
+            } else {
+                store.deleted.set(s);
+            }
+            store.ready.set(s);
+        }
+        let entry = match src_entry {
+            Some((e, top)) if (e as usize) < n => Some((e, top.min(MAX_LEVEL))),
+            _ => highest,
+        };
+        *links.entry.get_mut() = entry;
+        *store.used.get_mut() = n;
+        store.links = Some(links);
+        Ok(Index {
+            space,
+            kind: IndexKind::Hnsw,
+            params,
+            ef_search: AtomicUsize::new(params.ef_search),
+            dist,
+            store: RwLock::new(store),
+            keymap: Mutex::new(keymap),
+            live: AtomicUsize::new(live),
             scratch: ScratchPool::default(),
             ivf: None,
         })

@@ -6,7 +6,9 @@
 //! * **Flat**: exact scan, multi-threaded over query batches; the recall
 //!   oracle every other index is measured against.
 //! * **HNSW**: hierarchical navigable small-world graph with concurrent
-//!   inserts, tombstone deletes, upserts and filtered search.
+//!   inserts, tombstone deletes, upserts and filtered search; one can also
+//!   be imported from an existing graph ([`Index::from_graph`]) and grown
+//!   from there.
 //!
 //! Indexes see vectors only as storage bytes compared by a
 //! [`sagitta_kernels::Distance`]; graph search is written once against

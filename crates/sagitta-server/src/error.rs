@@ -103,6 +103,7 @@ impl ApiError {
                 StoreError::ReadOnly { .. } | StoreError::AlreadyExists { .. } => Class::Conflict,
                 StoreError::NotACollection { .. } => Class::NotFound,
                 StoreError::Io { .. }
+                | StoreError::Optimizer(_)
                 | StoreError::Corrupt { .. }
                 | StoreError::UnsupportedVersion { .. }
                 | StoreError::Locked { .. } => Class::Internal,

@@ -216,7 +216,7 @@ async fn drop_collection(AxState(st): S, Name(name): Name) -> ApiResult<Json<Dro
 async fn index_status(AxState(st): S, Name(name): Name) -> ApiResult<Json<IndexStatus>> {
     let e = st.registry.get(&name)?;
     let s = e.coll.stats();
-    Ok(Json(ops::index_status(&e, s.segments, s.active_vectors)))
+    Ok(Json(ops::index_status(&e, &s)))
 }
 
 /// Inserts or replaces rows; answers once they are durable under the

@@ -169,13 +169,16 @@ impl Metrics {
         for (pool, n) in pending {
             let _ = writeln!(o, "sagitta_pending_jobs{{pool=\"{pool}\"}} {n}");
         }
-        let gauges: [(&str, &str); 7] = [
+        let gauges: [(&str, &str); 11] = [
             ("sagitta_collection_vectors", "Live vectors."),
             (
                 "sagitta_collection_active_vectors",
                 "Vectors in the active (in-memory) segment.",
             ),
-            ("sagitta_collection_segments", "Sealed segments."),
+            (
+                "sagitta_collection_segments",
+                "Immutable segments (sealed files and frozen parts).",
+            ),
             (
                 "sagitta_collection_tombstones",
                 "Deleted vectors still held by sealed segments.",
@@ -187,10 +190,26 @@ impl Metrics {
             ("sagitta_collection_wal_bytes", "Bytes of write-ahead log."),
             (
                 "sagitta_collection_memory_bytes",
-                "Bytes in memory (active segment and bloom filters).",
+                "Bytes in memory (mutable and frozen parts, bloom filters).",
+            ),
+            (
+                "sagitta_collection_unindexed_vectors",
+                "Live vectors not yet in their index (searched exactly).",
+            ),
+            (
+                "sagitta_optimizer_running",
+                "1 while a background build, merge or compaction runs.",
+            ),
+            (
+                "sagitta_optimizer_tasks",
+                "Background builds, merges and compactions finished since start.",
+            ),
+            (
+                "sagitta_optimizer_errors",
+                "Failed background flushes and tasks since start (e.g. disk full).",
             ),
         ];
-        let stats: Vec<(String, [u64; 7])> = registry
+        let stats: Vec<(String, [u64; 11])> = registry
             .all()
             .iter()
             .map(|e| {
@@ -205,6 +224,10 @@ impl Metrics {
                         s.bytes_on_disk,
                         s.wal_bytes,
                         s.bytes_in_memory,
+                        s.unindexed_vectors as u64,
+                        u64::from(s.optimizer.task.is_some()),
+                        s.optimizer.tasks_done,
+                        s.optimizer.errors,
                     ],
                 )
             })

@@ -7,7 +7,8 @@ use crate::registry::Entry;
 use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, VectorRef};
 use sagitta_store::filter::Bound;
 use sagitta_store::{
-    Collection, CollectionConfig, CollectionSearch, Durability, Filter, Payload, Schema,
+    Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability, Filter, Payload,
+    Schema,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -82,10 +83,21 @@ pub struct IndexStatus {
     pub pending_rows: u64,
     /// Fraction of the rows received since start that are searchable.
     pub progress: f64,
-    /// Sealed segments.
+    /// Immutable segments (sealed files and frozen parts being flushed).
     pub segments: usize,
-    /// Rows in the active (in-memory, WAL-backed) segment.
+    /// Rows in the mutable (in-memory, WAL-backed) part.
     pub active_vectors: usize,
+    /// Live rows not yet in their index (searched exactly meanwhile).
+    pub unindexed_vectors: usize,
+    /// The background optimizer's task in progress (`build`, `merge`,
+    /// `compact`), if any.
+    pub optimizer_task: Option<String>,
+    /// Rows the task in progress has inserted, and will insert.
+    pub optimizer_task_rows: [u64; 2],
+    /// Failed background flushes and tasks since the server started.
+    pub optimizer_errors: u64,
+    /// The last background failure.
+    pub optimizer_last_error: Option<String>,
 }
 
 /// A collection's settings and figures.
@@ -466,7 +478,7 @@ pub fn describe(e: &Entry) -> CollectionInfo {
         tombstones: s.tombstones,
         disk_bytes: s.bytes_on_disk,
         schema: schema_info(&e.coll.schema()),
-        index: index_status(e, s.segments, s.active_vectors),
+        index: index_status(e, &s),
     }
 }
 
@@ -483,19 +495,26 @@ pub fn schema_info(schema: &Schema) -> Vec<FieldInfo> {
 }
 
 /// Index status of a collection.
-pub fn index_status(e: &Entry, segments: usize, active_vectors: usize) -> IndexStatus {
+pub fn index_status(e: &Entry, s: &CollectionStats) -> IndexStatus {
     let pending = e.pending_rows.load(Ordering::Acquire);
-    let done = e.ingested_rows.load(Ordering::Acquire);
+    let busy = pending > 0 || s.unindexed_vectors > 0 || s.optimizer.task.is_some();
+    let total = s.vectors as u64 + pending;
+    let indexed = s.vectors.saturating_sub(s.unindexed_vectors) as u64;
     IndexStatus {
-        state: if pending > 0 { "building" } else { "serving" }.into(),
+        state: if busy { "building" } else { "serving" }.into(),
         pending_rows: pending,
-        progress: if pending == 0 {
+        progress: if total == 0 {
             1.0
         } else {
-            done as f64 / (done + pending) as f64
+            indexed as f64 / total as f64
         },
-        segments,
-        active_vectors,
+        segments: s.segments,
+        active_vectors: s.active_vectors,
+        unindexed_vectors: s.unindexed_vectors,
+        optimizer_task: s.optimizer.task.clone(),
+        optimizer_task_rows: [s.optimizer.task_rows_done, s.optimizer.task_rows_total],
+        optimizer_errors: s.optimizer.errors,
+        optimizer_last_error: s.optimizer.last_error.clone(),
     }
 }
 

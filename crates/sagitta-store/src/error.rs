@@ -72,6 +72,12 @@ pub enum StoreError {
     /// User error from the index layer (bad query, bad k, ...).
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// Environment error: background work (flushing the mutable part,
+    /// building or merging segments) failed, e.g. with a full disk. The
+    /// collection keeps serving and taking writes into its log; the
+    /// optimizer retries.
+    #[error("background optimizer: {0}")]
+    Optimizer(String),
     /// User error in payload columns or a filter expression.
     #[error(transparent)]
     Payload(#[from] crate::payload::PayloadError),

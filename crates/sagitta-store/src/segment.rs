@@ -1075,6 +1075,19 @@ impl GraphView for Segment {
                 .is_some_and(|w| w & (1 << (s % 64)) == 0)
     }
 
+    /// The highest upper level whose (sorted) node list holds `slot`, by
+    /// binary search from the top down; 0 when none does. Reads only
+    /// bounds-checked ranges of the map.
+    fn level(&self, slot: u32) -> usize {
+        for (i, u) in self.upper.iter().enumerate().rev() {
+            let nodes: &[u32] = words(self.bytes(u.nodes));
+            if nodes.binary_search(&slot).is_ok() {
+                return i + 1;
+            }
+        }
+        0
+    }
+
     fn entry_point(&self) -> Option<(u32, usize)> {
         self.info.entry.map(|e| (e, self.info.top_level as usize))
     }

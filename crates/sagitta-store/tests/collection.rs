@@ -30,6 +30,8 @@ fn config(dims: usize, segment_vectors: u64) -> CollectionConfig {
     let space = Space::new(dims, Metric::L2, DType::F32).unwrap();
     let mut c = CollectionConfig::new(space);
     c.segment_size = (segment_vectors * c.bytes_per_vector()).max(4096);
+    // Full segments stay apart (these tests are about many segments).
+    c.max_segment_size = c.segment_size;
     c
 }
 
@@ -71,8 +73,10 @@ fn twenty_segments_match_the_flat_oracle_and_survive_reopen() {
     for start in (0..2000u64).step_by(250) {
         add_range(&c, start..start + 250, dims);
     }
+    c.optimize().unwrap();
     let stats = c.stats();
-    assert!(stats.segments >= 19, "{stats:?}");
+    assert!(stats.segments >= 10, "{stats:?}");
+    assert_eq!(stats.unindexed_vectors, 0, "{stats:?}");
     assert_eq!(c.len(), 2000);
     // Replace keys living in old segments, delete others.
     let up: Vec<u64> = (0..2000).step_by(7).collect();
@@ -142,7 +146,8 @@ fn default_settings_recall_over_many_segments() {
     let dims = 24;
     let c = Collection::create(dir.path(), config(dims, 500)).unwrap();
     add_range(&c, 0..5000, dims);
-    assert!(c.stats().segments >= 8);
+    c.optimize().unwrap();
+    assert!(c.stats().segments >= 5, "{:?}", c.stats());
     let keys: Vec<u64> = (0..5000).collect();
     let mut hit = 0;
     for qi in 0..50u64 {
@@ -383,7 +388,8 @@ fn compaction_merges_small_segments_while_readers_search() {
         add_range(&c, i * 40..(i + 1) * 40, dims);
         c.seal().unwrap();
     }
-    assert_eq!(c.stats().segments, 12);
+    // (the optimizer may already be merging them)
+    assert!((1..=12).contains(&c.stats().segments));
     c.remove(&(0..480).step_by(3).collect::<Vec<u64>>())
         .unwrap();
     let live: Vec<u64> = (0..480).filter(|k| k % 3 != 0).collect();

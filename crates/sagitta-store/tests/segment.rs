@@ -379,7 +379,9 @@ fn exercise(seg: &Segment) {
         seg.neighbors(0, s, &mut out);
         seg.neighbors(1, s, &mut out);
         let _ = seg.is_live(s);
+        let _ = seg.level(s);
     }
+    let _ = Index::from_graph(seg.info().space, HnswParams::default(), seg, &|_| true, 0);
     let _ = seg.verify();
 }
 
@@ -668,4 +670,96 @@ proptest! {
             }
         }
     }
+}
+
+/// A sealed HNSW segment imported into a mutable index (what a merge does
+/// with its largest segment): levels read back from the file agree with the
+/// index it was written from, the import takes more rows, and written back
+/// as a second segment it searches as well as an exact scan.
+#[test]
+fn hnsw_segment_imports_into_a_mutable_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let space = Space::new(16, Metric::L2, DType::F32).unwrap();
+    let params = HnswParams::default();
+    let (base, more) = (3000usize, 2000usize);
+    let data = rows(base + more, 16, 77);
+    let src = Index::hnsw(space, params).unwrap();
+    let refs: Vec<VectorRef<'_>> = data.iter().map(|r| VectorRef::F32(r)).collect();
+    let keys: Vec<u64> = (0..(base + more) as u64).collect();
+    src.add_batch(&keys[..base], &refs[..base], 0).unwrap();
+    for k in (0..base as u64).step_by(97) {
+        assert!(src.remove(k));
+    }
+    let p1 = dir.path().join("big.sgt");
+    Segment::write(&src, &p1).unwrap();
+    let seg = Segment::open(&p1).unwrap();
+    {
+        let view = src.view();
+        assert_eq!(seg.slots(), view.slots());
+        assert_eq!(seg.entry_point(), view.entry_point());
+        assert!((0..view.slots() as u32).any(|s| view.level(s) > 0));
+        for s in 0..view.slots() as u32 {
+            assert_eq!(seg.level(s), view.level(s), "slot {s}");
+        }
+    }
+    assert_eq!(seg.level(base as u32 + 10), 0);
+
+    // The merge drops keys deleted since the seal (here: multiples of 5).
+    let info = seg.info();
+    let seg_params = HnswParams {
+        m: info.m as usize,
+        ef_construction: info.ef_construction as usize,
+        ef_search: info.ef_search as usize,
+        ..HnswParams::default()
+    };
+    let keep = |s: u32| !seg.key(s).is_multiple_of(5);
+    let imported = Index::from_graph(space, seg_params, &seg, &keep, more).unwrap();
+    let live = |k: u64| k >= base as u64 || (!k.is_multiple_of(97) && !k.is_multiple_of(5));
+    let want_len = (0..base as u64).filter(|&k| live(k)).count();
+    assert_eq!(imported.len(), want_len);
+    for s in 0..seg.slots() as u32 {
+        assert_eq!(imported.view().level(s), seg.level(s));
+    }
+    let stride = space.stride();
+    let mut stored = vec![0u8; more * stride];
+    for (r, out) in data[base..].iter().zip(stored.chunks_exact_mut(stride)) {
+        space.encode(VectorRef::F32(r), out).unwrap();
+    }
+    imported
+        .upsert_encoded_batch(&keys[base..], &stored, 0)
+        .unwrap();
+    assert_eq!(imported.len(), want_len + more);
+
+    let p2 = dir.path().join("merged.sgt");
+    Segment::write(&imported, &p2).unwrap();
+    drop(seg);
+    let merged = Segment::open(&p2).unwrap();
+    merged.verify().unwrap();
+    assert_eq!(merged.len(), want_len + more);
+    assert_eq!(merged.slot_count(), base + more);
+    for k in [0u64, 5, 97, 485] {
+        assert!(!merged.contains(k), "key {k}");
+    }
+    assert!(merged.contains(1) && merged.contains(4999));
+
+    // Recall@10 of the merged segment against brute force over the live rows.
+    let (mut hit, mut total) = (0usize, 0usize);
+    let opts = SearchOptions::default();
+    for q in rows(100, 16, 78) {
+        let mut want: Vec<(f32, u64)> = (0..(base + more) as u64)
+            .filter(|&k| live(k))
+            .map(|k| (l2(&data[k as usize], &q), k))
+            .collect();
+        want.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let got = merged.search(VectorRef::F32(&q), 10, &opts).unwrap();
+        assert_eq!(got, imported.search(VectorRef::F32(&q), 10, &opts).unwrap());
+        assert!(got.iter().all(|n| live(n.key)));
+        total += 10;
+        hit += got
+            .iter()
+            .filter(|n| want[..10].iter().any(|w| w.1 == n.key))
+            .count();
+    }
+    let recall = hit as f64 / total as f64;
+    assert!(recall >= 0.95, "recall {recall}");
 }

@@ -1,0 +1,71 @@
+//! Payload rows of a mutable part, by slot, and the filters evaluated
+//! over them. A slot's row never changes once written (an upsert takes a
+//! new slot), so a cached evaluation stays true for the slots it covers
+//! and is only extended over slots added since.
+
+use crate::filter::{Bound, FilterCache};
+use crate::payload::Row;
+use parking_lot::RwLock;
+use sagitta_index::Bitset;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+#[derive(Debug, Default)]
+pub(crate) struct ActiveRows {
+    pub rows: RwLock<Vec<Option<Row>>>,
+    cache: FilterCache,
+    /// Slots below this have their final row (set after each write has
+    /// stored its rows); only those are cached.
+    pub complete: AtomicUsize,
+}
+
+impl ActiveRows {
+    pub fn get(&self, slot: u32) -> Option<Row> {
+        self.rows.read().get(slot as usize).cloned().flatten()
+    }
+
+    pub fn mark_complete(&self, slots: usize) {
+        self.complete.store(slots, Ordering::Release);
+    }
+
+    fn eval_into(&self, b: &Bound, words: &mut [u64], range: std::ops::Range<usize>) {
+        let rows = self.rows.read();
+        for slot in range {
+            let row = rows.get(slot).and_then(|r| r.as_deref()).unwrap_or(&[]);
+            if b.matches(row) {
+                words[slot / 64] |= 1 << (slot % 64);
+            }
+        }
+    }
+
+    /// Slots `0..n` whose payload passes `b` (liveness not applied).
+    pub fn matching(&self, b: &Bound, n: usize) -> Arc<Bitset> {
+        let done = self.complete.load(Ordering::Acquire).min(n);
+        let cached = self.matching_cached(b, done);
+        if done == n {
+            return cached;
+        }
+        // Slots of a write still in flight: evaluated, not cached.
+        let mut words = cached.words().to_vec();
+        words.resize(n.div_ceil(64), 0);
+        self.eval_into(b, &mut words, done..n);
+        Arc::new(Bitset::from_words(words, n))
+    }
+
+    fn matching_cached(&self, b: &Bound, n: usize) -> Arc<Bitset> {
+        let key = b.cache_key();
+        let old = self.cache.get(&key);
+        if let Some(bits) = &old {
+            if bits.len() >= n {
+                return bits.clone();
+            }
+        }
+        let from = old.as_ref().map_or(0, |b| b.len());
+        let mut words = old.map_or_else(Vec::new, |b| b.words().to_vec());
+        words.resize(n.div_ceil(64), 0);
+        self.eval_into(b, &mut words, from..n);
+        let bits = Arc::new(Bitset::from_words(words, n));
+        self.cache.put(key, bits.clone());
+        bits
+    }
+}

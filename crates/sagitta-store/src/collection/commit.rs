@@ -1,0 +1,268 @@
+//! Freezing the mutable part, flushing frozen parts to segment files, and
+//! the commit that publishes a new part list (tombstones, bloom, manifest
+//! rename, state swap, removal of replaced files).
+
+use super::config::CollectionConfig;
+use super::files::{self, segment_file, SegmentEntry};
+use super::part::{Body, Part};
+use super::{Inner, State, Writer, MAX_FROZEN};
+use crate::bloom::Bloom;
+use crate::error::Result;
+use crate::payload::{self, Row, Schema};
+use crate::segment::{sync_dir, write_durably, Segment};
+use crate::wal::{self, Wal};
+use sagitta_index::{GraphView, Index, IndexRead};
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// A change to the immutable part list, committed by one manifest rename.
+#[derive(Default)]
+pub(crate) struct Change {
+    /// Ids of parts that leave the list.
+    pub remove: Vec<u64>,
+    /// Sealed parts that join it.
+    pub add: Vec<Arc<Part>>,
+    /// New `wal_seq` (a flush of a frozen part).
+    pub wal_seq: Option<u64>,
+}
+
+impl Inner {
+    /// Freezes the mutable part (if it holds anything): it joins the
+    /// immutable parts, holding the records up to `last_seq`. Under the
+    /// writer lock (or during replay).
+    pub(super) fn freeze(&self, last_seq: u64) -> bool {
+        let mut st = self.state.write();
+        if st.active.slot_count() == 0 {
+            return false;
+        }
+        let active = match self.config.active_index() {
+            Ok(a) => Arc::new(a),
+            Err(_) => return false,
+        };
+        let id = self.next_id.fetch_add(1, Ordering::AcqRel);
+        let mut parts = st.parts.clone();
+        parts.push(Arc::new(Part::new(
+            id,
+            Body::Frozen {
+                index: st.active.clone(),
+                rows: st.rows.clone(),
+                last_seq,
+            },
+        )));
+        *st = Arc::new(State {
+            active,
+            rows: Arc::default(),
+            parts,
+        });
+        true
+    }
+
+    /// The writer's freeze: also starts a new log file, so the frozen
+    /// part's records can be dropped once it is flushed, and wakes the
+    /// flush thread. Skipped while [`MAX_FROZEN`] parts wait (the mutable
+    /// part then keeps growing, bounded by what the log holds).
+    pub(super) fn freeze_locked(&self, w: &mut Writer) -> Result<()> {
+        if self.snapshot().frozen().count() >= MAX_FROZEN {
+            self.opt.wake();
+            return Ok(());
+        }
+        if !self.freeze(w.next_seq - 1) {
+            return Ok(());
+        }
+        if w.wal.len() > wal::HEADER_LEN {
+            w.wal.sync()?;
+            w.wal = Wal::create(&self.dir, w.next_seq)?;
+        }
+        self.opt.wake();
+        Ok(())
+    }
+
+    /// Freezes the mutable part now (close, seal, optimize, idle).
+    pub(super) fn freeze_now(&self) -> Result<()> {
+        if self.snapshot().frozen().count() >= MAX_FROZEN {
+            // Make room first (the flush is what frees it).
+            self.flush_frozen()?;
+        }
+        if let Some(w) = self.writer.lock().as_mut() {
+            self.freeze_locked(w)?;
+        }
+        Ok(())
+    }
+
+    /// Writes every frozen part, oldest first, as a Flat segment file and
+    /// commits it (advancing `wal_seq` past its records).
+    pub(super) fn flush_frozen(&self) -> Result<()> {
+        let _one = self.opt.flush_lock.lock();
+        loop {
+            let st = self.snapshot();
+            let Some(part) = st.frozen().next().cloned() else {
+                return Ok(());
+            };
+            let Body::Frozen {
+                index,
+                rows,
+                last_seq,
+            } = &part.body
+            else {
+                return Ok(());
+            };
+            let file = segment_file(part.id);
+            let path = self.dir.join(&file);
+            let batch = self.payload_batch(index, |_, slot| rows.get(slot))?;
+            Segment::write_with_payload(index, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
+            let seg = Segment::open(&path)?;
+            let mut g = self.writer.lock();
+            let Some(w) = g.as_mut() else {
+                return Ok(());
+            };
+            // Under the writer lock no kill is in flight: the dead set
+            // carries over as is (the file has the same slots).
+            let sealed = Arc::new(Part::with_dead_of(
+                part.id,
+                Body::Sealed { file, seg },
+                &part,
+            ));
+            self.commit(
+                w,
+                Change {
+                    remove: vec![part.id],
+                    add: vec![sealed],
+                    wal_seq: Some(*last_seq),
+                },
+            )?;
+            self.opt.flushed(index.len() as u64);
+        }
+    }
+
+    /// Publishes `change`: writes the tombstone and bloom files and the
+    /// manifest (the commit point), swaps the state, and removes the files
+    /// the new manifest no longer names. Under the writer lock.
+    pub(super) fn commit(&self, w: &mut Writer, change: Change) -> Result<()> {
+        let st = self.snapshot();
+        let gone: HashSet<u64> = change.remove.iter().copied().collect();
+        let mut sealed: Vec<Arc<Part>> = st
+            .parts
+            .iter()
+            .filter(|p| !p.is_frozen() && !gone.contains(&p.id))
+            .cloned()
+            .chain(change.add.iter().cloned())
+            .collect();
+        sealed.sort_by_key(|p| p.id);
+        let frozen: Vec<Arc<Part>> = st
+            .frozen()
+            .filter(|p| !gone.contains(&p.id))
+            .cloned()
+            .collect();
+        let mut m = w.manifest.clone();
+        m.generation += 1;
+        m.next_segment_id = self.next_id.load(Ordering::Acquire);
+        if let Some(s) = change.wal_seq {
+            m.wal_seq = s;
+        }
+        m.segments = sealed
+            .iter()
+            .map(|s| SegmentEntry {
+                id: s.id,
+                file: s.file().unwrap_or_default().to_string(),
+                vectors: s.live_len() as u64,
+            })
+            .collect();
+        let tomb_name = format!("tomb-{:06}.bin", m.generation);
+        files::write_tombstones(&self.dir.join(&tomb_name), &sealed)?;
+        // A grown chain costs one probe per filter on every miss: fold it
+        // back into one filter (O(n), but only each time the collection
+        // has grown fourfold, so O(1) per insert amortised). A filter
+        // opened from a file that failed its check answers "maybe" to
+        // everything: rebuild it rather than persist it.
+        let all: Vec<Arc<Part>> = sealed.iter().chain(&frozen).cloned().collect();
+        let new_bloom = {
+            let b = self.bloom.read();
+            (!b.wait_checked() || b.filters() > 1)
+                .then(|| rebuild_bloom(&self.config, &all, Some(&st.active)))
+        };
+        let bloom_name = format!("bloom-{:06}.bin", m.generation);
+        let bytes = match &new_bloom {
+            Some(b) => b.to_bytes(),
+            None => self.bloom.read().to_bytes(),
+        };
+        write_durably(&self.dir.join(&bloom_name), &bytes)?;
+        m.tombstones = Some(tomb_name);
+        m.bloom = Some(bloom_name);
+        m.set_schema(&self.schema.read());
+        m.write(&self.dir)?; // the commit point
+        {
+            let mut cur = self.state.write();
+            *cur = Arc::new(State {
+                active: cur.active.clone(),
+                rows: cur.rows.clone(),
+                parts: all,
+            });
+            if let Some(b) = new_bloom {
+                *self.bloom.write() = b;
+            }
+        }
+        let old = std::mem::replace(&mut w.manifest, m);
+        files::remove_replaced(&self.dir, &old, &w.manifest)?;
+        sync_dir(&self.dir.join(files::MANIFEST))
+    }
+
+    /// The payload record batch for the segment `index` is written as:
+    /// one row per slot (`row(key, slot)`), `None` when the collection has
+    /// no payload columns.
+    pub(super) fn payload_batch(
+        &self,
+        index: &Index,
+        row: impl Fn(u64, u32) -> Option<Row>,
+    ) -> Result<Option<(Schema, arrow_array::RecordBatch)>> {
+        let schema = self.schema.read().clone();
+        if schema.is_empty() {
+            return Ok(None);
+        }
+        let rows: Vec<Option<Row>> = {
+            let view = index.view();
+            (0..view.slots() as u32)
+                .map(|slot| {
+                    if view.is_live(slot) {
+                        row(view.key(slot), slot)
+                    } else {
+                        None
+                    }
+                })
+                .collect()
+        };
+        let batch = payload::to_record_batch(&schema, rows.iter().map(|r| r.as_deref()))?;
+        Ok(Some((schema, batch)))
+    }
+}
+
+/// A bloom filter over the live keys of `parts` (and `active`), sized for
+/// four times their number (so it stays one filter, one probe, while the
+/// collection grows fourfold).
+pub(crate) fn rebuild_bloom(
+    config: &CollectionConfig,
+    parts: &[Arc<Part>],
+    active: Option<&Index>,
+) -> Bloom {
+    let live: u64 = parts.iter().map(|s| s.live_len() as u64).sum::<u64>()
+        + active.map_or(0, |a| a.len() as u64);
+    let mut bloom = Bloom::new(bloom_capacity(config).max(live * 4), 0.01);
+    if let Some(a) = active {
+        let view = a.view();
+        for slot in 0..view.slots() as u32 {
+            if view.is_live(slot) {
+                bloom.insert(view.key(slot));
+            }
+        }
+    }
+    for s in parts {
+        s.for_each_live(|_, key, _| bloom.insert(key));
+    }
+    bloom
+}
+
+fn bloom_capacity(config: &CollectionConfig) -> u64 {
+    // Sized so that collections up to a million keys or 16 segments stay
+    // on the first filter of the chain (one probe per lookup).
+    (config.segment_size / config.bytes_per_vector().max(1) * 16).clamp(1 << 16, 1 << 20)
+}

@@ -1,0 +1,281 @@
+//! Collection settings: the durability policy, [`CollectionConfig`], and
+//! its form in the manifest (`ConfigFile`, additive fields with defaults so
+//! manifests written by older versions still read).
+
+use crate::error::{Result, StoreError};
+use sagitta_index::{DType, HnswParams, Index, IndexKind, IvfParams, Metric, Space};
+use serde::{Deserialize, Serialize};
+
+/// When acknowledged writes reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync the WAL before every write call returns (the default).
+    Batch,
+    /// fsync at most this many milliseconds after a write (a background
+    /// thread); a power loss can lose that window, a process crash cannot.
+    IntervalMs(u64),
+    /// Never fsync the WAL (the OS writes it back eventually); survives a
+    /// process crash, not a power loss.
+    Off,
+}
+
+impl Durability {
+    /// Parses `batch`, `off`, or a number of milliseconds (`"100"`,
+    /// `"100ms"`).
+    pub fn parse(s: &str) -> Option<Durability> {
+        match s.to_ascii_lowercase().as_str() {
+            "batch" | "fsync" => Some(Durability::Batch),
+            "off" | "none" => Some(Durability::Off),
+            other => other
+                .trim_end_matches("ms")
+                .parse()
+                .ok()
+                .filter(|&ms| ms > 0)
+                .map(Durability::IntervalMs),
+        }
+    }
+
+    /// The policy as `parse` reads it.
+    pub fn name(self) -> String {
+        match self {
+            Durability::Batch => "batch".into(),
+            Durability::Off => "off".into(),
+            Durability::IntervalMs(ms) => format!("{ms}ms"),
+        }
+    }
+}
+
+/// Default size at which the mutable part is frozen and flushed.
+pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
+/// Default ceiling of the optimizer's merges.
+pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 1 << 30;
+/// Default idle time after which a non-empty mutable part is frozen.
+pub const DEFAULT_IDLE_SEAL_MS: u64 = 1000;
+
+/// Settings fixed when a collection is created.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CollectionConfig {
+    /// Dimensions, metric, storage type.
+    pub space: Space,
+    /// Index of the sealed segments once the optimizer has built them.
+    pub kind: IndexKind,
+    /// HNSW parameters.
+    pub hnsw: HnswParams,
+    /// IVF-RaBitQ parameters (kind `IvfRq`): each segment is trained on
+    /// its own vectors when the optimizer builds it.
+    pub ivf: IvfParams,
+    /// Freeze the mutable part (searched exactly) when its estimated size
+    /// passes this many bytes; the optimizer then flushes it to disk and
+    /// indexes it in the background. Also bounds the WAL replayed after a
+    /// crash (about one to two of these).
+    pub segment_size: u64,
+    /// The optimizer merges segments up to this estimated size.
+    pub max_segment_size: u64,
+    /// Freeze a non-empty mutable part after this many milliseconds
+    /// without writes, so that a quiet collection ends fully indexed
+    /// (0: never; `optimize()` still does).
+    pub idle_seal_ms: u64,
+    /// Threads of the background index builds (0: half the cores, at
+    /// least one). They run at a lower CPU priority (nice +10).
+    pub optimizer_threads: usize,
+    /// WAL fsync policy.
+    pub durability: Durability,
+    /// Key width in bits; only 64 is supported so far.
+    pub key_bits: u32,
+}
+
+impl CollectionConfig {
+    /// Defaults: HNSW (M=16, ef_construction=128), 64 MiB mutable part,
+    /// merges up to 1 GiB, freeze after 1 s idle, fsync per batch, 64-bit
+    /// keys.
+    pub fn new(space: Space) -> Self {
+        CollectionConfig {
+            space,
+            kind: IndexKind::Hnsw,
+            hnsw: HnswParams::default(),
+            ivf: IvfParams::default(),
+            segment_size: DEFAULT_SEGMENT_SIZE,
+            max_segment_size: DEFAULT_MAX_SEGMENT_SIZE,
+            idle_seal_ms: DEFAULT_IDLE_SEAL_MS,
+            optimizer_threads: 0,
+            durability: Durability::Batch,
+            key_bits: 64,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        if self.key_bits != 64 {
+            return Err(StoreError::Config(format!(
+                "key_bits = {}: only 64-bit keys are supported so far",
+                self.key_bits
+            )));
+        }
+        if self.segment_size < 4096 {
+            return Err(StoreError::Config(format!(
+                "segment_size = {} bytes: must be at least 4096",
+                self.segment_size
+            )));
+        }
+        if self.max_segment_size < self.segment_size {
+            return Err(StoreError::Config(format!(
+                "max_segment_size = {} bytes: must be at least segment_size ({})",
+                self.max_segment_size, self.segment_size
+            )));
+        }
+        self.sealed_index()?;
+        self.active_index()?;
+        Ok(())
+    }
+
+    /// A new, empty mutable part: always Flat, so a write costs a copy,
+    /// never a graph insert (the optimizer builds the index later).
+    pub(crate) fn active_index(&self) -> Result<Index> {
+        Ok(Index::new(self.space, IndexKind::Flat, self.hnsw)?)
+    }
+
+    /// A new, empty index of the kind built segments have.
+    pub(crate) fn sealed_index(&self) -> Result<Index> {
+        Ok(match self.kind {
+            IndexKind::IvfRq => Index::ivf_rq(self.space, self.ivf)?,
+            k => Index::new(self.space, k, self.hnsw)?,
+        })
+    }
+
+    /// Whether a segment of `kind` is in this collection's final form
+    /// (a Flat segment of an HNSW or IVF collection is waiting for the
+    /// optimizer).
+    pub(crate) fn is_built(&self, kind: IndexKind) -> bool {
+        kind == self.kind
+    }
+
+    /// Estimated bytes one vector occupies in a built segment (vector,
+    /// key, and level-0 links for HNSW).
+    pub fn bytes_per_vector(&self) -> u64 {
+        let links = match self.kind {
+            IndexKind::Hnsw | IndexKind::IvfRq => 4 * (self.hnsw.m0() as u64 + 1),
+            IndexKind::Flat => 0,
+        };
+        self.space.stride() as u64 + 16 + links
+    }
+
+    /// Rows of a full mutable part.
+    pub(crate) fn rows_per_segment(&self) -> u64 {
+        (self.segment_size / self.bytes_per_vector().max(1)).max(1)
+    }
+
+    /// Threads the optimizer builds with.
+    pub(crate) fn build_threads(&self) -> usize {
+        if self.optimizer_threads > 0 {
+            return self.optimizer_threads;
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        (cores / 2).max(1)
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ConfigFile {
+    dims: usize,
+    metric: String,
+    dtype: String,
+    kind: String,
+    m: usize,
+    ef_construction: usize,
+    ef_search: usize,
+    seed: u64,
+    segment_size: u64,
+    durability: String,
+    key_bits: u32,
+    #[serde(default = "default_bits")]
+    ivf_bits: u8,
+    #[serde(default)]
+    ivf_partitions: Option<usize>,
+    #[serde(default = "default_partition_size")]
+    ivf_partition_size: usize,
+    #[serde(default = "default_nprobe")]
+    ivf_nprobe: usize,
+    #[serde(default)]
+    ivf_refine: Option<usize>,
+    #[serde(default = "default_max_segment_size")]
+    max_segment_size: u64,
+    #[serde(default = "default_idle_seal_ms")]
+    idle_seal_ms: u64,
+    #[serde(default)]
+    optimizer_threads: usize,
+}
+
+fn default_bits() -> u8 {
+    IvfParams::default().bits
+}
+fn default_partition_size() -> usize {
+    IvfParams::default().partition_size
+}
+fn default_nprobe() -> usize {
+    IvfParams::default().nprobe
+}
+fn default_max_segment_size() -> u64 {
+    DEFAULT_MAX_SEGMENT_SIZE
+}
+fn default_idle_seal_ms() -> u64 {
+    DEFAULT_IDLE_SEAL_MS
+}
+
+impl ConfigFile {
+    pub(crate) fn from_config(c: &CollectionConfig) -> Self {
+        ConfigFile {
+            dims: c.space.dims,
+            metric: c.space.metric.name().into(),
+            dtype: c.space.dtype.name().into(),
+            kind: c.kind.name().into(),
+            m: c.hnsw.m,
+            ef_construction: c.hnsw.ef_construction,
+            ef_search: c.hnsw.ef_search,
+            seed: c.hnsw.seed,
+            segment_size: c.segment_size,
+            durability: c.durability.name(),
+            key_bits: c.key_bits,
+            ivf_bits: c.ivf.bits,
+            ivf_partitions: c.ivf.partitions,
+            ivf_partition_size: c.ivf.partition_size,
+            ivf_nprobe: c.ivf.nprobe,
+            ivf_refine: c.ivf.refine,
+            max_segment_size: c.max_segment_size,
+            idle_seal_ms: c.idle_seal_ms,
+            optimizer_threads: c.optimizer_threads,
+        }
+    }
+
+    pub(crate) fn to_config(&self) -> Option<CollectionConfig> {
+        let space = Space::new(
+            self.dims,
+            Metric::parse(&self.metric)?,
+            DType::parse(&self.dtype)?,
+        )
+        .ok()?;
+        Some(CollectionConfig {
+            space,
+            kind: IndexKind::parse(&self.kind)?,
+            hnsw: HnswParams {
+                m: self.m,
+                ef_construction: self.ef_construction,
+                ef_search: self.ef_search,
+                seed: self.seed,
+                ..HnswParams::default()
+            },
+            ivf: IvfParams {
+                bits: self.ivf_bits,
+                partitions: self.ivf_partitions,
+                partition_size: self.ivf_partition_size,
+                nprobe: self.ivf_nprobe,
+                refine: self.ivf_refine,
+                ..IvfParams::default()
+            },
+            segment_size: self.segment_size,
+            max_segment_size: self.max_segment_size.max(self.segment_size),
+            idle_seal_ms: self.idle_seal_ms,
+            optimizer_threads: self.optimizer_threads,
+            durability: Durability::parse(&self.durability)?,
+            key_bits: self.key_bits,
+        })
+    }
+}

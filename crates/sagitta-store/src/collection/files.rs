@@ -1,0 +1,282 @@
+//! The collection's small files: the MANIFEST (the commit point), the
+//! tombstone file (keys dead in sealed segments), segment file names, and
+//! the removal of files no manifest needs.
+
+use super::config::ConfigFile;
+use super::part::Part;
+use crate::error::{io, Result, StoreError};
+use crate::payload::{Field, FieldType, Schema};
+use crate::segment::write_durably;
+use crate::wal;
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub(crate) const MANIFEST: &str = "MANIFEST";
+pub(crate) const LOCK: &str = "LOCK";
+pub(crate) const MANIFEST_FORMAT: u32 = 1;
+const TOMB_MAGIC: &[u8; 8] = b"SGTATMB\0";
+const TOMB_VERSION: u32 = 1;
+
+/// File name of segment `id`.
+pub(crate) fn segment_file(id: u64) -> String {
+    format!("seg-{id:06}.sgt")
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct SegmentEntry {
+    pub id: u64,
+    pub file: String,
+    pub vectors: u64,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Manifest {
+    pub format: u32,
+    pub generation: u64,
+    pub config: ConfigFile,
+    pub segments: Vec<SegmentEntry>,
+    pub tombstones: Option<String>,
+    pub bloom: Option<String>,
+    /// Every WAL record up to this sequence number is in the segments.
+    pub wal_seq: u64,
+    pub next_segment_id: u64,
+    /// Payload columns, in order (absent in manifests written before
+    /// payloads existed).
+    #[serde(default)]
+    pub payload: Vec<ManifestField>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct ManifestField {
+    name: String,
+    #[serde(rename = "type")]
+    ty: String,
+}
+
+impl Manifest {
+    /// The payload schema recorded in the manifest.
+    pub fn schema(&self, dir: &Path) -> Result<Schema> {
+        let fields = self
+            .payload
+            .iter()
+            .map(|f| {
+                FieldType::parse(&f.ty).map(|ty| Field {
+                    name: f.name.clone(),
+                    ty,
+                })
+            })
+            .collect::<Option<Vec<_>>>();
+        fields
+            .and_then(|f| Schema::new(f).ok())
+            .ok_or_else(|| StoreError::Corrupt {
+                file: dir.join(MANIFEST),
+                offset: 0,
+                reason: "invalid payload schema in manifest".into(),
+            })
+    }
+
+    pub fn set_schema(&mut self, s: &Schema) {
+        self.payload = s
+            .fields()
+            .iter()
+            .map(|f| ManifestField {
+                name: f.name.clone(),
+                ty: f.ty.name().into(),
+            })
+            .collect();
+    }
+
+    /// Writes the manifest durably (tmp, fsync, rename, fsync dir): the
+    /// commit point of every change to the segment list.
+    pub fn write(&self, dir: &Path) -> Result<()> {
+        let path = dir.join(MANIFEST);
+        let mut body = serde_json::to_vec_pretty(self)
+            .map_err(|e| StoreError::Config(format!("cannot serialise the manifest: {e}")))?;
+        body.push(b'\n');
+        let crc = crc32c::crc32c(&body);
+        body.extend_from_slice(format!("crc32c:{crc:08x}\n").as_bytes());
+        write_durably(&path, &body)
+    }
+
+    pub fn read(dir: &Path) -> Result<Manifest> {
+        let path = dir.join(MANIFEST);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotACollection {
+                    dir: dir.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(io("read", &path)(e)),
+        };
+        let corrupt = |offset: usize, reason: String| StoreError::Corrupt {
+            file: path.clone(),
+            offset: offset as u64,
+            reason,
+        };
+        let text = std::str::from_utf8(&bytes)
+            .map_err(|e| corrupt(e.valid_up_to(), "not UTF-8".into()))?;
+        let at = text
+            .rfind("crc32c:")
+            .ok_or_else(|| corrupt(bytes.len(), "no checksum line".into()))?;
+        let want = u32::from_str_radix(text[at + 7..].trim(), 16)
+            .map_err(|_| corrupt(at, "bad checksum line".into()))?;
+        if crc32c::crc32c(&bytes[..at]) != want {
+            return Err(corrupt(at, "checksum mismatch".into()));
+        }
+        let m: Manifest = serde_json::from_slice(&bytes[..at])
+            .map_err(|e| corrupt(0, format!("bad manifest: {e}")))?;
+        if m.format != MANIFEST_FORMAT {
+            return Err(StoreError::UnsupportedVersion {
+                file: path,
+                found: m.format,
+                oldest: MANIFEST_FORMAT,
+                newest: MANIFEST_FORMAT,
+            });
+        }
+        Ok(m)
+    }
+}
+
+/// Writes the dead keys of `parts` (sealed ones) as a tombstone file.
+pub(crate) fn write_tombstones(path: &Path, parts: &[Arc<Part>]) -> Result<()> {
+    let mut entries: Vec<(u64, u64)> = parts
+        .iter()
+        .flat_map(|s| {
+            let d = s.dead();
+            d.keys.iter().map(|&k| (s.id, k)).collect::<Vec<_>>()
+        })
+        .collect();
+    entries.sort_unstable();
+    let mut b = Vec::with_capacity(24 + entries.len() * 16 + 4);
+    b.extend_from_slice(TOMB_MAGIC);
+    b.extend_from_slice(&TOMB_VERSION.to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes());
+    b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    for (id, k) in entries {
+        b.extend_from_slice(&id.to_le_bytes());
+        b.extend_from_slice(&k.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    write_durably(path, &b)
+}
+
+/// Reads a tombstone file: dead keys by segment id.
+pub(crate) fn read_tombstones(path: &Path) -> Result<HashMap<u64, Vec<u64>>> {
+    let b = std::fs::read(path).map_err(io("read", path))?;
+    let bad = |offset: usize, reason: &str| StoreError::Corrupt {
+        file: path.to_path_buf(),
+        offset: offset as u64,
+        reason: reason.into(),
+    };
+    if b.len() < 28 || &b[..8] != TOMB_MAGIC {
+        return Err(bad(0, "not a tombstone file"));
+    }
+    let (body, tail) = b.split_at(b.len() - 4);
+    if crc32c::crc32c(body) != u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) {
+        return Err(bad(body.len(), "checksum mismatch"));
+    }
+    let u64_at = |o: usize| {
+        let mut x = [0u8; 8];
+        x.copy_from_slice(&body[o..o + 8]);
+        u64::from_le_bytes(x)
+    };
+    let n = u64_at(16) as usize;
+    if body.len() != 24usize.saturating_add(n.saturating_mul(16)) {
+        return Err(bad(16, "entry count does not match the file size"));
+    }
+    let mut out: HashMap<u64, Vec<u64>> = HashMap::new();
+    for i in 0..n {
+        out.entry(u64_at(24 + 16 * i))
+            .or_default()
+            .push(u64_at(32 + 16 * i));
+    }
+    Ok(out)
+}
+
+fn ours(name: &str) -> bool {
+    name.ends_with(".tmp")
+        || (name.starts_with("seg-") && name.ends_with(".sgt"))
+        || (name.starts_with("tomb-") && name.ends_with(".bin"))
+        || (name.starts_with("bloom-") && name.ends_with(".bin"))
+}
+
+/// At open (writer, before any background work starts): removes `*.tmp`
+/// files and segment / tombstone / bloom files the manifest does not name
+/// (leftovers of an interrupted flush, build or merge), and obsolete logs.
+pub(crate) fn remove_leftovers(dir: &Path, m: &Manifest) -> Result<()> {
+    let keep: HashSet<&str> = m
+        .segments
+        .iter()
+        .map(|s| s.file.as_str())
+        .chain(m.tombstones.as_deref())
+        .chain(m.bloom.as_deref())
+        .collect();
+    let rd = std::fs::read_dir(dir).map_err(io("list", dir))?;
+    for e in rd.filter_map(|e| e.ok()) {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if ours(&name) && !keep.contains(name.as_str()) {
+            std::fs::remove_file(e.path()).map_err(io("remove", &e.path()))?;
+        }
+    }
+    remove_obsolete_logs(dir, m.wal_seq)
+}
+
+/// Removes the files an old manifest named and the new one does not (after
+/// a commit). Files nobody named yet (a build in progress) are left alone.
+pub(crate) fn remove_replaced(dir: &Path, old: &Manifest, new: &Manifest) -> Result<()> {
+    let keep: HashSet<&str> = new
+        .segments
+        .iter()
+        .map(|s| s.file.as_str())
+        .chain(new.tombstones.as_deref())
+        .chain(new.bloom.as_deref())
+        .collect();
+    let named = old
+        .segments
+        .iter()
+        .map(|s| s.file.as_str())
+        .chain(old.tombstones.as_deref())
+        .chain(old.bloom.as_deref());
+    for name in named {
+        if !keep.contains(name) {
+            let p = dir.join(name);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove", &p)(e)),
+            }
+        }
+    }
+    remove_obsolete_logs(dir, new.wal_seq)
+}
+
+/// WAL files in `dir`, by first sequence number.
+pub(crate) fn logs(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
+    let mut logs: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+        .map_err(io("list", dir))?
+        .filter_map(|e| e.ok())
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            wal::parse_name(&name).map(|s| (s, e.path()))
+        })
+        .collect();
+    logs.sort();
+    Ok(logs)
+}
+
+/// A log is obsolete when the next one starts at or before `wal_seq + 1`:
+/// all its records are then in segments.
+fn remove_obsolete_logs(dir: &Path, wal_seq: u64) -> Result<()> {
+    let wals = logs(dir)?;
+    for i in 0..wals.len() {
+        let next_first = wals.get(i + 1).map(|w| w.0);
+        if next_first.is_some_and(|n| n <= wal_seq + 1) {
+            std::fs::remove_file(&wals[i].1).map_err(io("remove", &wals[i].1))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,505 @@
+//! A [`Collection`]: one logical index of any size on a directory, stored
+//! as a log-structured set of segments with a background optimizer.
+//!
+//! ```text
+//! DIR/
+//!   MANIFEST               the commit point: config, sealed segments, the
+//!                          tombstone and bloom files, the last logged seq
+//!                          folded into segments (JSON + CRC32C line)
+//!   LOCK                   held (flock) by the one writer
+//!   seg-000001.sgt ...     sealed, immutable, memory-mapped segments
+//!   tomb-000007.bin        keys deleted from sealed segments
+//!   bloom-000007.bin       scalable bloom filter over every key
+//!   wal-000...0123.log     write-ahead logs not yet folded into segments
+//! ```
+//!
+//! **Writes** are validated and encoded whole, logged (fsynced per the
+//! [`Durability`] policy), copied into the mutable part (a Flat index:
+//! no graph work), then acknowledged. A search right after sees the row
+//! (the mutable part is searched exactly).
+//!
+//! **Freeze.** When the mutable part passes `segment_size` (or has been
+//! idle for `idle_seal_ms`, or at `close()` / `optimize()`), the writer
+//! swaps in an empty one and starts a new log file; the old part is frozen
+//! (still searched, in memory) until the flush thread writes it as a Flat
+//! segment file and commits it (the manifest's `wal_seq` then covers its
+//! records and its log is removed). Replay after a crash is therefore
+//! bounded by about one `segment_size` of rows (plus frozen parts not yet
+//! flushed, at most [`MAX_FROZEN`]).
+//!
+//! **Optimizer.** A second background thread (its builds on a niced pool
+//! of `optimizer_threads`) follows a pure policy ([`optimizer::plan`]):
+//! builds the HNSW (or IVF) index of Flat segments, importing the graph of
+//! the largest built segment with room so only new rows are linked; merges
+//! small segments up to `max_segment_size`; rewrites segments with many
+//! dead rows. Each result is written as a new segment file, then
+//! committed under the writer lock by a manifest rename. Readers hold an
+//! `Arc` snapshot of the part list and never wait.
+//!
+//! **Open** reads the manifest, maps the segments (in parallel), loads the
+//! bloom and tombstone files and replays the logs written since `wal_seq`
+//! into the mutable part: nothing grows with the number of sealed
+//! vectors, and after `close()` nothing is left to replay.
+//!
+//! Each key has at most one live version. Replacing or deleting a key held
+//! by an immutable part records it in that part's dead set (persisted in
+//! the tombstone file at the next commit, in the WAL until then), which
+//! searches turn into a filter bitmap.
+
+mod active;
+mod commit;
+mod config;
+mod files;
+pub(crate) mod optimizer;
+mod part;
+mod search;
+mod write;
+
+pub use config::{
+    CollectionConfig, Durability, DEFAULT_IDLE_SEAL_MS, DEFAULT_MAX_SEGMENT_SIZE,
+    DEFAULT_SEGMENT_SIZE,
+};
+pub use optimizer::OptimizerStats;
+pub use search::CollectionSearch;
+
+use crate::bloom::Bloom;
+use crate::error::{io, Result, StoreError};
+use crate::payload::Schema;
+use crate::segment::Segment;
+use crate::wal::{self, Wal};
+use active::ActiveRows;
+use files::{Manifest, LOCK, MANIFEST, MANIFEST_FORMAT};
+use parking_lot::{Mutex, RwLock};
+use part::{Body, Part};
+use rayon::prelude::*;
+use sagitta_index::{Index, IndexRead};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Frozen parts allowed in memory at once: past this the writer keeps
+/// filling the mutable part instead of freezing (the flush thread is
+/// behind, e.g. the disk is full), so memory and replay stay bounded by
+/// what the log holds.
+pub const MAX_FROZEN: usize = 4;
+
+#[derive(Debug)]
+pub(crate) struct State {
+    /// The mutable part (Flat).
+    active: Arc<Index>,
+    /// Payload rows of `active`.
+    rows: Arc<ActiveRows>,
+    /// Immutable parts: sealed segments (by id), then frozen parts (oldest
+    /// first).
+    parts: Vec<Arc<Part>>,
+}
+
+impl State {
+    /// The immutable part holding a live `key`.
+    fn holder(&self, key: u64) -> Option<&Arc<Part>> {
+        self.parts.iter().rev().find(|s| s.has_live(key))
+    }
+
+    fn frozen(&self) -> impl Iterator<Item = &Arc<Part>> {
+        self.parts.iter().filter(|p| p.is_frozen())
+    }
+
+    fn live(&self) -> usize {
+        self.active.len() + self.parts.iter().map(|s| s.live_len()).sum::<usize>()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Writer {
+    wal: Wal,
+    next_seq: u64,
+    manifest: Manifest,
+}
+
+/// How to open a collection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The one writer (holds the directory's lock).
+    ReadWrite,
+    /// A reader: any number, also while a writer appends; sees the
+    /// collection as of the moment it was opened.
+    ReadOnly,
+}
+
+/// Numbers describing a collection.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CollectionStats {
+    /// Immutable segments: sealed files, and frozen parts waiting in
+    /// memory to be flushed.
+    pub segments: usize,
+    /// Frozen parts waiting in memory to be flushed (part of `segments`).
+    pub frozen_segments: usize,
+    /// Live vectors (all segments).
+    pub vectors: usize,
+    /// Live vectors in the mutable part.
+    pub active_vectors: usize,
+    /// Live vectors not yet in their index (the mutable part, frozen parts
+    /// and segments waiting for the optimizer's build): searched exactly.
+    pub unindexed_vectors: usize,
+    /// Dead keys in immutable segments not yet compacted away.
+    pub tombstones: usize,
+    /// Bytes of all files in the directory.
+    pub bytes_on_disk: u64,
+    /// Bytes of write-ahead log files (part of `bytes_on_disk`).
+    pub wal_bytes: u64,
+    /// Bytes held in memory: the mutable and frozen parts and the bloom
+    /// filter (mapped segment pages are the OS's to keep or drop).
+    pub bytes_in_memory: u64,
+    /// Bytes of mapped segment files.
+    pub bytes_mapped: u64,
+    /// Fraction of the newest bloom filter's capacity in use.
+    pub bloom_fill: f64,
+    /// Filters in the bloom chain.
+    pub bloom_filters: usize,
+    /// Last WAL sequence number written.
+    pub wal_seq: u64,
+    /// Background work: current task, totals, errors.
+    pub optimizer: OptimizerStats,
+}
+
+/// The shared inside of a collection (the background threads hold it too).
+#[derive(Debug)]
+pub(crate) struct Inner {
+    dir: PathBuf,
+    mode: OpenMode,
+    config: CollectionConfig,
+    state: RwLock<Arc<State>>,
+    schema: RwLock<Schema>,
+    bloom: RwLock<Bloom>,
+    writer: Mutex<Option<Writer>>,
+    /// Next segment id to hand out (the manifest records it at commits).
+    next_id: AtomicU64,
+    /// Milliseconds (since `epoch`) of the last write.
+    last_write: AtomicU64,
+    epoch: std::time::Instant,
+    opt: optimizer::Shared,
+    _lock: Option<File>,
+}
+
+/// A durable collection on a directory (see the module docs).
+#[derive(Debug)]
+pub struct Collection {
+    inner: Arc<Inner>,
+    background: Option<optimizer::Background>,
+}
+
+impl Collection {
+    /// Creates a collection in `dir` (created if missing; must not already
+    /// hold one) and opens it for writing.
+    pub fn create(dir: &Path, config: CollectionConfig) -> Result<Collection> {
+        config.validate()?;
+        std::fs::create_dir_all(dir).map_err(io("create dir", dir))?;
+        if dir.join(MANIFEST).exists() {
+            return Err(StoreError::AlreadyExists {
+                dir: dir.to_path_buf(),
+            });
+        }
+        let m = Manifest {
+            format: MANIFEST_FORMAT,
+            generation: 1,
+            config: config::ConfigFile::from_config(&config),
+            segments: Vec::new(),
+            tombstones: None,
+            bloom: None,
+            wal_seq: 0,
+            next_segment_id: 1,
+            payload: Vec::new(),
+        };
+        m.write(dir)?;
+        Collection::open(dir, OpenMode::ReadWrite)
+    }
+
+    /// Opens the collection in `dir`: reads the manifest, maps the sealed
+    /// segments (in parallel), loads the bloom filter and tombstones, and
+    /// replays the logs written since the last flush into the mutable
+    /// part (nothing after a `close()`). Nothing here grows with the
+    /// number of sealed vectors. A writer also removes leftovers of
+    /// interrupted background work, cuts a torn log tail, and starts the
+    /// background threads.
+    pub fn open(dir: &Path, mode: OpenMode) -> Result<Collection> {
+        // A reader can race a writer's commit (a file named by the manifest
+        // it read is removed before it opens it): read the manifest again.
+        let mut attempt = 0;
+        loop {
+            match Collection::open_once(dir, mode) {
+                Err(StoreError::Io { source, .. })
+                    if mode == OpenMode::ReadOnly
+                        && source.kind() == std::io::ErrorKind::NotFound
+                        && attempt < 5 =>
+                {
+                    attempt += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn open_once(dir: &Path, mode: OpenMode) -> Result<Collection> {
+        let lock = match mode {
+            OpenMode::ReadWrite => Some(take_lock(dir)?),
+            OpenMode::ReadOnly => None,
+        };
+        let manifest = Manifest::read(dir)?;
+        let config = manifest
+            .config
+            .to_config()
+            .ok_or_else(|| StoreError::Corrupt {
+                file: dir.join(MANIFEST),
+                offset: 0,
+                reason: "invalid config in manifest".into(),
+            })?;
+        if mode == OpenMode::ReadWrite {
+            files::remove_leftovers(dir, &manifest)?;
+        }
+        let parts: Vec<Arc<Part>> = manifest
+            .segments
+            .par_iter()
+            .map(|e| {
+                let seg = Segment::open(&dir.join(&e.file))?;
+                if seg.info().space != config.space {
+                    return Err(StoreError::Corrupt {
+                        file: dir.join(&e.file),
+                        offset: 0,
+                        reason: "segment space differs from the collection's".into(),
+                    });
+                }
+                Ok(Arc::new(Part::new(
+                    e.id,
+                    Body::Sealed {
+                        file: e.file.clone(),
+                        seg,
+                    },
+                )))
+            })
+            .collect::<Result<_>>()?;
+        if let Some(t) = &manifest.tombstones {
+            let dead = files::read_tombstones(&dir.join(t))?;
+            for s in &parts {
+                if let Some(keys) = dead.get(&s.id) {
+                    s.kill(keys);
+                }
+            }
+        }
+        let bloom = manifest
+            .bloom
+            .as_ref()
+            .and_then(|b| Bloom::open(&dir.join(b)).ok())
+            .unwrap_or_else(|| commit::rebuild_bloom(&config, &parts, None));
+        let schema = manifest.schema(dir)?;
+        let inner = Inner {
+            dir: dir.to_path_buf(),
+            mode,
+            config,
+            state: RwLock::new(Arc::new(State {
+                active: Arc::new(config.active_index()?),
+                rows: Arc::default(),
+                parts,
+            })),
+            schema: RwLock::new(schema),
+            bloom: RwLock::new(bloom),
+            writer: Mutex::new(None),
+            next_id: AtomicU64::new(manifest.next_segment_id),
+            last_write: AtomicU64::new(0),
+            epoch: std::time::Instant::now(),
+            opt: optimizer::Shared::default(),
+            _lock: lock,
+        };
+        let (last_seq, tail) = inner.replay(manifest.wal_seq)?;
+        let inner = Arc::new(inner);
+        let mut background = None;
+        if mode == OpenMode::ReadWrite {
+            let next_seq = last_seq.max(manifest.wal_seq) + 1;
+            let wal = match tail {
+                Some((path, valid_len)) => Wal::open_append(&path, valid_len)?,
+                None => Wal::create(dir, next_seq)?,
+            };
+            *inner.writer.lock() = Some(Writer {
+                wal,
+                next_seq,
+                manifest,
+            });
+            background = Some(optimizer::Background::start(&inner));
+        }
+        Ok(Collection { inner, background })
+    }
+
+    /// The directory.
+    pub fn dir(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    /// The settings the collection was created with.
+    pub fn config(&self) -> &CollectionConfig {
+        &self.inner.config
+    }
+
+    /// How the collection was opened.
+    pub fn mode(&self) -> OpenMode {
+        self.inner.mode
+    }
+
+    /// The payload schema (columns in the order they appeared).
+    pub fn schema(&self) -> Schema {
+        self.inner.schema.read().clone()
+    }
+
+    /// Makes every acknowledged write durable now (fsync of the WAL).
+    pub fn flush(&self) -> Result<()> {
+        if self.inner.mode == OpenMode::ReadOnly {
+            return Ok(());
+        }
+        if let Some(w) = self.inner.writer.lock().as_mut() {
+            w.wal.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Freezes the mutable part now (if it holds anything) and writes it
+    /// as a segment file, so nothing is left to replay; the optimizer
+    /// indexes it in the background.
+    pub fn seal(&self) -> Result<()> {
+        self.inner.writable("seal")?;
+        self.inner.freeze_now()?;
+        self.inner.flush_frozen()
+    }
+
+    /// Seals the mutable part and waits until the optimizer has nothing
+    /// left to do: every row written before the call is in a built
+    /// segment, and segments are merged and compacted per the policy.
+    /// Returns the optimizer's error if background work fails meanwhile.
+    pub fn optimize(&self) -> Result<()> {
+        self.inner.writable("optimize")?;
+        self.inner.freeze_now()?;
+        self.inner.wait_settled(false)
+    }
+
+    /// [`Collection::optimize`], and also rewrites every segment holding
+    /// deleted rows (not only those past the policy's dead ratio).
+    pub fn compact(&self) -> Result<()> {
+        self.inner.writable("compact")?;
+        self.inner.freeze_now()?;
+        self.inner.wait_settled(true)
+    }
+
+    /// Segment, vector, tombstone, byte, bloom and optimizer figures.
+    pub fn stats(&self) -> CollectionStats {
+        let c = &*self.inner;
+        let st = c.snapshot();
+        let bloom = c.bloom.read();
+        let (mut bytes_on_disk, mut wal_bytes) = (0, 0);
+        for e in std::fs::read_dir(&c.dir).into_iter().flatten().flatten() {
+            let len = e.metadata().map_or(0, |m| m.len());
+            bytes_on_disk += len;
+            if e.file_name().to_str().and_then(wal::parse_name).is_some() {
+                wal_bytes += len;
+            }
+        }
+        let wal_seq = c
+            .writer
+            .lock()
+            .as_ref()
+            .map_or(0, |w| w.next_seq.saturating_sub(1));
+        let (mut mem, mut mapped) = (0, 0);
+        for p in &st.parts {
+            let (m, f) = p.bytes();
+            mem += m;
+            mapped += f;
+        }
+        let unindexed = st.active.len()
+            + st.parts
+                .iter()
+                .filter(|p| !c.config.is_built(p.kind()))
+                .map(|p| p.live_len())
+                .sum::<usize>();
+        CollectionStats {
+            segments: st.parts.len(),
+            frozen_segments: st.frozen().count(),
+            vectors: st.live(),
+            active_vectors: st.active.len(),
+            unindexed_vectors: unindexed,
+            tombstones: st.parts.iter().map(|s| s.dead().keys.len()).sum(),
+            bytes_on_disk,
+            wal_bytes,
+            bytes_in_memory: mem + (st.active.memory_usage() + bloom.memory_bytes()) as u64,
+            bytes_mapped: mapped,
+            bloom_fill: bloom.fill(),
+            bloom_filters: bloom.filters(),
+            wal_seq,
+            optimizer: c.opt.stats(),
+        }
+    }
+
+    /// Stops background work, freezes the mutable part and writes it (and
+    /// any frozen part) as segment files, so the next open replays
+    /// nothing; then releases the writer lock. An index build in progress
+    /// is abandoned (the next open resumes it). Also done, errors ignored,
+    /// when the collection is dropped.
+    pub fn close(mut self) -> Result<()> {
+        self.shutdown()
+    }
+
+    fn shutdown(&mut self) -> Result<()> {
+        let Some(bg) = self.background.take() else {
+            return Ok(());
+        };
+        bg.stop();
+        self.inner.freeze_now()?;
+        self.inner.flush_frozen()?;
+        self.flush()
+    }
+}
+
+impl Drop for Collection {
+    fn drop(&mut self) {
+        let _ = self.shutdown();
+    }
+}
+
+fn take_lock(dir: &Path) -> Result<File> {
+    let path = dir.join(LOCK);
+    if !dir.join(MANIFEST).exists() {
+        return Err(StoreError::NotACollection {
+            dir: dir.to_path_buf(),
+        });
+    }
+    let f = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io("open", &path))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(StoreError::Locked {
+            dir: dir.to_path_buf(),
+        }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io("lock", &path)(e)),
+    }
+}
+
+impl Inner {
+    fn snapshot(&self) -> Arc<State> {
+        self.state.read().clone()
+    }
+
+    fn writable(&self, op: &'static str) -> Result<()> {
+        if self.mode == OpenMode::ReadOnly {
+            return Err(StoreError::ReadOnly { op });
+        }
+        Ok(())
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn touch(&self) {
+        self.last_write.store(self.now_ms(), Ordering::Release);
+    }
+}

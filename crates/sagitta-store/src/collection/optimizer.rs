@@ -1,0 +1,740 @@
+//! The background optimizer: a pure policy ([`plan`]) that picks the next
+//! task from the segment list, and its execution on two threads:
+//!
+//! * **flush** (`sagitta-flush`): writes frozen mutable parts to Flat
+//!   segment files as soon as they appear (cheap: a copy), which bounds
+//!   memory and the log replayed after a crash; freezes an idle mutable
+//!   part.
+//! * **optimize** (`sagitta-optimize`): runs one [`Plan`] at a time: builds
+//!   the index of Flat segments (importing the largest built graph with
+//!   room, so only new rows are linked), merges small segments, rewrites
+//!   segments with many dead rows. Builds run on a niced rayon pool and
+//!   check for shutdown between chunks of rows.
+//!
+//! Results are written as new segment files and committed under the
+//! writer lock; deletes that happened meanwhile are carried over to the
+//! new segment's dead set.
+
+use super::commit::Change;
+use super::files::segment_file;
+use super::part::{Body, Dead, Part};
+use super::{Inner, State};
+use crate::error::{Result, StoreError};
+use crate::segment::Segment;
+use parking_lot::{Condvar, Mutex};
+use sagitta_index::{GraphView, Index, IndexKind, IndexRead};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Rows inserted between two checks for shutdown.
+const CHUNK: usize = 1024;
+/// Wait after a failed task before trying again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What the optimizer is doing and has done.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OptimizerStats {
+    /// The task in progress: `build`, `merge` or `compact`, `None` when idle.
+    pub task: Option<String>,
+    /// Rows of the task in progress inserted so far.
+    pub task_rows_done: u64,
+    /// Rows the task in progress inserts.
+    pub task_rows_total: u64,
+    /// Tasks finished since open.
+    pub tasks_done: u64,
+    /// Frozen parts flushed to segment files since open.
+    pub flushes: u64,
+    /// Rows flushed since open.
+    pub rows_flushed: u64,
+    /// Rows inserted into built indexes since open.
+    pub rows_indexed: u64,
+    /// Failed flushes and tasks since open.
+    pub errors: u64,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Whether the last look found nothing to do.
+    pub idle: bool,
+}
+
+/// One immutable segment as the policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PartInfo {
+    pub id: u64,
+    /// Slots (live and dead rows).
+    pub slots: u64,
+    /// Live rows.
+    pub live: u64,
+    /// In the collection's final index kind.
+    pub built: bool,
+}
+
+/// The policy's knobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Policy {
+    pub bytes_per_vector: u64,
+    pub max_segment_size: u64,
+    /// Built segments can take new rows into their graph (HNSW).
+    pub graph_import: bool,
+    /// Rewrite a built segment once this fraction of its slots is dead
+    /// (0: any dead row).
+    pub dead_ratio: f64,
+}
+
+/// What a task does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TaskKind {
+    /// Index Flat segments (into a built one with room, when `base`).
+    Build,
+    /// Merge small built segments.
+    Merge,
+    /// Rewrite a segment without its dead rows.
+    Compact,
+}
+
+impl TaskKind {
+    fn name(self) -> &'static str {
+        match self {
+            TaskKind::Build => "build",
+            TaskKind::Merge => "merge",
+            TaskKind::Compact => "compact",
+        }
+    }
+}
+
+/// A task: rewrite `inputs` as one new segment; with `base`, that input's
+/// graph is imported and only the other inputs' rows are inserted.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Plan {
+    pub kind: TaskKind,
+    pub inputs: Vec<u64>,
+    pub base: Option<u64>,
+}
+
+impl PartInfo {
+    fn dead(&self) -> u64 {
+        self.slots.saturating_sub(self.live)
+    }
+}
+
+/// The next task for `parts` (oldest first), or `None` when settled:
+/// 1. a built segment whose dead share reaches `dead_ratio` is rewritten;
+/// 2. unbuilt (Flat) segments, oldest first and up to `max_segment_size`
+///    together, are built, into the largest built segment they fit in
+///    when graphs can be imported (so only their rows are linked);
+/// 3. built segments under half of `max_segment_size` are merged,
+///    smallest first, while they fit, into the largest of them.
+///
+/// Each task removes dead rows or unbuilt segments or lowers the segment
+/// count, so repeated planning ends.
+pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
+    let bytes = |rows: u64| rows.saturating_mul(p.bytes_per_vector);
+    let too_dead =
+        |x: &PartInfo| x.dead() > 0 && x.dead() as f64 >= p.dead_ratio * x.slots.max(1) as f64;
+    if let Some(x) = parts.iter().find(|x| x.built && too_dead(x)) {
+        return Some(Plan {
+            kind: TaskKind::Compact,
+            inputs: vec![x.id],
+            base: None,
+        });
+    }
+    let unbuilt: Vec<&PartInfo> = parts.iter().filter(|x| !x.built).collect();
+    if !unbuilt.is_empty() {
+        let mut inputs = Vec::new();
+        let mut total = 0u64;
+        for x in unbuilt {
+            if !inputs.is_empty() && bytes(total + x.live) > p.max_segment_size {
+                break;
+            }
+            inputs.push(x.id);
+            total += x.live;
+        }
+        let base = p
+            .graph_import
+            .then(|| {
+                parts
+                    .iter()
+                    .filter(|x| {
+                        x.built && x.live > 0 && bytes(x.slots + total) <= p.max_segment_size
+                    })
+                    .max_by_key(|x| (x.slots, x.id))
+            })
+            .flatten();
+        if let Some(b) = base {
+            inputs.insert(0, b.id);
+        }
+        return Some(Plan {
+            kind: TaskKind::Build,
+            inputs,
+            base: base.map(|b| b.id),
+        });
+    }
+    let mut small: Vec<&PartInfo> = parts
+        .iter()
+        .filter(|x| bytes(x.live) < p.max_segment_size / 2)
+        .collect();
+    small.sort_by_key(|x| (x.live, x.id));
+    let mut chosen: Vec<&PartInfo> = Vec::new();
+    let mut total = 0u64;
+    for x in small {
+        if bytes(total + x.slots) > p.max_segment_size {
+            break;
+        }
+        total += x.slots;
+        chosen.push(x);
+    }
+    if chosen.len() < 2 {
+        return None;
+    }
+    let base = p
+        .graph_import
+        .then(|| chosen.iter().max_by_key(|x| (x.slots, x.id)).map(|x| x.id))
+        .flatten();
+    let mut inputs: Vec<u64> = chosen.iter().map(|x| x.id).collect();
+    inputs.sort_unstable();
+    Some(Plan {
+        kind: TaskKind::Merge,
+        inputs,
+        base,
+    })
+}
+
+/// State shared by the collection and its background threads.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    status: Mutex<Status>,
+    cv: Condvar,
+    /// Set at shutdown; checked between chunks of a build.
+    stop: AtomicBool,
+    /// Serialises flushes (the flush thread, `seal`, `close`).
+    pub flush_lock: Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Status {
+    stats: OptimizerStats,
+    /// Bumped by every wake-up call.
+    wakes: u64,
+    /// Plans evaluated by the optimize thread.
+    checks: u64,
+    /// The last check that found nothing to do and no frozen part.
+    settled_at: u64,
+    /// Rewrite any segment with a dead row (`compact()`).
+    force: bool,
+}
+
+impl Shared {
+    /// Wakes the background threads (new frozen part, commit, request).
+    pub fn wake(&self) {
+        self.status.lock().wakes += 1;
+        self.cv.notify_all();
+    }
+
+    pub fn flushed(&self, rows: u64) {
+        let mut s = self.status.lock();
+        s.stats.flushes += 1;
+        s.stats.rows_flushed += rows;
+        s.wakes += 1;
+        drop(s);
+        self.cv.notify_all();
+    }
+
+    pub fn stats(&self) -> OptimizerStats {
+        self.status.lock().stats.clone()
+    }
+
+    fn failed(&self, e: &StoreError) {
+        let mut s = self.status.lock();
+        s.stats.errors += 1;
+        s.stats.last_error = Some(e.to_string());
+        s.stats.task = None;
+        drop(s);
+        self.cv.notify_all();
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Waits until woken (or `timeout`), unless a wake-up came since `seen`.
+    fn wait(&self, seen: &mut u64, timeout: Duration) {
+        let mut s = self.status.lock();
+        if s.wakes == *seen && !self.stopping() {
+            self.cv.wait_for(&mut s, timeout);
+        }
+        *seen = s.wakes;
+    }
+
+    fn progress(&self, done: u64) {
+        let mut s = self.status.lock();
+        s.stats.task_rows_done = done;
+    }
+}
+
+/// The background threads of a writer.
+#[derive(Debug)]
+pub(crate) struct Background {
+    inner: Arc<Inner>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(inner: &Arc<Inner>) -> Background {
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name.into()).spawn(f).ok()
+        };
+        let c = inner.clone();
+        threads.extend(spawn("sagitta-flush", Box::new(move || flush_loop(&c))));
+        let c = inner.clone();
+        threads.extend(spawn(
+            "sagitta-optimize",
+            Box::new(move || optimize_loop(&c)),
+        ));
+        if let super::Durability::IntervalMs(ms) = inner.config.durability {
+            let c = inner.clone();
+            threads.extend(spawn(
+                "sagitta-wal-sync",
+                Box::new(move || sync_loop(&c, Duration::from_millis(ms))),
+            ));
+        }
+        Background {
+            inner: inner.clone(),
+            threads,
+        }
+    }
+
+    /// Stops and joins the threads (a build in progress is abandoned at
+    /// its next chunk).
+    pub fn stop(self) {
+        self.inner.opt.stop.store(true, Ordering::Release);
+        self.inner.opt.wake();
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+fn lower_priority() {
+    // SAFETY: setpriority with PRIO_PROCESS and a thread id (Linux
+    // semantics) only changes this thread's nice value; no memory is
+    // touched.
+    #[cfg(target_os = "linux")]
+    unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+    }
+}
+
+fn sync_loop(c: &Inner, every: Duration) {
+    let mut seen = 0;
+    while !c.opt.stopping() {
+        c.opt.wait(&mut seen, every);
+        if let Some(w) = c.writer.lock().as_mut() {
+            let _ = w.wal.sync();
+        }
+    }
+}
+
+fn flush_loop(c: &Inner) {
+    lower_priority();
+    let idle = c.config.idle_seal_ms;
+    let tick = Duration::from_millis(if idle > 0 {
+        (idle / 2).clamp(10, 1000)
+    } else {
+        1000
+    });
+    let mut seen = 0;
+    while !c.opt.stopping() {
+        c.opt.wait(&mut seen, tick);
+        if c.opt.stopping() {
+            return;
+        }
+        let mut r = c.flush_frozen();
+        if r.is_ok() && idle > 0 {
+            let st = c.snapshot();
+            let quiet = c
+                .now_ms()
+                .saturating_sub(c.last_write.load(Ordering::Acquire))
+                >= idle;
+            if quiet && st.active.slot_count() > 0 {
+                r = c.freeze_now().and_then(|()| c.flush_frozen());
+            }
+        }
+        if let Err(e) = r {
+            c.opt.failed(&e);
+            c.opt.wait(&mut seen, RETRY);
+        }
+    }
+}
+
+fn optimize_loop(c: &Inner) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(c.config.build_threads())
+        .thread_name(|i| format!("sagitta-build-{i}"))
+        .start_handler(|_| lower_priority())
+        .build();
+    let Ok(pool) = pool else {
+        c.opt
+            .failed(&StoreError::Optimizer("cannot start the build pool".into()));
+        return;
+    };
+    lower_priority();
+    let mut seen = 0;
+    let mut first = true;
+    while !c.opt.stopping() {
+        if !first {
+            c.opt.wait(&mut seen, Duration::from_secs(5));
+        }
+        first = false;
+        if c.opt.stopping() {
+            return;
+        }
+        let st = c.snapshot();
+        let force = c.opt.status.lock().force;
+        let next = plan(&infos(c, &st), &policy(c, force));
+        let Some(p) = next else {
+            let mut s = c.opt.status.lock();
+            s.checks += 1;
+            s.stats.idle = true;
+            if st.frozen().next().is_none() {
+                s.settled_at = s.checks;
+                if force {
+                    s.force = false;
+                }
+            }
+            drop(s);
+            c.opt.cv.notify_all();
+            continue;
+        };
+        {
+            let mut s = c.opt.status.lock();
+            s.checks += 1;
+            s.stats.idle = false;
+            s.stats.task = Some(p.kind.name().into());
+            s.stats.task_rows_done = 0;
+            s.stats.task_rows_total = 0;
+        }
+        match run(c, &st, &p, &pool) {
+            Ok(rows) => {
+                let mut s = c.opt.status.lock();
+                s.stats.tasks_done += 1;
+                s.stats.rows_indexed += rows;
+                s.stats.task = None;
+                s.wakes += 1;
+                seen = s.wakes;
+            }
+            Err(_) if c.opt.stopping() => return,
+            Err(e) => {
+                c.opt.failed(&e);
+                c.opt.wait(&mut seen, RETRY);
+            }
+        }
+        c.opt.cv.notify_all();
+    }
+}
+
+fn policy(c: &Inner, force: bool) -> Policy {
+    Policy {
+        bytes_per_vector: c.config.bytes_per_vector(),
+        max_segment_size: c.config.max_segment_size,
+        graph_import: c.config.kind == IndexKind::Hnsw,
+        dead_ratio: if force { 0.0 } else { 0.2 },
+    }
+}
+
+fn infos(c: &Inner, st: &State) -> Vec<PartInfo> {
+    st.parts
+        .iter()
+        .filter(|p| !p.is_frozen())
+        .map(|p| PartInfo {
+            id: p.id,
+            slots: p.slot_count() as u64,
+            live: p.live_len() as u64,
+            built: c.config.is_built(p.kind()),
+        })
+        .collect()
+}
+
+/// Executes `p` on the parts of `st`; returns the rows inserted.
+fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64> {
+    let inputs: Vec<Arc<Part>> = p
+        .inputs
+        .iter()
+        .filter_map(|id| {
+            st.parts
+                .iter()
+                .find(|x| x.id == *id && !x.is_frozen())
+                .cloned()
+        })
+        .collect();
+    if inputs.len() != p.inputs.len() {
+        return Ok(0);
+    }
+    let dead0: Vec<Arc<Dead>> = inputs.iter().map(|x| x.dead()).collect();
+    let base = p.base.and_then(|b| inputs.iter().position(|x| x.id == b));
+    let stride = c.config.space.stride();
+    let (mut keys, mut stored, mut origin) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, x) in inputs.iter().enumerate() {
+        if Some(i) != base {
+            x.for_each_live(|slot, key, v| {
+                keys.push(key);
+                stored.extend_from_slice(&v[..stride]);
+                origin.push((i, slot));
+            });
+        }
+    }
+    let index = match base.and_then(|b| inputs[b].segment().map(|s| (b, s))) {
+        Some((b, seg)) => {
+            let dead = &dead0[b];
+            Index::from_graph(
+                c.config.space,
+                c.config.hnsw,
+                seg,
+                &|slot| dead.keys.is_empty() || !dead.keys.contains(&seg.key(slot)),
+                keys.len(),
+            )?
+        }
+        None => c.config.sealed_index()?,
+    };
+    c.opt.status.lock().stats.task_rows_total = keys.len() as u64;
+    if c.config.kind == IndexKind::IvfRq {
+        // Trained on all of its rows at once.
+        pool.install(|| index.upsert_encoded_batch(&keys, &stored, 0))?;
+    } else {
+        for at in (0..keys.len()).step_by(CHUNK) {
+            if c.opt.stopping() {
+                return Err(StoreError::Optimizer("stopped".into()));
+            }
+            let end = (at + CHUNK).min(keys.len());
+            pool.install(|| {
+                index.upsert_encoded_batch(&keys[at..end], &stored[at * stride..end * stride], 0)
+            })?;
+            c.opt.progress(end as u64);
+        }
+    }
+    let rows = keys.len() as u64;
+    let id = c.next_id.fetch_add(1, Ordering::AcqRel);
+    let out = if index.is_empty() {
+        None
+    } else {
+        let file = segment_file(id);
+        let path = c.dir.join(&file);
+        let schema = c.schema.read().clone();
+        let from: HashMap<u64, (usize, u32)> = keys.iter().copied().zip(origin).collect();
+        let base_slots = base.map_or(0, |b| inputs[b].slot_count());
+        let failure: RefCell<Option<StoreError>> = RefCell::new(None);
+        let batch = c.payload_batch(&index, |key, slot| {
+            let (i, s) = match (base, from.get(&key)) {
+                (_, Some(&o)) => o,
+                (Some(b), None) if (slot as usize) < base_slots => (b, slot),
+                _ => return None,
+            };
+            match inputs[i].payload_row(&schema, s) {
+                Ok(r) => (!r.is_empty()).then_some(r),
+                Err(e) => {
+                    failure.borrow_mut().get_or_insert(e);
+                    None
+                }
+            }
+        })?;
+        if let Some(e) = failure.into_inner() {
+            return Err(e);
+        }
+        Segment::write_with_payload(&index, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
+        let seg = Segment::open(&path)?;
+        Some(Arc::new(Part::new(id, Body::Sealed { file, seg })))
+    };
+    let mut g = c.writer.lock();
+    let Some(w) = g.as_mut() else {
+        return Err(StoreError::ReadOnly { op: "optimize" });
+    };
+    if let Some(out) = &out {
+        // Deletes that happened while the task ran.
+        for (x, d0) in inputs.iter().zip(&dead0) {
+            let now = x.dead();
+            let newly: Vec<u64> = now.keys.difference(&d0.keys).copied().collect();
+            out.kill(&newly);
+        }
+    }
+    c.commit(
+        w,
+        Change {
+            remove: p.inputs.clone(),
+            add: out.into_iter().collect(),
+            wal_seq: None,
+        },
+    )?;
+    Ok(rows)
+}
+
+impl Inner {
+    /// Waits until the optimizer has looked at the part list after this
+    /// call and found nothing to do (no frozen part, no task). With
+    /// `force`, segments with any dead row count as work.
+    pub(super) fn wait_settled(&self, force: bool) -> Result<()> {
+        let mut s = self.opt.status.lock();
+        if force {
+            s.force = true;
+        }
+        let errors = s.stats.errors;
+        let asked = s.checks;
+        s.wakes += 1;
+        self.opt.cv.notify_all();
+        loop {
+            if s.stats.errors > errors {
+                let e = s.stats.last_error.clone().unwrap_or_default();
+                return Err(StoreError::Optimizer(e));
+            }
+            // Two looks after the request: the second began after it.
+            if s.settled_at >= asked + 2 || self.opt.stopping() {
+                return Ok(());
+            }
+            if self
+                .opt
+                .cv
+                .wait_for(&mut s, Duration::from_secs(1))
+                .timed_out()
+            {
+                s.wakes += 1;
+                self.opt.cv.notify_all();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn part(id: u64, slots: u64, live: u64, built: bool) -> PartInfo {
+        PartInfo {
+            id,
+            slots,
+            live,
+            built,
+        }
+    }
+
+    fn pol() -> Policy {
+        Policy {
+            bytes_per_vector: 1,
+            max_segment_size: 1000,
+            graph_import: true,
+            dead_ratio: 0.2,
+        }
+    }
+
+    #[test]
+    fn settled_when_nothing_to_do() {
+        assert_eq!(plan(&[], &pol()), None);
+        assert_eq!(plan(&[part(1, 900, 900, true)], &pol()), None);
+        // two big ones that do not fit together
+        assert_eq!(
+            plan(&[part(1, 600, 600, true), part(2, 600, 600, true)], &pol()),
+            None
+        );
+    }
+
+    #[test]
+    fn unbuilt_goes_into_the_largest_built_segment_with_room() {
+        let parts = [
+            part(1, 300, 300, true),
+            part(2, 500, 500, true),
+            part(3, 100, 100, false),
+        ];
+        let p = plan(&parts, &pol()).unwrap();
+        assert_eq!(p.kind, TaskKind::Build);
+        assert_eq!(p.base, Some(2));
+        assert_eq!(p.inputs, vec![2, 3]);
+        // no room anywhere: built alone
+        let parts = [part(1, 950, 950, true), part(3, 100, 100, false)];
+        let p = plan(&parts, &pol()).unwrap();
+        assert_eq!((p.base, p.inputs.clone()), (None, vec![3]));
+        // without graph import (IVF): built alone
+        let p = plan(
+            &parts,
+            &Policy {
+                graph_import: false,
+                ..pol()
+            },
+        )
+        .unwrap();
+        assert_eq!((p.base, p.inputs), (None, vec![3]));
+    }
+
+    #[test]
+    fn unbuilt_segments_batch_up_to_the_maximum() {
+        let parts = [
+            part(1, 400, 400, false),
+            part(2, 400, 390, false),
+            part(3, 400, 400, false),
+        ];
+        let p = plan(&parts, &pol()).unwrap();
+        assert_eq!(
+            (p.kind, p.base, p.inputs),
+            (TaskKind::Build, None, vec![1, 2])
+        );
+        // one larger than the maximum still gets built
+        let p = plan(&[part(1, 5000, 5000, false)], &pol()).unwrap();
+        assert_eq!(p.inputs, vec![1]);
+    }
+
+    #[test]
+    fn dead_rows_past_the_ratio_are_compacted_first() {
+        let parts = [part(1, 100, 70, true), part(2, 100, 100, false)];
+        let p = plan(&parts, &pol()).unwrap();
+        assert_eq!((p.kind, p.inputs), (TaskKind::Compact, vec![1]));
+        let parts = [part(1, 100, 90, true)];
+        assert_eq!(plan(&parts, &pol()), None);
+        let forced = Policy {
+            dead_ratio: 0.0,
+            ..pol()
+        };
+        assert_eq!(plan(&parts, &forced).unwrap().kind, TaskKind::Compact);
+        // a compacted segment is not compacted again
+        assert_eq!(plan(&[part(1, 90, 90, true)], &forced), None);
+    }
+
+    #[test]
+    fn small_segments_merge_into_the_largest() {
+        let parts = [
+            part(1, 100, 100, true),
+            part(2, 700, 700, true),
+            part(3, 200, 200, true),
+            part(4, 50, 50, true),
+        ];
+        let p = plan(&parts, &pol()).unwrap();
+        assert_eq!(p.kind, TaskKind::Merge);
+        assert_eq!(p.inputs, vec![1, 3, 4]);
+        assert_eq!(p.base, Some(3));
+    }
+
+    #[test]
+    fn repeated_planning_terminates() {
+        // Simulate: apply each plan, then plan again.
+        let mut parts: Vec<PartInfo> = (1..=40)
+            .map(|i| part(i, 37 + i % 5, 37 + i % 5, i % 3 != 0))
+            .collect();
+        parts.push(part(41, 100, 10, true));
+        for next_id in 100..300 {
+            let Some(p) = plan(&parts, &pol()) else {
+                break;
+            };
+            let live: u64 = parts
+                .iter()
+                .filter(|x| p.inputs.contains(&x.id))
+                .map(|x| x.live)
+                .sum();
+            parts.retain(|x| !p.inputs.contains(&x.id));
+            parts.push(part(next_id, live, live, true));
+        }
+        assert_eq!(plan(&parts, &pol()), None, "{parts:?}");
+        assert!(parts.iter().all(|x| x.built && x.slots == x.live));
+        let total: u64 = parts.iter().map(|x| x.live).sum();
+        assert!(parts.len() as u64 <= total / 500 + 2, "{parts:?}");
+    }
+}

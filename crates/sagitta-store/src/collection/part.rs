@@ -1,0 +1,211 @@
+//! An immutable part of a collection: a sealed, memory-mapped segment, or
+//! a frozen mutable part still in memory (waiting to be flushed). Both
+//! keep a dead set: keys replaced or deleted after the part stopped
+//! taking writes, which searches turn into a filter bitmap.
+
+use super::active::ActiveRows;
+use crate::error::Result;
+use crate::payload::{Row, Schema};
+use crate::segment::Segment;
+use parking_lot::RwLock;
+use sagitta_index::{Bitset, GraphView, Index, IndexKind, IndexRead};
+use std::collections::HashSet;
+use std::sync::Arc;
+
+/// Keys deleted from one part, and the matching filter.
+#[derive(Debug, Default)]
+pub(crate) struct Dead {
+    pub keys: HashSet<u64>,
+    /// Slots still allowed (None while no key is dead).
+    pub allowed: Option<Bitset>,
+}
+
+/// Where a part's rows live.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per part, never moved in a hot path
+pub(crate) enum Body {
+    /// A segment file named by the manifest.
+    Sealed { file: String, seg: Segment },
+    /// A frozen mutable part (Flat, in memory) holding the WAL records up
+    /// to `last_seq`; the optimizer flushes it to a segment file.
+    Frozen {
+        index: Arc<Index>,
+        rows: Arc<ActiveRows>,
+        last_seq: u64,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) struct Part {
+    pub id: u64,
+    pub body: Body,
+    dead: RwLock<Arc<Dead>>,
+}
+
+impl Part {
+    pub fn new(id: u64, body: Body) -> Part {
+        Part {
+            id,
+            body,
+            dead: RwLock::new(Arc::new(Dead::default())),
+        }
+    }
+
+    /// A part with the same dead set as `from` (whose slots it shares).
+    pub fn with_dead_of(id: u64, body: Body, from: &Part) -> Part {
+        Part {
+            id,
+            body,
+            dead: RwLock::new(from.dead()),
+        }
+    }
+
+    pub fn dead(&self) -> Arc<Dead> {
+        self.dead.read().clone()
+    }
+
+    /// The part as an index to search.
+    pub fn read(&self) -> &dyn IndexRead {
+        match &self.body {
+            Body::Sealed { seg, .. } => seg,
+            Body::Frozen { index, .. } => &**index,
+        }
+    }
+
+    pub fn segment(&self) -> Option<&Segment> {
+        match &self.body {
+            Body::Sealed { seg, .. } => Some(seg),
+            Body::Frozen { .. } => None,
+        }
+    }
+
+    pub fn file(&self) -> Option<&str> {
+        match &self.body {
+            Body::Sealed { file, .. } => Some(file),
+            Body::Frozen { .. } => None,
+        }
+    }
+
+    /// The index kind the part's rows are searched with.
+    pub fn kind(&self) -> IndexKind {
+        match &self.body {
+            Body::Sealed { seg, .. } => seg.info().kind,
+            Body::Frozen { .. } => IndexKind::Flat,
+        }
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        matches!(self.body, Body::Frozen { .. })
+    }
+
+    /// Slots (live, deleted and dead).
+    pub fn slot_count(&self) -> usize {
+        self.read().slot_count()
+    }
+
+    pub fn live_len(&self) -> usize {
+        self.read().len().saturating_sub(self.dead().keys.len())
+    }
+
+    pub fn has_live(&self, key: u64) -> bool {
+        self.read().contains(key) && !self.dead().keys.contains(&key)
+    }
+
+    /// Marks live keys of this part dead (copy-on-write, so searches in
+    /// flight keep the set they started with).
+    pub fn kill(&self, keys: &[u64]) {
+        if keys.is_empty() {
+            return;
+        }
+        let read = self.read();
+        let mut guard = self.dead.write();
+        let mut set = guard.keys.clone();
+        let mut allowed = guard
+            .allowed
+            .clone()
+            .unwrap_or_else(|| Bitset::full(read.slot_count()));
+        for &k in keys {
+            if let Some(slot) = read.slot_of(k) {
+                if set.insert(k) {
+                    allowed.remove(slot as usize);
+                }
+            }
+        }
+        *guard = Arc::new(Dead {
+            keys: set,
+            allowed: Some(allowed),
+        });
+    }
+
+    /// Calls `f(slot, key, stored vector)` for every live row, in slot
+    /// order: the one walk over a part's rows (iteration, bloom rebuilds,
+    /// flushes, builds and merges use it).
+    pub fn for_each_live(&self, mut f: impl FnMut(u32, u64, &[u8])) {
+        let dead = self.dead();
+        let mut walk = |g: &dyn GraphView| {
+            for slot in 0..g.slots() as u32 {
+                if !g.is_live(slot) {
+                    continue;
+                }
+                let key = g.key(slot);
+                if !dead.keys.contains(&key) {
+                    f(slot, key, g.vector(slot));
+                }
+            }
+        };
+        match &self.body {
+            Body::Sealed { seg, .. } => walk(seg),
+            Body::Frozen { index, .. } => walk(&index.view()),
+        }
+    }
+
+    /// Live (slot, key) pairs from `start` on, at most `max` of them
+    /// (for lazy iteration without holding a lock between calls).
+    pub fn live_keys_from(
+        &self,
+        start: u32,
+        max: usize,
+        vectors: usize,
+    ) -> Vec<(u32, u64, Vec<u8>)> {
+        let dead = self.dead();
+        let take = |g: &dyn GraphView| {
+            let mut out = Vec::new();
+            let mut slot = start;
+            while (slot as usize) < g.slots() && out.len() < max {
+                if g.is_live(slot) {
+                    let key = g.key(slot);
+                    if !dead.keys.contains(&key) {
+                        let v = g.vector(slot);
+                        out.push((slot, key, v[..vectors.min(v.len())].to_vec()));
+                    }
+                }
+                slot += 1;
+            }
+            out
+        };
+        match &self.body {
+            Body::Sealed { seg, .. } => take(seg),
+            Body::Frozen { index, .. } => take(&index.view()),
+        }
+    }
+
+    /// The payload row of `slot` laid out by `schema` (empty when the row
+    /// has none).
+    pub fn payload_row(&self, schema: &Schema, slot: u32) -> Result<Row> {
+        Ok(match &self.body {
+            Body::Sealed { seg, .. } => match seg.payload()? {
+                Some(p) => p.row(schema, slot as usize),
+                None => Row::default(),
+            },
+            Body::Frozen { rows, .. } => rows.get(slot).unwrap_or_default(),
+        })
+    }
+
+    /// Bytes held in memory (frozen parts) or mapped (sealed ones).
+    pub fn bytes(&self) -> (u64, u64) {
+        match &self.body {
+            Body::Sealed { seg, .. } => (0, seg.info().file_len),
+            Body::Frozen { index, .. } => (index.memory_usage() as u64, 0),
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! The write path (validate, log, apply to the mutable part, maybe
+//! freeze) and its replay at open.
+
+use super::part::Part;
+use super::{Collection, Inner, State, Writer};
+use crate::error::{Result, StoreError};
+use crate::filter::{Bound, Filter};
+use crate::payload::{self, Field, Payload, PayloadError, Row, Value};
+use crate::wal::{self, Op};
+use rayon::prelude::*;
+use sagitta_index::{IndexError, IndexRead, IndexWrite, VectorRef};
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Keys of a batch with their encoded vectors (and payload rows, laid
+/// out by the collection schema), deduplicated.
+#[derive(Default)]
+pub(crate) struct Encoded {
+    keys: Vec<u64>,
+    stored: Vec<u8>,
+    rows: Option<Vec<Row>>,
+}
+
+pub(crate) fn row_err(row: usize, e: IndexError) -> StoreError {
+    StoreError::Index(IndexError::at_row(row, e))
+}
+
+fn check_lengths(keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
+    if keys.len() != vectors.len() {
+        return Err(StoreError::Index(IndexError::InvalidParameter {
+            name: "keys",
+            value: keys.len().to_string(),
+            reason: "must have one key per vector",
+        }));
+    }
+    Ok(())
+}
+
+impl Collection {
+    fn writer_guard(
+        &self,
+        op: &'static str,
+    ) -> Result<parking_lot::MutexGuard<'_, Option<super::Writer>>> {
+        self.inner.writable(op)?;
+        let g = self.inner.writer.lock();
+        if g.is_none() {
+            return Err(StoreError::ReadOnly { op });
+        }
+        Ok(g)
+    }
+
+    /// Adds new keys. The batch is checked whole first (every vector valid,
+    /// no key repeated or already present); an error adds nothing.
+    pub fn add(&self, keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
+        check_lengths(keys, vectors)?;
+        let stored = self.inner.encode(vectors)?;
+        let mut g = self.writer_guard("add")?;
+        let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "add" })?;
+        let mut seen = HashSet::with_capacity(keys.len());
+        for (i, &k) in keys.iter().enumerate() {
+            if !seen.insert(k) || self.contains(k) {
+                return Err(row_err(i, IndexError::DuplicateKey(k)));
+            }
+        }
+        self.inner.write(
+            w,
+            Encoded {
+                keys: keys.to_vec(),
+                stored,
+                rows: None,
+            },
+            &[],
+        )
+    }
+
+    /// Adds the keys not already present (and the first of repeated keys);
+    /// returns how many were added.
+    pub fn add_once(&self, keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<usize> {
+        check_lengths(keys, vectors)?;
+        let stored = self.inner.encode(vectors)?;
+        let mut g = self.writer_guard("add_once")?;
+        let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "add_once" })?;
+        let stride = self.inner.config.space.stride();
+        let mut seen = HashSet::with_capacity(keys.len());
+        let mut e = Encoded::default();
+        for (i, &k) in keys.iter().enumerate() {
+            if seen.insert(k) && !self.contains(k) {
+                e.keys.push(k);
+                e.stored
+                    .extend_from_slice(&stored[i * stride..(i + 1) * stride]);
+            }
+        }
+        let n = e.keys.len();
+        if n > 0 {
+            self.inner.write(w, e, &[])?;
+        }
+        Ok(n)
+    }
+
+    /// Inserts or replaces; within a batch the last row of a key wins.
+    pub fn upsert(&self, keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
+        self.upsert_with_payload(keys, vectors, None)
+    }
+
+    /// Inserts or replaces vectors together with their payload columns
+    /// (one payload row per key; a replaced key's old payload is dropped
+    /// with its old vector). New columns are added to the schema; a column
+    /// of another type than the schema's, a NaN, or a row count that does
+    /// not match is refused before anything is written.
+    pub fn upsert_with_payload(
+        &self,
+        keys: &[u64],
+        vectors: &[VectorRef<'_>],
+        payload: Option<&Payload>,
+    ) -> Result<()> {
+        check_lengths(keys, vectors)?;
+        if let Some(p) = payload {
+            p.validate(keys.len())?;
+        }
+        let c = &*self.inner;
+        let stored = c.encode(vectors)?;
+        let mut g = self.writer_guard("upsert")?;
+        let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "upsert" })?;
+        let rows = match payload {
+            Some(p) if !p.fields.is_empty() => {
+                let mut schema = c.schema.read().clone();
+                schema.merge(&p.fields)?;
+                let rows: Vec<Row> = (0..keys.len()).map(|r| p.row(&schema, r)).collect();
+                // Grown under the writer lock, before the rows are logged
+                // (each logged row names its fields, so a crash replays
+                // the growth).
+                *c.schema.write() = schema;
+                Some(rows)
+            }
+            _ => None,
+        };
+        let stride = c.config.space.stride();
+        let mut last: HashMap<u64, usize> = HashMap::with_capacity(keys.len());
+        for (i, &k) in keys.iter().enumerate() {
+            last.insert(k, i);
+        }
+        let e = if last.len() == keys.len() {
+            Encoded {
+                keys: keys.to_vec(),
+                stored,
+                rows,
+            }
+        } else {
+            let mut e = Encoded {
+                rows: rows.as_ref().map(|_| Vec::new()),
+                ..Encoded::default()
+            };
+            for (i, &k) in keys.iter().enumerate() {
+                if last.get(&k) == Some(&i) {
+                    e.keys.push(k);
+                    e.stored
+                        .extend_from_slice(&stored[i * stride..(i + 1) * stride]);
+                    if let (Some(out), Some(r)) = (e.rows.as_mut(), rows.as_ref()) {
+                        out.push(r[i].clone());
+                    }
+                }
+            }
+            e
+        };
+        c.write(w, e, &[])
+    }
+
+    /// Parses and checks a JSON filter against the current schema.
+    pub fn bind_filter(&self, filter: &Filter) -> Result<Bound> {
+        Ok(filter.bind(&self.inner.schema.read())?)
+    }
+
+    /// Deletes keys; returns how many were present.
+    pub fn remove(&self, keys: &[u64]) -> Result<usize> {
+        let mut g = self.writer_guard("remove")?;
+        let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "remove" })?;
+        let mut seen = HashSet::with_capacity(keys.len());
+        let present: Vec<u64> = keys
+            .iter()
+            .copied()
+            .filter(|&k| seen.insert(k) && self.contains(k))
+            .collect();
+        if !present.is_empty() {
+            self.inner.write(w, Encoded::default(), &present)?;
+        }
+        Ok(present.len())
+    }
+
+    /// Deletes every live vector whose payload passes `pred`; returns how
+    /// many. The matching keys are logged as removes like [`remove`].
+    ///
+    /// [`remove`]: Collection::remove
+    pub fn remove_where(&self, pred: &Bound) -> Result<usize> {
+        // Hold the writer lock so that the keys matched are the keys
+        // removed (no write can slip in between).
+        let mut g = self.writer_guard("remove")?;
+        let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "remove" })?;
+        let keys = self.keys_where(Some(pred))?;
+        if !keys.is_empty() {
+            self.inner.write(w, Encoded::default(), &keys)?;
+        }
+        Ok(keys.len())
+    }
+}
+
+impl Inner {
+    fn encode(&self, vectors: &[VectorRef<'_>]) -> Result<Vec<u8>> {
+        let stride = self.config.space.stride();
+        let mut stored = vec![0u8; vectors.len() * stride];
+        let space = self.config.space;
+        stored
+            .par_chunks_exact_mut(stride)
+            .zip(vectors.par_iter())
+            .enumerate()
+            .try_for_each(|(i, (row, v))| space.encode(*v, row).map_err(|e| (i, e)))
+            .map_err(|(i, e)| row_err(i, e))?;
+        Ok(stored)
+    }
+
+    /// Writes puts in pieces that fit the mutable part, freezing between
+    /// them, so no part grows past `segment_size` however large the batch.
+    fn write(&self, w: &mut Writer, puts: Encoded, removes: &[u64]) -> Result<()> {
+        let per_segment = self.config.rows_per_segment();
+        let stride = self.config.space.stride();
+        let mut start = 0;
+        while start < puts.keys.len() {
+            let used = self.snapshot().active.slot_count() as u64;
+            let room = per_segment.saturating_sub(used).max(1) as usize;
+            let end = (start + room).min(puts.keys.len());
+            self.write_piece(
+                w,
+                &puts.keys[start..end],
+                &puts.stored[start * stride..end * stride],
+                puts.rows.as_ref().map(|r| &r[start..end]),
+                &[],
+            )?;
+            start = end;
+        }
+        if !removes.is_empty() {
+            self.write_piece(w, &[], &[], None, removes)?;
+        }
+        self.touch();
+        Ok(())
+    }
+
+    /// The one write path: log, sync per policy, apply, maybe freeze.
+    fn write_piece(
+        &self,
+        w: &mut Writer,
+        keys: &[u64],
+        stored: &[u8],
+        rows: Option<&[Row]>,
+        removes: &[u64],
+    ) -> Result<()> {
+        let vb = self.config.space.vector_bytes();
+        let stride = self.config.space.stride();
+        let mut buf = Vec::with_capacity(keys.len() * (vb + 25) + removes.len() * 25);
+        let mut seq = w.next_seq;
+        let schema = self.schema.read().clone();
+        let mut body = Vec::new();
+        for (i, (k, row)) in keys
+            .iter()
+            .zip(stored.chunks_exact(stride.max(1)))
+            .enumerate()
+        {
+            match rows.map(|r| &r[i]).filter(|r| !r.is_empty()) {
+                Some(r) => {
+                    body.clear();
+                    body.extend_from_slice(&row[..vb]);
+                    payload::encode_row(&mut body, &schema, r);
+                    if body.len() - vb > payload::MAX_ROW_BYTES {
+                        return Err(PayloadError::Malformed(format!(
+                            "the payload of key {k} takes {} bytes (limit {})",
+                            body.len() - vb,
+                            payload::MAX_ROW_BYTES
+                        ))
+                        .into());
+                    }
+                    wal::encode(&mut buf, seq, Op::PutPayload, *k, &body);
+                }
+                None => wal::encode(&mut buf, seq, Op::Put, *k, &row[..vb]),
+            }
+            seq += 1;
+        }
+        for &k in removes {
+            wal::encode(&mut buf, seq, Op::Remove, k, &[]);
+            seq += 1;
+        }
+        w.wal.append(&buf)?;
+        w.next_seq = seq;
+        if self.config.durability == super::Durability::Batch {
+            w.wal.sync()?;
+        }
+        let state = self.snapshot();
+        if !keys.is_empty() {
+            self.put_encoded(&state, keys, stored, rows)?;
+        }
+        if !removes.is_empty() {
+            self.apply_removes(&state, removes);
+        }
+        if self.is_full(&state) {
+            self.freeze_locked(w)?;
+        }
+        Ok(())
+    }
+
+    /// Whether the mutable part has reached `segment_size`.
+    pub(super) fn is_full(&self, state: &State) -> bool {
+        state.active.slot_count() as u64 >= self.config.rows_per_segment()
+    }
+
+    /// Applies puts: `stored` holds one stride-long encoded row per key,
+    /// `rows` (when given) one payload row per key.
+    fn put_encoded(
+        &self,
+        state: &State,
+        keys: &[u64],
+        stored: &[u8],
+        rows: Option<&[Row]>,
+    ) -> Result<()> {
+        // Keys living in immutable parts become dead there once the new
+        // version is in the mutable part.
+        let mut kills: HashMap<u64, Vec<u64>> = HashMap::new();
+        {
+            let bloom = self.bloom.read();
+            for &k in keys {
+                if bloom.may_contain(k) && !state.active.contains(k) {
+                    if let Some(s) = state.holder(k) {
+                        kills.entry(s.id).or_default().push(k);
+                    }
+                }
+            }
+        }
+        state.active.upsert_encoded_batch(keys, stored, 0)?;
+        if let Some(rows) = rows {
+            let mut slots = state.rows.rows.write();
+            slots.resize(state.active.slot_count(), None);
+            for (k, r) in keys.iter().zip(rows) {
+                if let Some(slot) = state.active.slot_of(*k) {
+                    if let Some(x) = slots.get_mut(slot as usize) {
+                        *x = (!r.is_empty()).then(|| r.clone());
+                    }
+                }
+            }
+        }
+        // Writes are serialised (writer lock, or replay): every slot
+        // claimed so far now has its final row.
+        state.rows.mark_complete(state.active.slot_count());
+        kill_in(&state.parts, &kills);
+        let mut bloom = self.bloom.write();
+        for &k in keys {
+            bloom.insert(k);
+        }
+        Ok(())
+    }
+
+    fn apply_removes(&self, state: &State, keys: &[u64]) -> usize {
+        let mut kills: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut removed = 0;
+        let bloom = self.bloom.read();
+        for &k in keys {
+            if !bloom.may_contain(k) {
+                continue;
+            }
+            if state.active.remove(k) {
+                removed += 1;
+            } else if let Some(s) = state.holder(k) {
+                kills.entry(s.id).or_default().push(k);
+                removed += 1;
+            }
+        }
+        drop(bloom);
+        kill_in(&state.parts, &kills);
+        removed
+    }
+
+    /// Replays WAL records after `after_seq` (freezing the mutable part
+    /// whenever it fills, as the writer did); returns the last sequence
+    /// number seen and the newest log with the length of its valid prefix.
+    pub(super) fn replay(&self, after_seq: u64) -> Result<(u64, Option<(PathBuf, u64)>)> {
+        let logs = super::files::logs(&self.dir)?;
+        let mut last = after_seq;
+        let mut tail = None;
+        let vb = self.config.space.vector_bytes();
+        let per_segment = self.config.rows_per_segment() as usize;
+        for (_, path) in &logs {
+            let r = wal::read(path)?;
+            let mut batch: Vec<(u64, &[u8], Option<Row>)> = Vec::new();
+            let mut pos: HashMap<u64, usize> = HashMap::new();
+            let mut batch_last = last;
+            for rec in r.records() {
+                if rec.seq <= after_seq {
+                    continue;
+                }
+                match rec.op {
+                    Op::Put | Op::PutPayload => {
+                        let (vector, row) = if rec.op == Op::PutPayload && rec.vector.len() >= vb {
+                            let (v, p) = rec.vector.split_at(vb);
+                            (v, Some(self.row_from_log(p, path)?))
+                        } else {
+                            (rec.vector, None)
+                        };
+                        match pos.get(&rec.key) {
+                            Some(&i) => batch[i] = (rec.key, vector, row),
+                            None => {
+                                pos.insert(rec.key, batch.len());
+                                batch.push((rec.key, vector, row));
+                            }
+                        }
+                        batch_last = rec.seq;
+                        let used = self.snapshot().active.slot_count();
+                        if used + batch.len() >= per_segment {
+                            self.apply_puts(&batch)?;
+                            batch.clear();
+                            pos.clear();
+                            last = last.max(batch_last);
+                            self.freeze_if_full(last);
+                        }
+                    }
+                    Op::Remove => {
+                        self.apply_puts(&batch)?;
+                        batch.clear();
+                        pos.clear();
+                        self.apply_removes(&self.snapshot(), &[rec.key]);
+                        batch_last = rec.seq;
+                    }
+                }
+                last = last.max(rec.seq);
+            }
+            self.apply_puts(&batch)?;
+            last = last.max(batch_last);
+            self.freeze_if_full(last);
+            tail = Some((path.clone(), r.valid_len.max(wal::HEADER_LEN)));
+            if r.valid_len < wal::HEADER_LEN {
+                // Created but never completed: start a fresh log instead.
+                tail = None;
+                if self.mode == super::OpenMode::ReadWrite {
+                    std::fs::remove_file(path).map_err(crate::error::io("remove", path))?;
+                }
+            }
+        }
+        Ok((last, tail))
+    }
+
+    fn freeze_if_full(&self, last_seq: u64) {
+        if self.is_full(&self.snapshot()) {
+            self.freeze(last_seq);
+        }
+    }
+
+    /// A logged payload row, growing the schema with its fields.
+    fn row_from_log(&self, bytes: &[u8], path: &Path) -> Result<Row> {
+        let pairs = payload::decode_row(bytes).map_err(|e| StoreError::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        let mut schema = self.schema.write();
+        let fields: Vec<Field> = pairs.iter().map(|(f, _)| f.clone()).collect();
+        schema.merge(&fields).map_err(|e| StoreError::Corrupt {
+            file: path.to_path_buf(),
+            offset: 0,
+            reason: e.to_string(),
+        })?;
+        let mut row = vec![Value::Null; schema.len()];
+        for (f, v) in pairs {
+            if let Some(i) = schema.index_of(&f.name) {
+                row[i] = v;
+            }
+        }
+        Ok(row.into_boxed_slice())
+    }
+
+    /// Applies puts of stored vectors (vector bytes as logged).
+    fn apply_puts(&self, batch: &[(u64, &[u8], Option<Row>)]) -> Result<()> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let stride = self.config.space.stride();
+        let mut stored = vec![0u8; batch.len() * stride];
+        for ((_, v, _), row) in batch.iter().zip(stored.chunks_exact_mut(stride)) {
+            let n = v.len().min(stride);
+            row[..n].copy_from_slice(&v[..n]);
+        }
+        let keys: Vec<u64> = batch.iter().map(|(k, _, _)| *k).collect();
+        let rows: Option<Vec<Row>> = batch.iter().any(|b| b.2.is_some()).then(|| {
+            batch
+                .iter()
+                .map(|b| b.2.clone().unwrap_or_default())
+                .collect()
+        });
+        self.put_encoded(&self.snapshot(), &keys, &stored, rows.as_deref())
+    }
+}
+
+fn kill_in(parts: &[Arc<Part>], kills: &HashMap<u64, Vec<u64>>) {
+    if kills.is_empty() {
+        return;
+    }
+    for s in parts {
+        if let Some(keys) = kills.get(&s.id) {
+            s.kill(keys);
+        }
+    }
+}
