@@ -87,8 +87,11 @@ pub struct IndexStatus {
     pub segments: usize,
     /// Rows in the mutable (in-memory, WAL-backed) part.
     pub active_vectors: usize,
-    /// Live rows not yet in their index (searched exactly meanwhile).
+    /// Live rows not yet in their index (searchable, exactly, meanwhile).
     pub unindexed_vectors: usize,
+    /// Fraction of the live rows in a built index (the background
+    /// optimizer's progress).
+    pub indexed: f64,
     /// The background optimizer's task in progress (`build`, `merge`,
     /// `compact`), if any.
     pub optimizer_task: Option<String>,
@@ -497,20 +500,23 @@ pub fn schema_info(schema: &Schema) -> Vec<FieldInfo> {
 /// Index status of a collection.
 pub fn index_status(e: &Entry, s: &CollectionStats) -> IndexStatus {
     let pending = e.pending_rows.load(Ordering::Acquire);
-    let busy = pending > 0 || s.unindexed_vectors > 0 || s.optimizer.task.is_some();
-    let total = s.vectors as u64 + pending;
-    let indexed = s.vectors.saturating_sub(s.unindexed_vectors) as u64;
+    let done = e.ingested_rows.load(Ordering::Acquire);
     IndexStatus {
-        state: if busy { "building" } else { "serving" }.into(),
+        state: if pending > 0 { "building" } else { "serving" }.into(),
         pending_rows: pending,
-        progress: if total == 0 {
+        progress: if pending == 0 {
             1.0
         } else {
-            indexed as f64 / total as f64
+            done as f64 / (done + pending) as f64
         },
         segments: s.segments,
         active_vectors: s.active_vectors,
         unindexed_vectors: s.unindexed_vectors,
+        indexed: if s.vectors == 0 {
+            1.0
+        } else {
+            1.0 - s.unindexed_vectors as f64 / s.vectors as f64
+        },
         optimizer_task: s.optimizer.task.clone(),
         optimizer_task_rows: [s.optimizer.task_rows_done, s.optimizer.task_rows_total],
         optimizer_errors: s.optimizer.errors,

@@ -123,14 +123,19 @@ impl CollectionConfig {
             )));
         }
         self.sealed_index()?;
-        self.active_index()?;
+        Index::new(self.space, IndexKind::Flat, self.hnsw)?;
         Ok(())
     }
 
     /// A new, empty mutable part: always Flat, so a write costs a copy,
     /// never a graph insert (the optimizer builds the index later).
+    /// Its capacity is reserved for a full part up front (zeroed pages,
+    /// committed by the OS as rows arrive), so no write pays for a copy of
+    /// the part to grow it.
     pub(crate) fn active_index(&self) -> Result<Index> {
-        Ok(Index::new(self.space, IndexKind::Flat, self.hnsw)?)
+        let index = Index::new(self.space, IndexKind::Flat, self.hnsw)?;
+        index.reserve(self.rows_per_segment().min(1 << 22) as usize)?;
+        Ok(index)
     }
 
     /// A new, empty index of the kind built segments have.
