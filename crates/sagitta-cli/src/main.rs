@@ -14,6 +14,7 @@ mod collbench;
 mod crash;
 mod data;
 mod eval;
+mod lifecyclebench;
 mod serve;
 mod servebench;
 
@@ -140,6 +141,10 @@ enum Cmd {
         #[arg(long)]
         reuse: bool,
     },
+    /// Collection lifecycle on a dataset: upsert load (batch latency,
+    /// rows/s, beside Flat), optimize(), reopen times, and 1-thread search
+    /// after settle beside a bare HNSW index.
+    LifecycleBench(lifecyclebench::LifecycleArgs),
     /// The writer process of the crash-safety test (see src/crash.rs).
     #[command(hide = true)]
     CrashWriter {
@@ -229,6 +234,7 @@ fn main() -> Result<()> {
             opens,
             reuse,
         } => collbench::run(&dir, segments, per_segment, bits, opens, reuse),
+        Cmd::LifecycleBench(a) => lifecyclebench::run(&a),
         Cmd::CrashWriter {
             dir,
             round,
