@@ -33,6 +33,13 @@ use std::time::Duration;
 const CHUNK: usize = 1024;
 /// Wait after a failed task before trying again.
 const RETRY: Duration = Duration::from_secs(1);
+/// Builds and merges wait until writes have paused this long...
+const DEFER_MS: u64 = 300;
+/// ...unless this many full parts of rows are waiting for their index (or
+/// someone waits in `optimize()`): a bulk load runs at the Flat rate on
+/// every core and its index is built right after, while sustained ingest
+/// still gets indexed as it goes.
+const BACKLOG_PARTS: u64 = 4;
 
 /// What the optimizer is doing and has done.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -223,6 +230,8 @@ struct Status {
     settled_at: u64,
     /// Rewrite any segment with a dead row (`compact()`).
     force: bool,
+    /// Callers inside `optimize()` / `compact()` (no deferring then).
+    waiters: usize,
 }
 
 impl Shared {
@@ -393,8 +402,32 @@ fn optimize_loop(c: &Inner) {
             return;
         }
         let st = c.snapshot();
-        let force = c.opt.status.lock().force;
-        let next = plan(&infos(c, &st), &policy(c, force));
+        let (force, urgent) = {
+            let s = c.opt.status.lock();
+            (s.force, s.force || s.waiters > 0)
+        };
+        let parts = infos(c, &st);
+        let next = plan(&parts, &policy(c, force));
+        if let (Some(p), false) = (&next, urgent) {
+            let quiet = c
+                .now_ms()
+                .saturating_sub(c.last_write.load(Ordering::Acquire));
+            let backlog: u64 = parts
+                .iter()
+                .filter(|x| !x.built)
+                .map(|x| x.live)
+                .sum::<u64>()
+                + st.frozen().map(|x| x.live_len() as u64).sum::<u64>();
+            if p.kind != TaskKind::Compact
+                && quiet < DEFER_MS
+                && backlog < BACKLOG_PARTS * c.config.rows_per_segment()
+            {
+                c.opt
+                    .wait(&mut seen, Duration::from_millis(DEFER_MS - quiet));
+                first = true; // look again at once
+                continue;
+            }
+        }
         let Some(p) = next else {
             let mut s = c.opt.status.lock();
             s.checks += 1;
@@ -579,6 +612,13 @@ impl Inner {
         if force {
             s.force = true;
         }
+        s.waiters += 1;
+        let r = self.wait_settled_locked(&mut s);
+        s.waiters -= 1;
+        r
+    }
+
+    fn wait_settled_locked(&self, s: &mut parking_lot::MutexGuard<'_, Status>) -> Result<()> {
         let errors = s.stats.errors;
         let asked = s.checks;
         s.wakes += 1;
@@ -592,12 +632,7 @@ impl Inner {
             if s.settled_at >= asked + 2 || self.opt.stopping() {
                 return Ok(());
             }
-            if self
-                .opt
-                .cv
-                .wait_for(&mut s, Duration::from_secs(1))
-                .timed_out()
-            {
+            if self.opt.cv.wait_for(s, Duration::from_secs(1)).timed_out() {
                 s.wakes += 1;
                 self.opt.cv.notify_all();
             }
