@@ -168,6 +168,7 @@ class SagittaF:
                 base[s:e],
                 payload={k: v[s:e] for k, v in pl.items()},
             )
+        c.optimize()  # the build is done when the index is (as for every peer)
         c.close()
         self.c = sagitta.Collection.open(work / "coll")
 
