@@ -1,12 +1,31 @@
 //! `sagitta crash-writer`: the writer process of the crash-safety test
 //! (`tests/crash.rs`), which SIGKILLs it at random moments.
 //!
-//! Protocol on stdout, one line per event, written before / after each
-//! operation: `BEGIN <n> <kind> [<key>:<version> | <key>]...` and
-//! `ACK <n>` once the operation returned (was acknowledged). The vector of
-//! a (key, version) is [`crash_vector`]`(version)`; versions are unique.
+//! The collection is configured so that background work never stops
+//! while it writes: a mutable part of [`SEGMENT_ROWS`] rows (frozen and
+//! flushed every dozen or so operations), merges up to four of those, an
+//! idle freeze after [`IDLE_SEAL_MS`]; the random updates and removes keep
+//! the optimizer compacting.
+//!
+//! Protocol on stdout, one line per event:
+//!
+//! * `OPENED <replayed> <wal_bytes> <active_vectors> <frozen_segments>`
+//!   once, right after the open: `replayed` is the number of log records
+//!   (puts and removes) the open replayed (the last sequence number after
+//!   the open minus the manifest's `wal_seq` before it), the rest are
+//!   [`CollectionStats`](sagitta_store::CollectionStats) figures of that
+//!   moment;
+//! * before each operation, `BG <frozen_segments> <task|-> <tasks_done>
+//!   <flushes> <errors>`: the background state (frozen parts waiting for
+//!   the flush thread, the optimizer's task in progress, tasks and flushes
+//!   done since the open, background failures);
+//! * `BEGIN <n> <kind> [<key>:<version> | <key>]...` when the operation
+//!   starts and `ACK <n>` once it returned (was acknowledged).
+//!
+//! The vector of a (key, version) is [`crash_vector`]`(version)`; versions
+//! are unique.
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use sagitta_index::{DType, Metric, Space, VectorRef};
 use sagitta_store::{Collection, CollectionConfig, Durability, OpenMode};
 use std::fmt::Write as _;
@@ -14,6 +33,12 @@ use std::path::Path;
 
 /// Dimensions of the crash-test vectors.
 pub const DIMS: usize = 8;
+/// Rows of a full mutable part (`segment_size`).
+pub const SEGMENT_ROWS: u64 = 300;
+/// Merges go up to this many mutable parts (`max_segment_size`).
+pub const MAX_SEGMENT_PARTS: u64 = 4;
+/// Idle time after which the mutable part is frozen anyway.
+pub const IDLE_SEAL_MS: u64 = 10;
 
 /// The vector logged for `version` (finite, distinct per version).
 pub fn crash_vector(version: u64) -> Vec<f32> {
@@ -28,16 +53,41 @@ pub fn crash_vector(version: u64) -> Vec<f32> {
         .collect()
 }
 
+/// The JSON part of the collection's MANIFEST (the text before its
+/// `crc32c:` line; the checksum is the store's to check).
+pub fn manifest_json(dir: &Path) -> Result<serde_json::Value> {
+    let path = dir.join("MANIFEST");
+    let text = std::fs::read_to_string(&path).with_context(|| format!("read {path:?}"))?;
+    let body = text.rfind("crc32c:").map_or(&text[..], |at| &text[..at]);
+    serde_json::from_str(body).with_context(|| format!("parse {path:?}"))
+}
+
 /// Runs `ops` random operations against the collection in `dir`
 /// (created on first use), printing the protocol lines.
 pub fn run(dir: &Path, round: u64, ops: usize, keys: u64) -> Result<()> {
     let c = if dir.join("MANIFEST").exists() {
-        Collection::open(dir, OpenMode::ReadWrite)?
+        let wal_seq = manifest_json(dir)?["wal_seq"]
+            .as_u64()
+            .context("MANIFEST: no wal_seq")?;
+        let c = Collection::open(dir, OpenMode::ReadWrite)?;
+        let s = c.stats();
+        println!(
+            "OPENED {} {} {} {}",
+            s.wal_seq.saturating_sub(wal_seq),
+            s.wal_bytes,
+            s.active_vectors,
+            s.frozen_segments
+        );
+        c
     } else {
         let mut cfg = CollectionConfig::new(Space::new(DIMS, Metric::L2, DType::F32)?);
-        cfg.segment_size = 300 * cfg.bytes_per_vector();
+        cfg.segment_size = SEGMENT_ROWS * cfg.bytes_per_vector();
+        cfg.max_segment_size = MAX_SEGMENT_PARTS * cfg.segment_size;
+        cfg.idle_seal_ms = IDLE_SEAL_MS;
         cfg.durability = Durability::Batch;
-        Collection::create(dir, cfg)?
+        let c = Collection::create(dir, cfg)?;
+        println!("OPENED 0 0 0 0");
+        c
     };
     let mut z = round.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
     let mut rand = move |n: u64| {
@@ -47,12 +97,25 @@ pub fn run(dir: &Path, round: u64, ops: usize, keys: u64) -> Result<()> {
         z % n.max(1)
     };
     for n in 0..ops as u64 {
-        let kind = rand(100);
+        let s = c.stats();
+        let o = &s.optimizer;
+        println!(
+            "BG {} {} {} {} {}",
+            s.frozen_segments,
+            o.task.as_deref().unwrap_or("-"),
+            o.tasks_done,
+            o.flushes,
+            o.errors
+        );
+        // compact() waits for the optimizer to settle (seconds, see
+        // Inner::wait_settled): rare (1 in 400), so rounds stay short; the
+        // optimizer compacts on its own anyway. seal() is cheap.
+        let kind = rand(400);
         let size = 1 + rand(60) as usize;
         let mut line = format!("BEGIN {n}");
         match kind {
-            0..=69 | 85..=89 => {
-                let once = kind >= 85;
+            0..=287 | 348..=367 => {
+                let once = kind >= 348;
                 let mut ks = Vec::with_capacity(size);
                 let mut rows = Vec::with_capacity(size);
                 line.push_str(if once { " add_once" } else { " upsert" });
@@ -74,7 +137,7 @@ pub fn run(dir: &Path, round: u64, ops: usize, keys: u64) -> Result<()> {
                     c.upsert(&ks, &refs)?;
                 }
             }
-            70..=84 => {
+            288..=347 => {
                 line.push_str(" remove");
                 let ks: Vec<u64> = (0..size).map(|_| rand(keys)).collect();
                 for k in &ks {
@@ -83,13 +146,13 @@ pub fn run(dir: &Path, round: u64, ops: usize, keys: u64) -> Result<()> {
                 println!("{line}");
                 c.remove(&ks)?;
             }
-            90..=94 => {
-                println!("{line} compact");
-                c.compact()?;
-            }
-            _ => {
+            368..=398 => {
                 println!("{line} seal");
                 c.seal()?;
+            }
+            _ => {
+                println!("{line} compact");
+                c.compact()?;
             }
         }
         println!("ACK {n}");

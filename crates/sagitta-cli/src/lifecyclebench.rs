@@ -343,7 +343,7 @@ pub fn run(a: &LifecycleArgs) -> Result<()> {
     println!("| commit | {} |", commit.as_deref().unwrap_or("n/a"));
     println!("| load average at start | {load_start} |");
     println!(
-        "| collection | HNSW M={} efc={}, segment_size {} MiB, max_segment_size {} MiB, optimizer_threads {} (0 = half the cores), durability {} |",
+        "| collection | HNSW M={} efc={}, segment_size {} MiB, max_segment_size {} MiB, optimizer_threads {} (0 = one per core), durability {} |",
         cfg.hnsw.m,
         cfg.hnsw.ef_construction,
         cfg.segment_size >> 20,

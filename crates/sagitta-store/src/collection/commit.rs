@@ -90,6 +90,42 @@ impl Inner {
         Ok(())
     }
 
+    /// Folds a log tail that holds no rows (only removes of keys in
+    /// immutable parts, already in their dead sets) into the manifest: the
+    /// tombstone file takes them and the log restarts, so such a tail is
+    /// never replayed again. Does nothing while rows or frozen parts wait.
+    pub(super) fn checkpoint(&self) -> Result<()> {
+        let mut g = self.writer.lock();
+        let Some(w) = g.as_mut() else {
+            return Ok(());
+        };
+        let st = self.snapshot();
+        let last = w.next_seq - 1;
+        if st.active.slot_count() > 0 || st.frozen().next().is_some() || last <= w.manifest.wal_seq
+        {
+            return Ok(());
+        }
+        if w.wal.len() > wal::HEADER_LEN {
+            w.wal.sync()?;
+            w.wal = Wal::create(&self.dir, w.next_seq)?;
+        }
+        self.commit(
+            w,
+            Change {
+                wal_seq: Some(last),
+                ..Change::default()
+            },
+        )
+    }
+
+    /// Whether the log holds records not yet folded into the manifest.
+    pub(super) fn log_pending(&self) -> bool {
+        self.writer
+            .lock()
+            .as_ref()
+            .is_some_and(|w| w.next_seq - 1 > w.manifest.wal_seq)
+    }
+
     /// Writes every frozen part, oldest first, as a Flat segment file and
     /// commits it (advancing `wal_seq` past its records).
     pub(super) fn flush_frozen(&self) -> Result<()> {

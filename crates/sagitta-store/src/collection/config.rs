@@ -75,8 +75,9 @@ pub struct CollectionConfig {
     /// without writes, so that a quiet collection ends fully indexed
     /// (0: never; `optimize()` still does).
     pub idle_seal_ms: u64,
-    /// Threads of the background index builds (0: half the cores, at
-    /// least one). They run at a lower CPU priority (nice +10).
+    /// Threads of the background index builds (0: one per core). They run
+    /// at a lower CPU priority (nice +10), so foreground searches and
+    /// writes take the cores first, and builds wait while writes arrive.
     pub optimizer_threads: usize,
     /// WAL fsync policy.
     pub durability: Durability,
@@ -173,8 +174,7 @@ impl CollectionConfig {
         if self.optimizer_threads > 0 {
             return self.optimizer_threads;
         }
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        (cores / 2).max(1)
+        std::thread::available_parallelism().map_or(1, |n| n.get())
     }
 }
 

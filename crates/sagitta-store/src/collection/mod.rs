@@ -366,7 +366,8 @@ impl Collection {
     pub fn seal(&self) -> Result<()> {
         self.inner.writable("seal")?;
         self.inner.freeze_now()?;
-        self.inner.flush_frozen()
+        self.inner.flush_frozen()?;
+        self.inner.checkpoint()
     }
 
     /// Seals the mutable part and waits until the optimizer has nothing
@@ -451,6 +452,7 @@ impl Collection {
         bg.stop();
         self.inner.freeze_now()?;
         self.inner.flush_frozen()?;
+        self.inner.checkpoint()?;
         self.flush()
     }
 }

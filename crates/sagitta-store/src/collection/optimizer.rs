@@ -224,9 +224,9 @@ struct Status {
     stats: OptimizerStats,
     /// Bumped by every wake-up call.
     wakes: u64,
-    /// Plans evaluated by the optimize thread.
+    /// Looks at the part list the optimize thread has begun.
     checks: u64,
-    /// The last check that found nothing to do and no frozen part.
+    /// The last look that found nothing to do and no frozen part.
     settled_at: u64,
     /// Rewrite any segment with a dead row (`compact()`).
     force: bool,
@@ -368,8 +368,11 @@ fn flush_loop(c: &Inner) {
                 .now_ms()
                 .saturating_sub(c.last_write.load(Ordering::Acquire))
                 >= idle;
-            if quiet && st.active.slot_count() > 0 {
-                r = c.freeze_now().and_then(|()| c.flush_frozen());
+            if quiet && (st.active.slot_count() > 0 || c.log_pending()) {
+                r = c
+                    .freeze_now()
+                    .and_then(|()| c.flush_frozen())
+                    .and_then(|()| c.checkpoint());
             }
         }
         if let Err(e) = r {
@@ -401,11 +404,14 @@ fn optimize_loop(c: &Inner) {
         if c.opt.stopping() {
             return;
         }
-        let st = c.snapshot();
-        let (force, urgent) = {
-            let s = c.opt.status.lock();
-            (s.force, s.force || s.waiters > 0)
+        // This look's number, taken before the snapshot: a caller that
+        // asked before it can trust what it finds.
+        let (look, force, urgent) = {
+            let mut s = c.opt.status.lock();
+            s.checks += 1;
+            (s.checks, s.force, s.force || s.waiters > 0)
         };
+        let st = c.snapshot();
         let parts = infos(c, &st);
         let next = plan(&parts, &policy(c, force));
         if let (Some(p), false) = (&next, urgent) {
@@ -430,10 +436,9 @@ fn optimize_loop(c: &Inner) {
         }
         let Some(p) = next else {
             let mut s = c.opt.status.lock();
-            s.checks += 1;
             s.stats.idle = true;
             if st.frozen().next().is_none() {
-                s.settled_at = s.checks;
+                s.settled_at = look;
                 if force {
                     s.force = false;
                 }
@@ -444,7 +449,6 @@ fn optimize_loop(c: &Inner) {
         };
         {
             let mut s = c.opt.status.lock();
-            s.checks += 1;
             s.stats.idle = false;
             s.stats.task = Some(p.kind.name().into());
             s.stats.task_rows_done = 0;
@@ -604,8 +608,8 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
 }
 
 impl Inner {
-    /// Waits until the optimizer has looked at the part list after this
-    /// call and found nothing to do (no frozen part, no task). With
+    /// Waits until a look at the part list begun after this call found
+    /// nothing to do (no frozen part, no task). With
     /// `force`, segments with any dead row count as work.
     pub(super) fn wait_settled(&self, force: bool) -> Result<()> {
         let mut s = self.opt.status.lock();
@@ -628,8 +632,8 @@ impl Inner {
                 let e = s.stats.last_error.clone().unwrap_or_default();
                 return Err(StoreError::Optimizer(e));
             }
-            // Two looks after the request: the second began after it.
-            if s.settled_at >= asked + 2 || self.opt.stopping() {
+            // A look begun after the request found nothing to do.
+            if s.settled_at > asked || self.opt.stopping() {
                 return Ok(());
             }
             if self.opt.cv.wait_for(s, Duration::from_secs(1)).timed_out() {
