@@ -4,7 +4,7 @@
 
 use super::config::CollectionConfig;
 use super::files::{self, segment_file, SegmentEntry};
-use super::part::{Body, Part};
+use super::part::{Body, Dead, Part};
 use super::{Inner, State, Writer, MAX_FROZEN};
 use crate::bloom::Bloom;
 use crate::error::Result;
@@ -95,35 +95,39 @@ impl Inner {
     /// tombstone file takes them and the log restarts, so such a tail is
     /// never replayed again. Does nothing while rows or frozen parts wait.
     pub(super) fn checkpoint(&self) -> Result<()> {
-        let mut g = self.writer.lock();
-        let Some(w) = g.as_mut() else {
-            return Ok(());
+        let wal_seq = self.manifest.lock().wal_seq;
+        let last = {
+            let mut g = self.writer.lock();
+            let Some(w) = g.as_mut() else {
+                return Ok(());
+            };
+            let st = self.snapshot();
+            let last = w.next_seq - 1;
+            if st.active.slot_count() > 0 || st.frozen().next().is_some() || last <= wal_seq {
+                return Ok(());
+            }
+            if w.wal.len() > wal::HEADER_LEN {
+                w.wal.sync()?;
+                w.wal = Wal::create(&self.dir, w.next_seq)?;
+            }
+            last
         };
-        let st = self.snapshot();
-        let last = w.next_seq - 1;
-        if st.active.slot_count() > 0 || st.frozen().next().is_some() || last <= w.manifest.wal_seq
-        {
-            return Ok(());
-        }
-        if w.wal.len() > wal::HEADER_LEN {
-            w.wal.sync()?;
-            w.wal = Wal::create(&self.dir, w.next_seq)?;
-        }
         self.commit(
-            w,
             Change {
                 wal_seq: Some(last),
                 ..Change::default()
             },
+            &[],
         )
     }
 
     /// Whether the log holds records not yet folded into the manifest.
     pub(super) fn log_pending(&self) -> bool {
+        let wal_seq = self.manifest.lock().wal_seq;
         self.writer
             .lock()
             .as_ref()
-            .is_some_and(|w| w.next_seq - 1 > w.manifest.wal_seq)
+            .is_some_and(|w| w.next_seq - 1 > wal_seq)
     }
 
     /// Writes every frozen part, oldest first, as a Flat segment file and
@@ -148,24 +152,21 @@ impl Inner {
             let batch = self.payload_batch(index, |_, slot| rows.get(slot))?;
             Segment::write_with_payload(index, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
             let seg = Segment::open(&path)?;
-            let mut g = self.writer.lock();
-            let Some(w) = g.as_mut() else {
-                return Ok(());
-            };
-            // Under the writer lock no kill is in flight: the dead set
-            // carries over as is (the file has the same slots).
+            // The file has the frozen part's slots: its dead set carries
+            // over as is (and the commit carries kills made since).
+            let dead = part.dead();
             let sealed = Arc::new(Part::with_dead_of(
                 part.id,
                 Body::Sealed { file, seg },
                 &part,
             ));
             self.commit(
-                w,
                 Change {
                     remove: vec![part.id],
                     add: vec![sealed],
                     wal_seq: Some(*last_seq),
                 },
+                &[(part.clone(), dead)],
             )?;
             self.opt.flushed(index.len() as u64);
         }
@@ -173,10 +174,30 @@ impl Inner {
 
     /// Publishes `change`: writes the tombstone and bloom files and the
     /// manifest (the commit point), swaps the state, and removes the files
-    /// the new manifest no longer names. Under the writer lock.
-    pub(super) fn commit(&self, w: &mut Writer, change: Change) -> Result<()> {
-        let st = self.snapshot();
+    /// the new manifest no longer names. `carry` lists the parts replaced
+    /// by `change.add[0]` with the dead sets the new part was built from:
+    /// keys killed in them since are killed in the new part too.
+    ///
+    /// The files are written without the writer lock, so writes go on
+    /// meanwhile (only commits are serialised): a key a write kills after
+    /// the tombstone file was written has a log record past `wal_seq`, and
+    /// a key it adds after the bloom file was written likewise, so replay
+    /// restores both. The writer lock is held only to carry the last kills
+    /// and swap the state (no I/O).
+    pub(super) fn commit(&self, change: Change, carry: &[(Arc<Part>, Arc<Dead>)]) -> Result<()> {
+        let mut mg = self.manifest.lock();
         let gone: HashSet<u64> = change.remove.iter().copied().collect();
+        let out = change.add.first();
+        // Kills made while the new part was built, first pass.
+        let mut seen: Vec<Arc<Dead>> = Vec::with_capacity(carry.len());
+        for (p, d0) in carry {
+            let now = p.dead();
+            if let Some(out) = out {
+                out.kill(&now.keys.difference(&d0.keys).copied().collect::<Vec<_>>());
+            }
+            seen.push(now);
+        }
+        let st = self.snapshot();
         let mut sealed: Vec<Arc<Part>> = st
             .parts
             .iter()
@@ -185,16 +206,11 @@ impl Inner {
             .chain(change.add.iter().cloned())
             .collect();
         sealed.sort_by_key(|p| p.id);
-        let frozen: Vec<Arc<Part>> = st
-            .frozen()
-            .filter(|p| !gone.contains(&p.id))
-            .cloned()
-            .collect();
-        let mut m = w.manifest.clone();
+        let mut m = mg.clone();
         m.generation += 1;
         m.next_segment_id = self.next_id.load(Ordering::Acquire);
         if let Some(s) = change.wal_seq {
-            m.wal_seq = s;
+            m.wal_seq = m.wal_seq.max(s);
         }
         m.segments = sealed
             .iter()
@@ -206,40 +222,68 @@ impl Inner {
             .collect();
         let tomb_name = format!("tomb-{:06}.bin", m.generation);
         files::write_tombstones(&self.dir.join(&tomb_name), &sealed)?;
+        let bloom_name = format!("bloom-{:06}.bin", m.generation);
         // A grown chain costs one probe per filter on every miss: fold it
         // back into one filter (O(n), but only each time the collection
         // has grown fourfold, so O(1) per insert amortised). A filter
         // opened from a file that failed its check answers "maybe" to
-        // everything: rebuild it rather than persist it.
-        let all: Vec<Arc<Part>> = sealed.iter().chain(&frozen).cloned().collect();
-        let new_bloom = {
+        // everything: rebuild it rather than persist it. The rebuild runs
+        // under the writer lock (no key may be missed); it is rare.
+        let rebuild = {
             let b = self.bloom.read();
-            (!b.wait_checked() || b.filters() > 1)
-                .then(|| rebuild_bloom(&self.config, &all, Some(&st.active)))
+            !b.wait_checked() || b.filters() > 1
         };
-        let bloom_name = format!("bloom-{:06}.bin", m.generation);
-        let bytes = match &new_bloom {
-            Some(b) => b.to_bytes(),
-            None => self.bloom.read().to_bytes(),
-        };
+        if rebuild {
+            let _w = self.writer.lock();
+            let st = self.snapshot();
+            let all: Vec<Arc<Part>> = st
+                .parts
+                .iter()
+                .filter(|p| !gone.contains(&p.id))
+                .chain(change.add.iter())
+                .cloned()
+                .collect();
+            let b = rebuild_bloom(&self.config, &all, Some(&st.active));
+            *self.bloom.write() = b;
+        }
+        let bytes = self.bloom.read().to_bytes();
         write_durably(&self.dir.join(&bloom_name), &bytes)?;
         m.tombstones = Some(tomb_name);
         m.bloom = Some(bloom_name);
         m.set_schema(&self.schema.read());
         m.write(&self.dir)?; // the commit point
         {
+            let _w = self.writer.lock();
+            // Kills made while the files were written, second pass.
+            if let Some(out) = out {
+                for ((p, _), d1) in carry.iter().zip(&seen) {
+                    let now = p.dead();
+                    out.kill(&now.keys.difference(&d1.keys).copied().collect::<Vec<_>>());
+                }
+            }
             let mut cur = self.state.write();
+            let mut parts: Vec<Arc<Part>> = cur
+                .parts
+                .iter()
+                .filter(|p| !p.is_frozen() && !gone.contains(&p.id))
+                .cloned()
+                .chain(change.add.iter().cloned())
+                .collect();
+            parts.sort_by_key(|p| p.id);
+            parts.extend(
+                cur.parts
+                    .iter()
+                    .filter(|p| p.is_frozen() && !gone.contains(&p.id))
+                    .cloned(),
+            );
             *cur = Arc::new(State {
                 active: cur.active.clone(),
                 rows: cur.rows.clone(),
-                parts: all,
+                parts,
             });
-            if let Some(b) = new_bloom {
-                *self.bloom.write() = b;
-            }
         }
-        let old = std::mem::replace(&mut w.manifest, m);
-        files::remove_replaced(&self.dir, &old, &w.manifest)?;
+        let old = std::mem::replace(&mut *mg, m);
+        files::remove_replaced(&self.dir, &old, &mg)?;
         sync_dir(&self.dir.join(files::MANIFEST))
     }
 

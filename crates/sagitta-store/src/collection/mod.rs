@@ -114,7 +114,6 @@ impl State {
 pub(crate) struct Writer {
     wal: Wal,
     next_seq: u64,
-    manifest: Manifest,
 }
 
 /// How to open a collection.
@@ -173,6 +172,9 @@ pub(crate) struct Inner {
     schema: RwLock<Schema>,
     bloom: RwLock<Bloom>,
     writer: Mutex<Option<Writer>>,
+    /// The manifest last committed; its lock serialises commits (taken
+    /// before the writer lock, never while holding it).
+    manifest: Mutex<Manifest>,
     /// Next segment id to hand out (the manifest records it at commits).
     next_id: AtomicU64,
     /// Milliseconds (since `epoch`) of the last write.
@@ -304,6 +306,7 @@ impl Collection {
             schema: RwLock::new(schema),
             bloom: RwLock::new(bloom),
             writer: Mutex::new(None),
+            manifest: Mutex::new(manifest.clone()),
             next_id: AtomicU64::new(manifest.next_segment_id),
             last_write: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
@@ -319,11 +322,7 @@ impl Collection {
                 Some((path, valid_len)) => Wal::open_append(&path, valid_len)?,
                 None => Wal::create(dir, next_seq)?,
             };
-            *inner.writer.lock() = Some(Writer {
-                wal,
-                next_seq,
-                manifest,
-            });
+            *inner.writer.lock() = Some(Writer { wal, next_seq });
             background = Some(optimizer::Background::start(&inner));
         }
         Ok(Collection { inner, background })

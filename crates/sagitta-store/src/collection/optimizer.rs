@@ -584,25 +584,14 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
         let seg = Segment::open(&path)?;
         Some(Arc::new(Part::new(id, Body::Sealed { file, seg })))
     };
-    let mut g = c.writer.lock();
-    let Some(w) = g.as_mut() else {
-        return Err(StoreError::ReadOnly { op: "optimize" });
-    };
-    if let Some(out) = &out {
-        // Deletes that happened while the task ran.
-        for (x, d0) in inputs.iter().zip(&dead0) {
-            let now = x.dead();
-            let newly: Vec<u64> = now.keys.difference(&d0.keys).copied().collect();
-            out.kill(&newly);
-        }
-    }
+    let carry: Vec<(Arc<Part>, Arc<Dead>)> = inputs.iter().cloned().zip(dead0).collect();
     c.commit(
-        w,
         Change {
             remove: p.inputs.clone(),
             add: out.into_iter().collect(),
             wal_seq: None,
         },
+        &carry,
     )?;
     Ok(rows)
 }
