@@ -20,14 +20,19 @@ use sagitta_store::{
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-/// A collection of vectors on a directory: one mutable active segment and
-/// any number of sealed, memory-mapped segments, with a write-ahead log.
+/// A collection of vectors on a directory: a mutable part and any number of
+/// sealed, memory-mapped segments, with a write-ahead log.
 ///
 /// Every write is in the log before the call returns (and fsynced first
 /// under ``durability="batch"``, the default), so a crash loses nothing
-/// acknowledged. When the active segment passes ``segment_size`` bytes it is
-/// sealed into a segment file. Opening reads the manifest and maps the
-/// segments: its cost does not grow with the number of vectors.
+/// acknowledged; it is copied into the mutable part (searched exactly, so it
+/// is found at once) and never waits for an index build. Past
+/// ``segment_size`` bytes the mutable part is written to a segment file in
+/// the background, where an optimizer builds its HNSW index and merges
+/// segments (``optimize()`` waits for it, ``stats()["optimizer"]`` shows
+/// it). ``close()`` writes the mutable part out, so opening only reads the
+/// manifest and maps the segments: its cost does not grow with the number
+/// of vectors.
 ///
 /// One process may open a collection for writing (others get
 /// :class:`LockedError`); any number may open it with ``read_only=True``,
