@@ -126,13 +126,23 @@ impl PartInfo {
     }
 }
 
+/// A segment takes new rows into its graph (or merges with smaller ones)
+/// only when they bring at least 1 / `GROWTH` of its size: each rewrite
+/// of a segment at least grows it by that factor, so a row is rewritten
+/// O(log) times however the rows trickle in (a write a second does not
+/// rewrite a 1 GiB segment every second).
+const GROWTH: u64 = 8;
+
 /// The next task for `parts` (oldest first), or `None` when settled:
 /// 1. a built segment whose dead share reaches `dead_ratio` is rewritten;
 /// 2. unbuilt (Flat) segments, oldest first and up to `max_segment_size`
-///    together, are built, into the largest built segment they fit in
-///    when graphs can be imported (so only their rows are linked);
-/// 3. built segments under half of `max_segment_size` are merged,
-///    smallest first, while they fit, into the largest of them.
+///    together, are built: into the largest built segment they fit in
+///    and bring at least 1 / [`GROWTH`] of, when graphs can be imported
+///    (so only their rows are linked), else as a new segment;
+/// 3. built segments under half of `max_segment_size` are merged: the
+///    longest run of them, smallest first, that fits and whose smaller
+///    members bring at least 1 / [`GROWTH`] of the largest, into that
+///    largest one.
 ///
 /// Each task removes dead rows or unbuilt segments or lowers the segment
 /// count, so repeated planning ends.
@@ -164,7 +174,10 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
                 parts
                     .iter()
                     .filter(|x| {
-                        x.built && x.live > 0 && bytes(x.slots + total) <= p.max_segment_size
+                        x.built
+                            && x.live > 0
+                            && bytes(x.slots + total) <= p.max_segment_size
+                            && total * GROWTH >= x.slots
                     })
                     .max_by_key(|x| (x.slots, x.id))
             })
@@ -182,19 +195,22 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
         .iter()
         .filter(|x| bytes(x.live) < p.max_segment_size / 2)
         .collect();
-    small.sort_by_key(|x| (x.live, x.id));
-    let mut chosen: Vec<&PartInfo> = Vec::new();
+    small.sort_by_key(|x| (x.slots, x.id));
+    let mut run = 0;
     let mut total = 0u64;
-    for x in small {
+    for (i, x) in small.iter().enumerate() {
         if bytes(total + x.slots) > p.max_segment_size {
             break;
         }
+        if i >= 1 && total * GROWTH >= x.slots {
+            run = i + 1;
+        }
         total += x.slots;
-        chosen.push(x);
     }
-    if chosen.len() < 2 {
+    if run < 2 {
         return None;
     }
+    let chosen = &small[..run];
     let base = p
         .graph_import
         .then(|| chosen.iter().max_by_key(|x| (x.slots, x.id)).map(|x| x.id))
@@ -739,6 +755,45 @@ mod tests {
         assert_eq!(p.kind, TaskKind::Merge);
         assert_eq!(p.inputs, vec![1, 3, 4]);
         assert_eq!(p.base, Some(3));
+    }
+
+    #[test]
+    fn trickled_rows_do_not_rewrite_a_big_segment_each_time() {
+        // One row flushed at a time next to a big built segment: built as
+        // a segment of its own, then small ones merge among themselves, and
+        // only a run of 1/8 of the big one's size goes into it.
+        let big = part(1, 400, 400, true);
+        let p = plan(&[big, part(2, 1, 1, false)], &pol()).unwrap();
+        assert_eq!((p.base, p.inputs), (None, vec![2]));
+        let p = plan(&[big, part(2, 1, 1, true), part(3, 1, 1, true)], &pol()).unwrap();
+        assert_eq!((p.kind, p.inputs), (TaskKind::Merge, vec![2, 3]));
+        assert_eq!(plan(&[big, part(2, 40, 40, true)], &pol()), None);
+        let p = plan(&[big, part(2, 50, 50, true)], &pol()).unwrap();
+        assert_eq!((p.base, p.inputs), (Some(1), vec![1, 2]));
+        // Simulated trickle: every row is rewritten a bounded number of
+        // times (here 1000 rows one at a time).
+        let mut parts = vec![big];
+        let (mut next, mut rewritten) = (10u64, 0u64);
+        for _ in 0..1000 {
+            parts.push(part(next, 1, 1, false));
+            next += 1;
+            while let Some(pl) = plan(&parts, &pol()) {
+                let rows: u64 = parts
+                    .iter()
+                    .filter(|x| pl.inputs.contains(&x.id))
+                    .map(|x| x.live)
+                    .sum();
+                rewritten += rows;
+                parts.retain(|x| !pl.inputs.contains(&x.id));
+                parts.push(part(next, rows, rows, true));
+                next += 1;
+            }
+        }
+        assert!(
+            rewritten < 1400 * 12,
+            "{rewritten} row rewrites for 1400 rows"
+        );
+        assert!(parts.len() <= 12, "{parts:?}");
     }
 
     #[test]
