@@ -1312,17 +1312,31 @@ impl SectionWriter<'_> {
         Ok(())
     }
 
-    /// Asks the kernel to start writing the bytes written so far (does not
-    /// wait for them; the fsync at the end still makes the file durable).
+    /// Asks the kernel to start writing the bytes written since the last
+    /// call, after waiting for the previous range to reach the disk: at
+    /// most one chunk is in flight, so a background segment write paces
+    /// itself to the disk instead of queueing tens of megabytes that a
+    /// concurrent WAL fsync would wait behind. The fsync at the end still
+    /// makes the file durable.
     fn start_writeback(&mut self) -> Result<()> {
         self.out.flush().map_err(io("write", self.path))?;
         #[cfg(target_os = "linux")]
         {
             use std::os::fd::AsRawFd;
             let fd = self.out.get_ref().as_raw_fd();
-            // SAFETY: sync_file_range on an open descriptor we own, over a
-            // byte range of the file; it touches no memory of ours.
+            // SAFETY: sync_file_range on an open descriptor we own, over
+            // byte ranges of the file; it touches no memory of ours.
             unsafe {
+                if self.synced > 0 {
+                    libc::sync_file_range(
+                        fd,
+                        0,
+                        self.synced as libc::off64_t,
+                        libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                            | libc::SYNC_FILE_RANGE_WRITE
+                            | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                    );
+                }
                 libc::sync_file_range(
                     fd,
                     self.synced as libc::off64_t,
