@@ -189,23 +189,8 @@ impl Inner {
         let gone: HashSet<u64> = change.remove.iter().copied().collect();
         let out = change.add.first();
         // Kills made while the new part was built, first pass.
-        let mut seen: Vec<Arc<Dead>> = Vec::with_capacity(carry.len());
-        for (p, d0) in carry {
-            let now = p.dead();
-            if let Some(out) = out {
-                out.kill(&now.keys.difference(&d0.keys).copied().collect::<Vec<_>>());
-            }
-            seen.push(now);
-        }
-        let st = self.snapshot();
-        let mut sealed: Vec<Arc<Part>> = st
-            .parts
-            .iter()
-            .filter(|p| !p.is_frozen() && !gone.contains(&p.id))
-            .cloned()
-            .chain(change.add.iter().cloned())
-            .collect();
-        sealed.sort_by_key(|p| p.id);
+        let seen = carry_kills(out, carry.iter().map(|(p, d0)| (p, d0)));
+        let sealed = sealed_after(&self.snapshot().parts, &gone, &change.add);
         let mut m = mg.clone();
         m.generation += 1;
         m.next_segment_id = self.next_id.load(Ordering::Acquire);
@@ -255,21 +240,9 @@ impl Inner {
         {
             let _w = self.writer.lock();
             // Kills made while the files were written, second pass.
-            if let Some(out) = out {
-                for ((p, _), d1) in carry.iter().zip(&seen) {
-                    let now = p.dead();
-                    out.kill(&now.keys.difference(&d1.keys).copied().collect::<Vec<_>>());
-                }
-            }
+            carry_kills(out, carry.iter().map(|(p, _)| p).zip(&seen));
             let mut cur = self.state.write();
-            let mut parts: Vec<Arc<Part>> = cur
-                .parts
-                .iter()
-                .filter(|p| !p.is_frozen() && !gone.contains(&p.id))
-                .cloned()
-                .chain(change.add.iter().cloned())
-                .collect();
-            parts.sort_by_key(|p| p.id);
+            let mut parts = sealed_after(&cur.parts, &gone, &change.add);
             parts.extend(
                 cur.parts
                     .iter()
@@ -314,6 +287,41 @@ impl Inner {
         let batch = payload::to_record_batch(&schema, rows.iter().map(|r| r.as_deref()))?;
         Ok(Some((schema, batch)))
     }
+}
+
+/// The sealed parts of `parts` without those in `gone`, plus `add`, by id
+/// (the manifest's segment list after a commit).
+fn sealed_after(parts: &[Arc<Part>], gone: &HashSet<u64>, add: &[Arc<Part>]) -> Vec<Arc<Part>> {
+    let mut sealed: Vec<Arc<Part>> = parts
+        .iter()
+        .filter(|p| !p.is_frozen() && !gone.contains(&p.id))
+        .chain(add)
+        .cloned()
+        .collect();
+    sealed.sort_by_key(|p| p.id);
+    sealed
+}
+
+/// Kills in `out` the keys each replaced part lost since the dead set it
+/// is paired with; returns the dead sets seen now (for a later pass).
+fn carry_kills<'a>(
+    out: Option<&Arc<Part>>,
+    replaced: impl Iterator<Item = (&'a Arc<Part>, &'a Arc<Dead>)>,
+) -> Vec<Arc<Dead>> {
+    replaced
+        .map(|(p, before)| {
+            let now = p.dead();
+            if let Some(out) = out {
+                out.kill(
+                    &now.keys
+                        .difference(&before.keys)
+                        .copied()
+                        .collect::<Vec<_>>(),
+                );
+            }
+            now
+        })
+        .collect()
 }
 
 /// A bloom filter over the live keys of `parts` (and `active`), sized for

@@ -137,19 +137,19 @@ impl Part {
         });
     }
 
-    /// Calls `f(slot, key, stored vector)` for every live row, in slot
-    /// order: the one walk over a part's rows (iteration, bloom rebuilds,
-    /// flushes, builds and merges use it).
-    pub fn for_each_live(&self, mut f: impl FnMut(u32, u64, &[u8])) {
+    /// Calls `f(slot, key, stored vector)` for every live row from slot
+    /// `from` on, in slot order, until `f` returns false: the one walk over
+    /// a part's rows (iteration, bloom rebuilds, builds and merges use it).
+    pub fn walk_live(&self, from: u32, mut f: impl FnMut(u32, u64, &[u8]) -> bool) {
         let dead = self.dead();
         let mut walk = |g: &dyn GraphView| {
-            for slot in 0..g.slots() as u32 {
+            for slot in from..g.slots() as u32 {
                 if !g.is_live(slot) {
                     continue;
                 }
                 let key = g.key(slot);
-                if !dead.keys.contains(&key) {
-                    f(slot, key, g.vector(slot));
+                if !dead.keys.contains(&key) && !f(slot, key, g.vector(slot)) {
+                    return;
                 }
             }
         };
@@ -159,34 +159,29 @@ impl Part {
         }
     }
 
-    /// Live (slot, key) pairs from `start` on, at most `max` of them
-    /// (for lazy iteration without holding a lock between calls).
+    /// [`Part::walk_live`] over every live row.
+    pub fn for_each_live(&self, mut f: impl FnMut(u32, u64, &[u8])) {
+        self.walk_live(0, |slot, key, v| {
+            f(slot, key, v);
+            true
+        });
+    }
+
+    /// Up to `max` live (slot, key, first `vectors` bytes) from slot
+    /// `start` on (for lazy iteration without holding a lock between
+    /// calls).
     pub fn live_keys_from(
         &self,
         start: u32,
         max: usize,
         vectors: usize,
     ) -> Vec<(u32, u64, Vec<u8>)> {
-        let dead = self.dead();
-        let take = |g: &dyn GraphView| {
-            let mut out = Vec::new();
-            let mut slot = start;
-            while (slot as usize) < g.slots() && out.len() < max {
-                if g.is_live(slot) {
-                    let key = g.key(slot);
-                    if !dead.keys.contains(&key) {
-                        let v = g.vector(slot);
-                        out.push((slot, key, v[..vectors.min(v.len())].to_vec()));
-                    }
-                }
-                slot += 1;
-            }
-            out
-        };
-        match &self.body {
-            Body::Sealed { seg, .. } => take(seg),
-            Body::Frozen { index, .. } => take(&index.view()),
-        }
+        let mut out = Vec::new();
+        self.walk_live(start, |slot, key, v| {
+            out.push((slot, key, v[..vectors.min(v.len())].to_vec()));
+            out.len() < max
+        });
+        out
     }
 
     /// The payload row of `slot` laid out by `schema` (empty when the row
