@@ -38,7 +38,8 @@ use std::sync::LazyLock;
 /// An instruction set a kernel table is compiled for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Isa {
-    /// AVX-512 F/BW/VL (+ VPOPCNTDQ for Hamming where present), x86_64.
+    /// AVX-512 F/BW/VL (+ VPOPCNTDQ for Hamming and VNNI for byte dot
+    /// products where present), x86_64.
     Avx512,
     /// AVX2 + FMA + F16C + POPCNT, x86_64.
     Avx2,
@@ -186,6 +187,7 @@ impl Kernels {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx512 => {
                 let vpopcnt = std::arch::is_x86_feature_detected!("avx512vpopcntdq");
+                let vnni = std::arch::is_x86_feature_detected!("avx512vnni");
                 Some(Kernels {
                     isa,
                     l2sq_f32: avx512::l2sq_f32,
@@ -195,7 +197,11 @@ impl Kernels {
                     dot_f16: avx512::dot_f16,
                     cos_f16: avx512::cos_f16,
                     l2sq_i8: avx512::l2sq_i8,
-                    dot_i8: avx512::dot_i8,
+                    dot_i8: if vnni {
+                        avx512::dot_i8_vnni
+                    } else {
+                        avx512::dot_i8
+                    },
                     cos_i8: avx512::cos_i8,
                     dot_i16: avx512::dot_i16,
                     hamming: if vpopcnt {
