@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 from tqdm import tqdm
 
 from . import datasets, report
@@ -54,33 +55,178 @@ def run_env(mode: str, argv: list[str] | None) -> dict:
     }
 
 
-def run_engine(name: str, cfg: dict, bar: tqdm) -> dict:
-    """Builds in one worker process, then opens and searches in another."""
-    with tempfile.TemporaryDirectory(prefix=f"sgb-{name}-") as tmp:
-        result: dict = {}
-        for phase in ("build", "search"):
-            pcfg = {**cfg, "engine": name, "workdir": str(Path(tmp) / "work"), "phase": phase}
-            cfg_path, out_path = Path(tmp) / f"{phase}.json", Path(tmp) / f"{phase}-out.json"
-            cfg_path.write_text(json.dumps(pcfg))
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "sagitta_bench.worker", str(cfg_path), str(out_path)],
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=Path(__file__).resolve().parents[1],
-            )
-            tail = []
-            for line in proc.stderr:
-                tail = [*tail, line][-20:]
-                if line.startswith('{"progress"'):
-                    p = json.loads(line)
-                    knob = ENGINES[name].knob
-                    bar.set_postfix_str(f"{name} {knob}={p['knob']} recall={p['recall']:.3f}")
-                    bar.update(1)
-            if proc.wait() != 0:
-                raise SystemExit(f"{name} ({phase}) failed:\n{''.join(tail)}")
-            result.update(json.loads(out_path.read_text()))
-        result["rss_peak_mb"] = max(result["rss_build_peak_mb"], result["rss_search_peak_mb"])
-        return result
+BENCH = Path(__file__).resolve().parents[1]
+BATCH_REPS = 3  # all-thread batch calls per point, interleaved like the passes
+
+
+def log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "".join(path.read_text(errors="replace").splitlines(True)[-lines:])
+    except OSError:
+        return ""
+
+
+def build_engine(name: str, cfg: dict, tmp: Path) -> dict:
+    """Builds and saves ``name``'s index in a worker process of its own
+    (``tmp/name/work``); returns what the build measured."""
+    d = tmp / name
+    d.mkdir(parents=True, exist_ok=True)
+    cfg_path, out_path, log = d / "build.json", d / "build-out.json", d / "build.log"
+    cfg_path.write_text(json.dumps({**cfg, "engine": name, "workdir": str(d / "work")}))
+    with log.open("w") as err:
+        rc = subprocess.run(
+            [sys.executable, "-m", "sagitta_bench.worker", str(cfg_path), str(out_path)],
+            stderr=err,
+            cwd=BENCH,
+        ).returncode
+    if rc != 0:
+        raise SystemExit(f"{name} (build) failed:\n{log_tail(log)}")
+    return json.loads(out_path.read_text())
+
+
+class SearchWorker:
+    """One engine's search process (``worker --serve``): it reopens what
+    the build saved and answers the line protocol of ``worker``."""
+
+    def __init__(self, name: str, cfg: dict, tmp: Path) -> None:
+        self.name = name
+        d = tmp / name
+        cfg_path, self.log = d / "search.json", d / "search.log"
+        cfg_path.write_text(json.dumps({**cfg, "engine": name, "workdir": str(d / "work")}))
+        self.err = self.log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "sagitta_bench.worker", "--serve", str(cfg_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+            cwd=BENCH,
+        )
+        self.info: dict = {}
+
+    def recv(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            rc = self.proc.wait()
+            raise SystemExit(f"{self.name}: search process exited ({rc}):\n{log_tail(self.log)}")
+        msg = json.loads(line)
+        if not msg.pop("ok"):
+            raise SystemExit(f"{self.name}: {msg['error']}\n{log_tail(self.log)}")
+        return msg
+
+    def ask(self, cmd: str, **args) -> dict:
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
+        self.proc.stdin.flush()
+        return self.recv()
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.err.close()
+
+
+def rotate(seq: list, r: int) -> list:
+    r %= len(seq)
+    return seq[r:] + seq[:r]
+
+
+def search_group(
+    names: list[str], cfg: dict, tmp: Path, pin: int | None, warmup: int, bar: tqdm
+) -> dict[str, dict]:
+    """Every engine of ``names`` open at once, each in its own search
+    process, taking turns: for each knob step, all set the knob and warm
+    up, then pass by pass each times one pass over the queries in turn
+    (the first engine rotating), then the batch calls likewise. Only one
+    process searches at any time; the others wait on their stdin."""
+    workers = [SearchWorker(n, cfg, tmp) for n in names]
+    try:
+        for w in workers:
+            w.recv()  # ready: queries loaded, engine module imported
+        for w in workers:  # one at a time: open times are undisturbed
+            w.info = w.ask("open")
+        knobs = {w.name: cfg["knobs"][w.info["knob"]] for w in workers}
+        sweeps: dict[str, list] = {w.name: [] for w in workers}
+        for step in range(max(len(v) for v in knobs.values())):
+            active = [w for w in workers if step < len(knobs[w.name])]
+            if pin is not None:
+                for w in active:
+                    if w.ask("pin", cpus=[pin])["cpus"] != [pin]:
+                        raise SystemExit(f"{w.name}: could not pin to cpu {pin}")
+            for w in active:
+                bar.set_postfix_str(f"{w.name} {w.info['knob']}={knobs[w.name][step]} warm-up")
+                w.ask("knob", value=knobs[w.name][step], warmup=warmup)
+            passes = max(w.info["passes"] for w in active)
+            for p in range(passes):
+                for w in rotate(active, step + p):
+                    if p < w.info["passes"]:
+                        bar.set_postfix_str(
+                            f"{w.name} {w.info['knob']}={knobs[w.name][step]} pass {p + 1}"
+                        )
+                        w.ask("pass")
+            if pin is not None:
+                for w in active:
+                    w.ask("unpin")
+            for rep in range(BATCH_REPS):
+                for w in rotate(active, step + rep):
+                    bar.set_postfix_str(f"{w.name} batch {rep + 1}")
+                    w.ask("batch")
+            for w in active:
+                sweeps[w.name].append(w.ask("point")["point"])
+                bar.update(1)
+        out = {}
+        for w in workers:
+            out[w.name] = {**w.info, **w.ask("finish"), "sweep": sweeps[w.name]}
+            w.proc.wait(timeout=60)
+        return out
+    finally:
+        for w in workers:
+            w.close()
+
+
+def pin_cpu(enabled: bool) -> tuple[int | None, dict]:
+    """The core every engine's single-thread passes run on (the last one
+    this process may use), and what the run records about it."""
+    if not enabled:
+        return None, {"used": False, "cpu": None, "why": "--no-pin"}
+    if not hasattr(os, "sched_setaffinity") or not Path("/proc/self/task").is_dir():
+        return None, {"used": False, "cpu": None, "why": "no sched_setaffinity here"}
+    cpu = max(os.sched_getaffinity(0))
+    return cpu, {"used": True, "cpu": cpu, "why": "os.sched_setaffinity"}
+
+
+def estimate_search_mb(build: dict) -> float:
+    """A search process's RSS guessed from the build: the process's
+    baseline plus the index, taken as the larger of its size on disk and
+    what building it held beyond the baseline and the data."""
+    held = build["rss_after_build_mb"] - build["rss_base_mb"] - build.get("data_bytes", 0) / 2**20
+    return build["rss_base_mb"] + max(build["size_bytes"] / 2**20, held)
+
+
+def plan_groups(
+    names: list[str], builds: dict[str, dict], fraction: float
+) -> tuple[list[list[str]], dict]:
+    """Engines whose search processes fit in ``fraction`` of the memory
+    available now share a group (in order); a group is searched
+    interleaved, groups one after another."""
+    avail = psutil.virtual_memory().available / 2**20
+    budget = fraction * avail
+    est = {n: estimate_search_mb(builds[n]) for n in names}
+    groups: list[list[str]] = [[]]
+    used = 0.0
+    for n in names:
+        if groups[-1] and used + est[n] > budget:
+            groups.append([])
+            used = 0.0
+        groups[-1].append(n)
+        used += est[n]
+    memory = {
+        "available_mb": avail,
+        "fraction": fraction,
+        "budget_mb": budget,
+        "estimate_mb": est,
+    }
+    return groups, memory
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -99,7 +245,9 @@ def main(argv: list[str] | None = None) -> None:
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="benchmark engines on one dataset")
     r.add_argument(
-        "--dataset", default="debian-minilm", help="debian-minilm | synthetic:N:D[:SEED]"
+        "--dataset",
+        default="debian-minilm",
+        help="debian-minilm | minilm-gmm-1m | minilm-gmm:N[:SEED] | synthetic:N:D[:SEED] | ...",
     )
     r.add_argument(
         "--engines",
@@ -116,7 +264,23 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     r.add_argument("--queries", type=int, help="override the mode's query count")
     r.add_argument(
-        "--passes", type=int, default=3, help="single-thread passes per point; the fastest is kept"
+        "--passes",
+        type=int,
+        default=5,
+        help="single-thread passes per point, engines taking turns; the median is the headline",
+    )
+    r.add_argument("--warmup", type=int, default=50, help="untimed queries after each knob change")
+    r.add_argument(
+        "--no-pin",
+        action="store_true",
+        help="do not pin the single-thread passes to one core (os.sched_setaffinity)",
+    )
+    r.add_argument(
+        "--memory-fraction",
+        type=float,
+        default=0.7,
+        help="search engines at once while their estimated RSS fits in this share of "
+        "MemAvailable; else in groups, one after another",
     )
     r.add_argument("--out", type=Path, default=Path(__file__).resolve().parents[1] / "results")
     r.add_argument("--write-benchmarks", type=Path, help="also write this BENCHMARKS.md")
@@ -160,12 +324,39 @@ def main(argv: list[str] | None = None) -> None:
     }
 
     env = run_env("", argv)
-    results = []
+    pin, env["pinning"] = pin_cpu(not args.no_pin)
+    warmup = min(args.warmup, n_queries)
     points = sum(len(mode["knobs"][ENGINES[n].knob]) for n in names)
-    with tqdm(total=points, desc="engines × knob", unit="pt") as bar:
-        for name in names:
-            results.append(run_engine(name, cfg, bar))
-    run = {**cfg, "mode": args.mode, "env": env, "results": results, "time": time.time()}
+    with (
+        tempfile.TemporaryDirectory(prefix="sgb-") as tmp,
+        tqdm(total=points, desc="engines × knob", unit="pt") as bar,
+    ):
+        builds = {}
+        for name in names:  # one after another, all cores each
+            bar.set_postfix_str(f"building {name}")
+            builds[name] = build_engine(name, cfg, Path(tmp))
+        groups, memory = plan_groups(names, builds, args.memory_fraction)
+        searched: dict[str, dict] = {}
+        for group in groups:
+            searched.update(search_group(group, cfg, Path(tmp), pin, warmup, bar))
+    results = []
+    for name in names:
+        r = {**builds[name], **searched[name]}
+        r["rss_peak_mb"] = max(r["rss_build_peak_mb"], r["rss_search_peak_mb"])
+        r["search_group"] = next(i for i, g in enumerate(groups) if name in g)
+        results.append(r)
+    run = {
+        **cfg,
+        "mode": args.mode,
+        "env": env,
+        "method": "interleaved",
+        "warmup": warmup,
+        "batch_reps": BATCH_REPS,
+        "search_groups": groups,
+        "memory": memory,
+        "results": results,
+        "time": time.time(),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"{ds.name}-k{args.k}-{args.mode}" + (
         "" if args.engines == "hnsw" else f"-{args.engines}"
@@ -199,10 +390,14 @@ def write_benchmarks(path: Path, results_dir: Path) -> None:
     )
     parts = [
         "# Benchmarks\n\n"
-        "Produced by the harness in `bench/` (see bench/README.md): every engine runs in "
-        "its own process on the same data in the same run; QPS 1t is one query per call "
-        "on one thread. The machine is shared and noisy: compare engines within a run, "
-        "not across runs.\n"
+        "Produced by the harness in `bench/` (see bench/README.md): every engine builds and "
+        "searches in processes of its own, on the same data in the same run; QPS 1t is one "
+        "query per call on one thread. Each run's text says how it was timed: runs of the "
+        "interleaved harness keep every engine's search process open at once and let the "
+        "engines take turns pass by pass (one core pinned), and report the median pass with "
+        "the min-max spread; older runs searched one engine after another and kept the "
+        "fastest pass. The machine is shared and noisy: compare engines within a run, not "
+        "across runs.\n"
     ]
     for run in runs:
         env = run["env"]

@@ -3,6 +3,10 @@
 Every adapter indexes unit-norm float32 vectors for cosine similarity
 (inner product on normalised vectors where the engine has no cosine), with
 row numbers as ids, and exposes one search-time knob (HNSW ``ef``).
+
+``opened`` says how ``open`` brings a saved index back, which is what the
+search process's resident memory means: memory-mapped indexes hold only
+the pages the searches touched, loaded ones hold all of it.
 """
 
 from __future__ import annotations
@@ -14,6 +18,9 @@ from typing import ClassVar
 
 import numpy as np
 
+MEMORY_MAPPED = "memory-mapped from disk (pages are read in as searches touch them)"
+LOADED = "loaded into memory (the whole file is read at open)"
+
 
 class Engine:
     """The adapter interface."""
@@ -22,6 +29,8 @@ class Engine:
     knob = "ef"
     family = "hnsw"
     metrics = frozenset({"cos"})
+    # How `open` brings the saved index back (the report prints it).
+    opened = "?"
 
     def __init__(self, m: int, ef_construction: int) -> None:
         self.m = m
@@ -54,6 +63,7 @@ class Engine:
 
 class Sagitta(Engine):
     name = "sagitta-hnsw"
+    opened = MEMORY_MAPPED  # sagitta.Index.open
 
     def version(self) -> str:
         import sagitta
@@ -91,6 +101,7 @@ class Sagitta(Engine):
 
 class FaissHNSW(Engine):
     name = "faiss-hnsw"
+    opened = LOADED  # faiss.read_index without IO_FLAG_MMAP
 
     def version(self) -> str:
         import faiss
@@ -133,9 +144,12 @@ class FaissHNSW(Engine):
 
 class Hnswlib(Engine):
     name = "hnswlib"
+    opened = LOADED  # Index.load_index
 
     def version(self) -> str:
         import importlib.metadata
+
+        import hnswlib  # noqa: F401 - the search process imports before it measures
 
         return importlib.metadata.version("hnswlib")
 
@@ -172,6 +186,7 @@ class Hnswlib(Engine):
 
 class USearch(Engine):
     name = "usearch-hnsw"
+    opened = MEMORY_MAPPED  # Index.restore(view=True)
 
     def version(self) -> str:
         import usearch
@@ -212,6 +227,9 @@ class LanceHNSW(Engine):
     """LanceDB's IVF_HNSW_FLAT with one partition: plain HNSW over the data."""
 
     name = "lancedb-hnsw"
+    # Lance reads local files with pread (not mmap) and keeps the index in
+    # its own in-process cache once a search has needed it.
+    opened = "read from disk on demand (pread, not mmap) into LanceDB's in-process caches"
 
     def version(self) -> str:
         import lancedb
@@ -276,6 +294,7 @@ class FaissIVFRaBitQ(Engine):
     5 x k candidates (IndexRefineFlat)."""
 
     name = "faiss-ivf-rabitq"
+    opened = LOADED
     knob = "nprobe"
     family = "ivf"
 

@@ -42,16 +42,81 @@ def ratios(results: list[dict]) -> dict[float, tuple]:
     return out
 
 
+def spread(p: dict | None, key: str = "qps_1t") -> str:
+    """The min-max of a point's single-thread passes; a dash for runs that
+    kept only one figure."""
+    if p is None or f"{key}_min" not in p:
+        return "–"
+    return f"{p[f'{key}_min']:.0f}–{p[f'{key}_max']:.0f}"
+
+
+def method(run: dict) -> str:
+    """How the run's search figures were taken, in words."""
+    passes = run.get("passes", 1)
+    if run.get("method") != "interleaved":
+        return (
+            f"Single-thread figures: the fastest of {passes} passes; each engine's whole sweep "
+            "ran in its own process, engines one after another (the harness before "
+            "interleaving; no spread was kept). All-thread figures: the fastest of three batch "
+            "calls."
+        )
+    pin = run["env"].get("pinning") or {}
+    pinned = (
+        f"pinned to cpu {pin['cpu']} (the same core for every engine; unpinned for batch "
+        "calls and builds)"
+        if pin.get("used")
+        else f"not pinned ({pin.get('why', 'unknown')})"
+    )
+    groups = run.get("search_groups") or [[r["engine"] for r in run["results"]]]
+    text = (
+        "Search method: every engine's search process (a fresh process that reopens the saved "
+        "index and never built it) was open at once; for each knob value each engine set the "
+        f"knob and ran {run.get('warmup', 50)} warm-up queries, then the engines took turns "
+        f"pass by pass, {passes} passes, the starting engine rotating, each pass one query per "
+        "call on the calling thread over all queries, one engine timing at a time. "
+        f"Single-thread passes {pinned}. **QPS 1t is the median pass** (tables, ratios and "
+        "plot); the sweeps give min and max, and p50 / p95 / p99 come from the median pass. "
+        f"QPS all: the median of {run.get('batch_reps', 3)} batch calls, taken in turn the "
+        "same way."
+    )
+    if len(groups) > 1:
+        mem = run.get("memory") or {}
+        text += (
+            f" With all engines resident the estimated RSS exceeded "
+            f"{mem.get('fraction', 0.7):.0%} of MemAvailable "
+            f"({mem.get('budget_mb', 0):.0f} MB), so the search phase ran in "
+            f"{len(groups)} groups, one after another, each interleaved: "
+            + "; ".join(", ".join(g) for g in groups)
+            + ". Engines in different groups were not timed side by side."
+        )
+    return text
+
+
+def opened(r: dict) -> str:
+    """How the engine opened the index it searched (old runs: the
+    adapter's ``opened``; its ``open`` has not changed)."""
+    how = r.get("opened")
+    if how is None:
+        from .engines import ENGINES
+
+        e = ENGINES.get(r["engine"])
+        how = e.opened if e is not None else "?"
+    if "rss_search_peak_mb" not in r:
+        how += "; reopened in the process that had built it (a run before the build/search split)"
+    return how
+
+
 def markdown(run: dict) -> str:
     res = run["results"]
     env = run["env"]
     lines = [
         f"Dataset **{run['dataset']}** ({res[0]['n']} × {res[0]['dims']}, {run['metric']}), "
-        f"k = {run['k']}, {run['queries']} queries (single-thread figures: fastest of "
-        f"{run.get('passes', 1)} passes), HNSW M = {run['m']}, "
+        f"k = {run['k']}, {run['queries']} queries, HNSW M = {run['m']}, "
         f"ef_construction = {run['ef_construction']}; build and all-thread search on "
         f"{run['threads']} threads. CPU: {env['cpu']} ({env['cores']} cores), "
         f"Sagitta ISA {env['isa']}.",
+        "",
+        method(run),
         "",
         "| engine | version | build s | build vec/s | size MB | peak RSS MB (Δ) "
         "| resident B/vec | open ms | max recall "
@@ -76,24 +141,56 @@ def markdown(run: dict) -> str:
             f"| {fmt(qps_at(r['sweep'], 0.99))} | {fmt(qps_at(r['sweep'], 0.95, 'qps_all'))} "
             f"| {lat} |"
         )
+    lines += ["", "How each engine opened the saved index that it searched:", ""]
+    lines += [f"- {r['engine']}: {opened(r)}" for r in res]
+    lines += [
+        "",
+        "Resident B/vec: RSS growth of the search process from before the open to after the "
+        "sweep, per base vector (for a memory-mapped index, the pages the searches touched)"
+        + (
+            "; – where the run predates that measurement."
+            if any("resident_bytes_per_vector" not in r for r in res)
+            else "."
+        ),
+    ]
     lines += ["", "Sagitta's single-thread QPS against the best peer at each recall target:", ""]
     lines += [
-        "| recall ≥ | Sagitta QPS | Sagitta engine | best peer | peer QPS | ratio |",
-        "|---:|---:|---|---|---:|---:|",
+        "| recall ≥ | Sagitta QPS | min–max | Sagitta engine | best peer | peer QPS "
+        "| min–max | ratio |",
+        "|---:|---:|---:|---|---|---:|---:|---:|",
     ]
+    by_name = {r["engine"]: r for r in res}
     for t, (q, qname, name, pq, ratio) in ratios(res).items():
+        ours = point_at(by_name[qname]["sweep"], t) if qname in by_name else None
+        peer = point_at(by_name[name]["sweep"], t) if name in by_name else None
         lines.append(
-            f"| {t:.2f} | {fmt(q)} | {qname} | {name} | {fmt(pq)} | {fmt(ratio, '.2f')}× |"
+            f"| {t:.2f} | {fmt(q)} | {spread(ours)} | {qname} | {name} | {fmt(pq)} "
+            f"| {spread(peer)} | {fmt(ratio, '.2f')}× |"
         )
-    lines += ["", "Sweeps (1t = one thread, one query per call; all = one batch call):", ""]
+    interleaved = run.get("method") == "interleaved"
+    lines += [
+        "",
+        "Sweeps (1t = one thread, one query per call: "
+        + (
+            "median, min and max of the passes; all = the median batch call):"
+            if interleaved
+            else "the fastest pass; all = the fastest batch call):"
+        ),
+        "",
+    ]
     for r in res:
         lines.append(f"<details><summary>{r['engine']}</summary>\n")
-        lines.append(f"| {r['knob']} | recall@k | QPS 1t | QPS all | p50 µs | p95 µs | p99 µs |")
-        lines.append("|---:|---:|---:|---:|---:|---:|---:|")
+        lines.append(
+            f"| {r['knob']} | recall@k | QPS 1t | 1t min | 1t max | QPS all "
+            "| p50 µs | p95 µs | p99 µs |"
+        )
+        lines.append("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
         for p in r["sweep"]:
             lines.append(
-                f"| {p['knob']} | {p['recall']:.4f} | {p['qps_1t']:.0f} | {p['qps_all']:.0f} "
-                f"| {p['p50_us']:.0f} | {p['p95_us']:.0f} | {p['p99_us']:.0f} |"
+                f"| {p['knob']} | {p['recall']:.4f} | {p['qps_1t']:.0f} "
+                f"| {fmt(p.get('qps_1t_min'))} | {fmt(p.get('qps_1t_max'))} "
+                f"| {p['qps_all']:.0f} | {p['p50_us']:.0f} | {p['p95_us']:.0f} "
+                f"| {p['p99_us']:.0f} |"
             )
         lines.append("\n</details>\n")
     return "\n".join(lines)
@@ -107,19 +204,29 @@ def plot(run: dict, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for ax, key, title in (
-        (axes[0], "qps_1t", "one thread"),
+        (axes[0], "qps_1t", "one thread (median pass; bars: min-max)"),
         (axes[1], "qps_all", f"{run['threads']} threads (batch)"),
     ):
         for r in run["results"]:
             pts = sorted(r["sweep"], key=lambda p: p["recall"])
-            ax.plot(
-                [p["recall"] for p in pts],
-                [p[key] for p in pts],
+            x, y = [p["recall"] for p in pts], [p[key] for p in pts]
+            (line,) = ax.plot(
+                x,
+                y,
                 marker="o",
                 markersize=3,
                 label=r["engine"],
                 linewidth=2.2 if r["engine"].startswith("sagitta") else 1.2,
             )
+            if all(f"{key}_min" in p for p in pts):  # the passes' min-max
+                ax.vlines(
+                    x,
+                    [p[f"{key}_min"] for p in pts],
+                    [p[f"{key}_max"] for p in pts],
+                    color=line.get_color(),
+                    linewidth=1,
+                    alpha=0.6,
+                )
         ax.set_yscale("log")
         ax.set_xlabel(f"recall@{run['k']}")
         ax.set_ylabel("queries / s")
