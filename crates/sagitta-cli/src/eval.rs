@@ -297,7 +297,6 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                 n,
                 ef.max(k),
                 2 * a.m,
-                HnswParams::default().filter_graph_cost,
             );
             let (res, qps) = timed(
                 searched,

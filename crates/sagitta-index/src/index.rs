@@ -30,7 +30,9 @@
 //! imports its largest segment's graph and inserts only the other rows.
 
 use crate::bitset::AtomicBitset;
-use crate::graph::{self, GraphView};
+use crate::graph;
+use crate::plan::{self, Plan, Target};
+use crate::view::GraphView;
 use crate::ivf::{self, Encoded, IvfModel, IvfParams, IvfQuery, IvfSource, List, ListRef};
 use crate::kmeans::Progress;
 use crate::scratch::{query_bytes, Scratch, ScratchPool};
@@ -94,12 +96,6 @@ pub struct HnswParams {
     pub ef_construction: usize,
     /// Default beam width while searching (at least k is used).
     pub ef_search: usize,
-    /// Planner cost constant for filtered search: a filtered graph walk is
-    /// estimated at `filter_graph_cost × ef × M0 / selectivity` distance
-    /// evaluations, an exact scan of the allowed slots at one per allowed
-    /// slot; the cheaper runs (see [`prefer_exact_scan`]). Fitted on
-    /// debian-minilm (100k × 384): about 0.7.
-    pub filter_graph_cost: f64,
     /// Seed of the level assignment (levels are a hash of seed and slot,
     /// so builds are reproducible).
     pub seed: u64,
@@ -111,7 +107,6 @@ impl Default for HnswParams {
             m: 16,
             ef_construction: 128,
             ef_search: 64,
-            filter_graph_cost: 0.7,
             seed: 0x5A61_7474_6100,
         }
     }
@@ -143,13 +138,6 @@ impl HnswParams {
                 "must be in 1..=65536",
             );
         }
-        if !(self.filter_graph_cost >= 0.0 && self.filter_graph_cost.is_finite()) {
-            return bad(
-                "filter_graph_cost",
-                self.filter_graph_cost.to_string(),
-                "must be finite and >= 0",
-            );
-        }
         Ok(())
     }
 
@@ -157,24 +145,6 @@ impl HnswParams {
     pub fn m0(&self) -> usize {
         self.m * 2
     }
-}
-
-/// The filtered-search planner: whether scanning the `allowed` slots
-/// exactly is cheaper than a filtered graph walk with beam `ef` over
-/// `slots` slots (the walk must expand about `ef / selectivity` nodes of
-/// `m0` links each to collect `ef` allowed results).
-pub fn prefer_exact_scan(
-    allowed: usize,
-    slots: usize,
-    ef: usize,
-    m0: usize,
-    graph_cost: f64,
-) -> bool {
-    if allowed == 0 || slots == 0 {
-        return true;
-    }
-    let walk = graph_cost * (ef * m0) as f64 * slots as f64 / allowed as f64;
-    allowed as f64 <= walk
 }
 
 /// Per-search options.
@@ -188,8 +158,10 @@ pub struct SearchOptions<'a> {
     pub exact: bool,
     /// Partitions probed (IVF); `None` uses the index default.
     pub nprobe: Option<usize>,
-    /// Rerank depth (IVF): candidates re-scored from full-precision
-    /// vectors, 0 for none; `None` uses the index default.
+    /// Rerank depth: candidates re-scored from full-precision vectors, 0
+    /// for none. `None` uses the default: for IVF the index's, for graphs
+    /// and exact scans over codes with full-precision rows the whole beam
+    /// (see [`crate::plan::plan`]).
     pub refine: Option<usize>,
 }
 
@@ -455,6 +427,27 @@ impl GraphView for Graph<'_> {
             None => out.clear(),
         }
     }
+    #[inline]
+    fn prefetch_links(&self, level: usize, slot: u32) {
+        if let Some(list) = self
+            .store
+            .links
+            .as_ref()
+            .and_then(|l| l.list(level, slot, self.m))
+        {
+            let p = list.as_ptr().cast::<u8>();
+            let bytes = std::mem::size_of_val(list);
+            for off in (0..bytes).step_by(64) {
+                // `wrapping_add`: the pointer is only a hint.
+                sagitta_kernels::prefetch(p.wrapping_add(off));
+            }
+        }
+    }
+    #[inline]
+    fn full(&self, slot: u32) -> Option<&[u8]> {
+        let f = self.store.full.as_ref()?;
+        ((slot as usize) < f.capacity()).then(|| f.get(slot as usize))
+    }
 }
 
 /// A read guard over an index that implements [`GraphView`]; used to
@@ -506,11 +499,6 @@ impl IndexView<'_> {
             .collect();
         Bitset::from_words(words, n)
     }
-
-    /// The full-precision f32 row of a slot, when the index keeps them.
-    pub fn full(&self, slot: u32) -> Option<&[u8]> {
-        self.store.full.as_ref().map(|f| f.get(slot as usize))
-    }
 }
 
 impl GraphView for IndexView<'_> {
@@ -534,6 +522,10 @@ impl GraphView for IndexView<'_> {
     }
     fn neighbors(&self, level: usize, slot: u32, out: &mut Vec<u32>) {
         self.graph().neighbors(level, slot, out)
+    }
+    fn full(&self, slot: u32) -> Option<&[u8]> {
+        let f = self.store.full.as_ref()?;
+        ((slot as usize) < f.capacity()).then(|| f.get(slot as usize))
     }
 }
 
@@ -655,8 +647,9 @@ impl Index {
     /// stored bytes of every vector (as stored, never re-encoded), the key,
     /// the node's level ([`GraphView::level`], at most [`MAX_LEVEL`]), its
     /// level-0 and upper-level neighbour lists (ids outside the source's
-    /// slots dropped), and the entry point with the top level. Not copied:
-    /// full-precision rows (the result keeps none) and IVF lists.
+    /// slots dropped), the entry point with the top level, and the
+    /// full-precision rows where the source has them ([`GraphView::full`];
+    /// the result then keeps them for new rows too). Not copied: IVF lists.
     ///
     /// **Dead slots**: a slot is live in the result iff
     /// `src.is_live(slot) && keep(slot)`. Every other slot is copied as a
@@ -745,6 +738,12 @@ impl Index {
         };
 
         let mut store = Store::new(&space, capacity, None);
+        // Full-precision rows travel with the graph when the source has
+        // them (every slot or none).
+        let fstride = (space.dims * 4).next_multiple_of(crate::VECTOR_ALIGN);
+        if n > 0 && src.full(0).is_some() {
+            store.full = Some(SlotBuf::new(fstride, capacity));
+        }
         let mut links = Links::new(capacity, m0);
         let mut keymap =
             KeyMap::with_capacity_and_hasher(n.saturating_add(extra_capacity), Default::default());
@@ -778,6 +777,17 @@ impl Index {
             // function alone: no other thread can read or write any slot
             // of it, and each slot is written exactly once.
             unsafe { store.vectors.write(s, v) };
+            if let Some(full) = &store.full {
+                let Some(row) = src.full(slot).and_then(|r| r.get(..space.dims * 4)) else {
+                    return Err(IndexError::InvalidParameter {
+                        name: "src",
+                        value: format!("slot {slot}"),
+                        reason: "the source keeps full-precision rows but not for every slot",
+                    });
+                };
+                // SAFETY: as for the vectors above.
+                unsafe { full.write(s, row) };
+            }
             let key = src.key(slot);
             *store.keys[s].get_mut() = key;
 
@@ -829,16 +839,19 @@ impl Index {
         })
     }
 
-    /// Keeps each vector's full-precision f32 form beside its sq8 / sq16
-    /// codes, so that searches can rerank exactly (`SearchOptions::refine`)
-    /// and segment files carry them (memory-mapped, read only to rerank).
-    /// Call on an empty index.
+    /// Keeps each vector's full-precision f32 form beside its f16 / sq8 /
+    /// sq16 codes: graph searches then re-score their beam exactly, exact
+    /// scans read only the f32 rows (see [`crate::plan`]), `get` returns
+    /// them, and segment files carry them (memory-mapped, read only to
+    /// rerank). Call on an empty index.
     pub fn keep_full_precision(self) -> Result<Self> {
-        if !self.space.dtype.is_quantized() || self.kind == IndexKind::IvfRq {
+        if !matches!(self.space.dtype, DType::F16 | DType::Sq8 | DType::Sq16)
+            || self.kind == IndexKind::IvfRq
+        {
             return Err(IndexError::InvalidParameter {
                 name: "keep_full",
                 value: "true".into(),
-                reason: "only sq8 / sq16 storage under flat or hnsw keeps full-precision rows",
+                reason: "only f16 / sq8 / sq16 storage under flat or hnsw keeps full-precision rows",
             });
         }
         {
@@ -1093,17 +1106,6 @@ impl Index {
         s.put_query(q);
         self.scratch.give(s);
         result
-    }
-
-    /// Exact distances of `cands` from their full-precision rows; the best
-    /// `k` by (distance, key).
-    fn rerank_full(&self, x: &[f32], cands: &[Neighbor], k: usize) -> Vec<Neighbor> {
-        let store = self.store.read();
-        let keymap = self.keymap.lock();
-        rerank_full_precision(&self.space, x, cands, k, |key| {
-            let slot = *keymap.get(&key)?;
-            Some(store.full.as_ref()?.get(slot as usize))
-        })
     }
 
     /// Appends a just-written slot to its IVF partition (IVF indexes, once
@@ -1563,40 +1565,12 @@ impl Index {
     }
 }
 
-/// Exact distances of `cands` to the float query `x` from full-precision
-/// f32 rows (`row(key)`, at least `dims × 4` bytes) of a quantized space;
-/// the best `k` by (distance, key). Keys without a row are dropped. Shared
-/// by in-memory indexes and segment files.
-pub fn rerank_full_precision<'a>(
-    space: &Space,
-    x: &[f32],
-    cands: &[Neighbor],
-    k: usize,
-    row: impl Fn(u64) -> Option<&'a [u8]>,
-) -> Vec<Neighbor> {
-    let fspace = Space {
-        dtype: DType::F32,
-        ..*space
-    };
-    let Ok(dist) = fspace.distance() else {
-        return cands[..k.min(cands.len())].to_vec();
-    };
-    let mut q = vec![0.0f32; x.len()];
-    fspace.float_query(x, &mut q);
-    let qb: Vec<u8> = q.iter().flat_map(|a| a.to_ne_bytes()).collect();
-    let mut out: Vec<Neighbor> = cands
-        .iter()
-        .filter_map(|c| {
-            let r = row(c.key)?.get(..qb.len())?;
-            Some(Neighbor {
-                key: c.key,
-                distance: dist.eval(&qb, r),
-            })
-        })
-        .collect();
-    out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
-    out.truncate(k);
-    out
+/// The first `dims` floats of a full-precision row.
+pub(crate) fn f32_row(row: &[u8], dims: usize) -> Vec<f32> {
+    row.chunks_exact(4)
+        .take(dims)
+        .map(|b| f32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        .collect()
 }
 
 /// Runs `f` on the global rayon pool (`threads == 0`) or on a pool of
@@ -1662,89 +1636,60 @@ impl IndexRead for Index {
         Some(store.vectors.get(slot as usize)[..self.space.vector_bytes()].to_vec())
     }
 
+    /// The full-precision row where one is kept, else the stored codes
+    /// decoded.
+    fn get(&self, key: u64) -> Option<Vec<f32>> {
+        let store = self.store.read();
+        let slot = *self.keymap.lock().get(&key)?;
+        if !store.ready.get(slot as usize) {
+            return None;
+        }
+        match &store.full {
+            Some(f) => Some(f32_row(f.get(slot as usize), self.space.dims)),
+            None => self
+                .space
+                .decode_floats(store.vectors.get(slot as usize)),
+        }
+    }
+
     fn search(
         &self,
         query: VectorRef<'_>,
         k: usize,
         opts: &SearchOptions<'_>,
     ) -> Result<Vec<Neighbor>> {
-        if self.kind == IndexKind::IvfRq && !opts.exact {
-            let mut out = Vec::with_capacity(k);
-            self.search_into(query, k, opts, &mut out)?;
-            return Ok(out);
-        }
         self.check_k(k)?;
-        let refine = opts.refine.unwrap_or(0);
-        if refine > k && self.keeps_full_precision() {
-            // Candidates by the quantized distance, then exact distances
-            // from the full-precision rows.
-            let depth = refine.min(self.len());
-            let cands = self.search(
-                query,
-                depth,
-                &SearchOptions {
-                    refine: None,
-                    ef: opts.ef.map(|e| e.max(depth)),
-                    ..*opts
-                },
-            )?;
-            let VectorRef::F32(x) = query else {
-                return Err(IndexError::WrongInputKind {
-                    expected: "float",
-                    dtype: self.space.dtype,
-                });
-            };
-            return Ok(self.rerank_full(x, &cands, k));
-        }
-        let mut s = self.scratch.take();
-        let stride = self.space.stride();
-        if let Err(e) = self.space.encode(query, s.query_buf(stride)) {
-            self.scratch.give(s);
-            return Err(e);
-        }
-        let q = s.take_query();
-        let qb = query_bytes(&q, stride);
         let guard = self.store.read();
         let view = Graph {
             store: &guard,
             m: self.params.m,
         };
-        let slots = view.slots();
-        let result = match opts.filter {
-            Some(f) if f.len() < slots => Err(IndexError::FilterSize {
-                expected: slots,
-                got: f.len(),
-            }),
-            _ => {
-                let ef = opts.ef.unwrap_or_else(|| self.ef_search()).max(k);
-                let use_exact = self.kind == IndexKind::Flat
-                    || opts.exact
-                    || opts.filter.is_some_and(|f| {
-                        prefer_exact_scan(
-                            f.count(),
-                            slots,
-                            ef,
-                            self.params.m0(),
-                            self.params.filter_graph_cost,
-                        )
-                    });
-                if use_exact {
-                    Ok(graph::exact(&view, &self.dist, qb, k, opts.filter, &mut s))
-                } else {
-                    Ok(graph::knn(
-                        &view,
-                        &self.dist,
-                        qb,
-                        k,
-                        ef,
-                        opts.filter,
-                        &mut s,
-                    ))
-                }
-            }
+        let target = Target {
+            kind: self.kind,
+            slots: view.slots(),
+            m0: self.params.m0(),
+            ef_search: self.ef_search(),
+            full_precision: guard.full.is_some(),
         };
+        let plan = plan::plan(&target, k, opts)?;
+        if plan == Plan::Ivf {
+            drop(guard);
+            let mut out = Vec::with_capacity(k);
+            self.search_into(query, k, opts, &mut out)?;
+            return Ok(out);
+        }
+        let mut s = self.scratch.take();
+        let result = plan::execute(
+            &view,
+            &self.space,
+            &self.dist,
+            query,
+            k,
+            plan,
+            opts.filter,
+            &mut s,
+        );
         drop(guard);
-        s.put_query(q);
         self.scratch.give(s);
         result
     }

@@ -38,7 +38,7 @@
 //! block, the last block zero-padded), `factors` (4 f32 per vector) and
 //! `ex` (`bits − 1` planes of `D/8` bytes per vector).
 
-use crate::graph::GraphView;
+use crate::view::GraphView;
 use crate::kmeans::{self, nearest, Progress};
 use crate::rotation::Rotation;
 use crate::topk::{Cand, KeyedCand, Neighbor};

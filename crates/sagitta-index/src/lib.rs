@@ -13,7 +13,8 @@
 //! Indexes see vectors only as storage bytes compared by a
 //! [`sagitta_kernels::Distance`]; graph search is written once against
 //! [`GraphView`] so sealed, memory-mapped segments (in `sagitta-store`)
-//! reuse it unchanged. Filters arrive as a [`Bitset`] of allowed slots.
+//! reuse it unchanged, and one planner ([`plan`]) decides for both how a
+//! search runs. Filters arrive as a [`Bitset`] of allowed slots.
 //!
 //! This crate depends only on `sagitta-kernels`; it knows nothing of files.
 
@@ -23,21 +24,24 @@ mod graph;
 mod index;
 pub mod ivf;
 pub mod kmeans;
+pub mod plan;
 pub mod rotation;
 mod scratch;
 mod space;
 mod storage;
 mod topk;
+mod view;
 
 pub use bitset::{AtomicBitset, Bitset};
 pub use error::{IndexError, Result};
-pub use graph::GraphView;
 pub use index::{
-    check_k, prefer_exact_scan, rerank_full_precision, HnswParams, Index, IndexKind, IndexRead,
-    IndexView, IndexWrite, IvfExport, IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
+    check_k, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite, IvfExport,
+    IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
+pub use plan::{prefer_exact_scan, Plan, Target};
+pub use view::GraphView;
 pub use ivf::{IvfModel, IvfParams};
-pub use sagitta_kernels::{DType, Metric};
+pub use sagitta_kernels::{prefetch, DType, Metric};
 pub use space::{Space, VectorRef, VECTOR_ALIGN};
 pub use topk::Neighbor;
 
@@ -73,28 +77,21 @@ pub mod search {
         }
     }
 
-    /// HNSW search with an optional filter of allowed slots.
-    pub fn knn<G: GraphView + ?Sized>(
+    /// Runs an exact or graph [`Plan`] (from [`crate::plan::plan`]) over
+    /// any [`GraphView`] whose vectors are stored in `space` and compared by
+    /// `dist`: encodes the query, searches, and re-scores from
+    /// full-precision rows where the view keeps them.
+    #[allow(clippy::too_many_arguments)]
+    pub fn run<G: GraphView + ?Sized>(
         g: &G,
+        space: &Space,
         dist: &Distance,
-        q: &[u8],
+        query: VectorRef<'_>,
         k: usize,
-        ef: usize,
+        plan: Plan,
         filter: Option<&Bitset>,
         s: &mut SearchScratch,
-    ) -> Vec<Neighbor> {
-        graph::knn(g, dist, q, k, ef, filter, &mut s.0)
-    }
-
-    /// Exact search over the live slots (those in `filter`, if given).
-    pub fn exact<G: GraphView + ?Sized>(
-        g: &G,
-        dist: &Distance,
-        q: &[u8],
-        k: usize,
-        filter: Option<&Bitset>,
-        s: &mut SearchScratch,
-    ) -> Vec<Neighbor> {
-        graph::exact(g, dist, q, k, filter, &mut s.0)
+    ) -> Result<Vec<Neighbor>> {
+        crate::plan::execute(g, space, dist, query, k, plan, filter, &mut s.0)
     }
 }

@@ -64,8 +64,8 @@ use parking_lot::Mutex;
 use sagitta_index::ivf::{self, IvfQuery, IvfSource, ListRef, FACTORS};
 use sagitta_index::search::{self, SearchScratch};
 use sagitta_index::{
-    prefer_exact_scan, Bitset, DType, GraphView, HnswParams, Index, IndexError, IndexKind,
-    IndexRead, IvfModel, IvfParams, Metric, Neighbor, SearchOptions, Space, VectorRef,
+    Bitset, DType, GraphView, Index, IndexError, IndexKind, IndexRead, IvfModel, IvfParams,
+    Metric, Neighbor, Plan, SearchOptions, Space, Target, VectorRef,
 };
 use sagitta_kernels::Distance;
 use std::fs::{File, OpenOptions};
@@ -514,11 +514,11 @@ impl Segment {
             .iter()
             .any(|s| s.kind == SectionKind::FullVectors as u32)
         {
-            if !dtype.is_quantized() {
+            if !matches!(dtype, DType::F16 | DType::Sq8 | DType::Sq16) {
                 return Err(Self::corrupt(
                     path,
                     HEADER_LEN as u64,
-                    "full-precision rows in a segment that is not quantized",
+                    "full-precision rows in a segment whose vectors are not f16, sq8 or sq16",
                 ));
             }
             let f = find(SectionKind::FullVectors, Some(slots * fstride))?;
@@ -771,23 +771,9 @@ impl Segment {
         Bitset::from_words(words, n)
     }
 
-    /// Whether this (sq8 / sq16) segment carries full-precision rows.
+    /// Whether this (f16 / sq8 / sq16) segment carries full-precision rows.
     pub fn has_full_precision(&self) -> bool {
         self.full.is_some()
-    }
-
-    /// Exact distances of `cands` from the full-precision rows; the best
-    /// `k` by (distance, key).
-    fn rerank_full(&self, x: &[f32], cands: &[Neighbor], k: usize) -> Vec<Neighbor> {
-        let Some(full) = self.full else {
-            return cands[..k.min(cands.len())].to_vec();
-        };
-        let fstride = (self.info.space.dims * 4).next_multiple_of(sagitta_index::VECTOR_ALIGN);
-        let rows = self.bytes(full);
-        sagitta_index::rerank_full_precision(&self.info.space, x, cands, k, |key| {
-            let slot = self.slot_of(key)? as usize;
-            rows.get(slot * fstride..(slot + 1) * fstride)
-        })
     }
 
     /// The default nprobe of an IVF segment (`None` for other kinds).
@@ -1093,6 +1079,27 @@ impl GraphView for Segment {
     }
 
     #[inline]
+    fn full(&self, slot: u32) -> Option<&[u8]> {
+        let (at, len) = self.full?;
+        let fstride = len / (self.info.slots as usize).max(1);
+        let start = at + slot as usize * fstride;
+        self.map.get(start..start + fstride)
+    }
+
+    #[inline]
+    fn prefetch_links(&self, level: usize, slot: u32) {
+        if level == 0 {
+            let w = 1 + self.info.m0 as usize;
+            let at = self.level0.0 + slot as usize * w * 4;
+            if let Some(rec) = self.map.get(at..at + w * 4) {
+                for line in rec.chunks(64) {
+                    sagitta_index::prefetch(line.as_ptr());
+                }
+            }
+        }
+    }
+
+    #[inline]
     fn neighbors(&self, level: usize, slot: u32, out: &mut Vec<u32>) {
         out.clear();
         let n = self.info.slots as u32;
@@ -1162,6 +1169,21 @@ impl IndexRead for Segment {
         Some(self.vector(slot)[..self.info.space.vector_bytes()].to_vec())
     }
 
+    /// The full-precision row where the segment carries them, else the
+    /// stored codes decoded.
+    fn get(&self, key: u64) -> Option<Vec<f32>> {
+        let slot = self.slot_of(key)?;
+        match GraphView::full(self, slot) {
+            Some(row) => Some(
+                row.chunks_exact(4)
+                    .take(self.info.space.dims)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect(),
+            ),
+            None => self.info.space.decode_floats(self.vector(slot)),
+        }
+    }
+
     fn search(
         &self,
         query: VectorRef<'_>,
@@ -1169,47 +1191,16 @@ impl IndexRead for Segment {
         opts: &SearchOptions<'_>,
     ) -> Result<Vec<Neighbor>, IndexError> {
         sagitta_index::check_k(k, self.len())?;
-        let slots = self.info.slots as usize;
-        if let Some(f) = opts.filter {
-            if f.len() != slots {
-                return Err(IndexError::FilterSize {
-                    expected: slots,
-                    got: f.len(),
-                });
-            }
-        }
-        let ef = opts
-            .ef
-            .unwrap_or_else(|| self.ef_search.load(std::sync::atomic::Ordering::Relaxed))
-            .max(k);
-        let graph_cost = HnswParams::default().filter_graph_cost;
-        let exact = self.info.kind == IndexKind::Flat
-            || opts.exact
-            || opts.filter.is_some_and(|f| {
-                prefer_exact_scan(f.count(), slots, ef, self.info.m0 as usize, graph_cost)
-            });
+        let target = Target {
+            kind: self.info.kind,
+            slots: self.info.slots as usize,
+            m0: self.info.m0 as usize,
+            ef_search: self.ef_search.load(std::sync::atomic::Ordering::Relaxed),
+            full_precision: self.full.is_some(),
+        };
+        let plan = sagitta_index::plan::plan(&target, k, opts)?;
         let space = self.info.space;
-        let refine = opts.refine.unwrap_or(0);
-        if refine > k && self.full.is_some() {
-            let depth = refine.min(self.len());
-            let cands = self.search(
-                query,
-                depth,
-                &SearchOptions {
-                    refine: None,
-                    ef: opts.ef.map(|e| e.max(depth)),
-                    ..*opts
-                },
-            )?;
-            let VectorRef::F32(x) = query else {
-                return Err(IndexError::WrongInputKind {
-                    expected: "float",
-                    dtype: space.dtype,
-                });
-            };
-            return Ok(self.rerank_full(x, &cands, k));
-        }
-        if let (Some(ivf), false) = (&self.ivf, opts.exact) {
+        if let (Plan::Ivf, Some(ivf)) = (plan, &self.ivf) {
             let VectorRef::F32(x) = query else {
                 return Err(IndexError::WrongInputKind {
                     expected: "float",
@@ -1235,15 +1226,7 @@ impl IndexRead for Segment {
                 })
             });
         }
-        self.with_scratch(|s| {
-            s.with_query(&space, query, |q, s| {
-                if exact {
-                    search::exact(self, &self.dist, q, k, opts.filter, s)
-                } else {
-                    search::knn(self, &self.dist, q, k, ef, opts.filter, s)
-                }
-            })
-        })
+        self.with_scratch(|s| search::run(self, &space, &self.dist, query, k, plan, opts.filter, s))
     }
 }
 

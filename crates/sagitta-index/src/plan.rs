@@ -1,0 +1,281 @@
+//! The search planner: the one place that decides how a search runs, for
+//! in-memory indexes and sealed segments alike.
+//!
+//! [`plan`] turns a [`Target`] (what is searched: its kind, size and
+//! storage) and the caller's [`SearchOptions`] into a [`Plan`]:
+//!
+//! * **IVF** for an IVF index unless an exact scan is asked for (the caller
+//!   owns the lists and runs it);
+//! * **exact** for Flat, for `exact = true`, and for a filter so selective
+//!   that scanning the allowed slots costs less than a filtered graph walk
+//!   ([`prefer_exact_scan`]);
+//! * **graph** otherwise: a beam of `ef` (at least `k`), and where
+//!   full-precision rows are kept, an exact re-scoring of the beam's best
+//!   `rerank` results.
+//!
+//! [`execute`] runs an exact or graph plan over any [`GraphView`].
+
+use crate::graph::{self, Full};
+use crate::scratch::Scratch;
+use crate::view::GraphView;
+use crate::{Bitset, IndexError, IndexKind, Neighbor, Result, SearchOptions, Space, VectorRef};
+use sagitta_kernels::{DType, Distance};
+
+/// Cost constant of a filtered graph walk in [`prefer_exact_scan`]: the
+/// walk is estimated at `FILTER_GRAPH_COST × ef × M0 / selectivity`
+/// distance evaluations, an exact scan at one per allowed slot. Fitted on
+/// debian-minilm (100k × 384).
+pub const FILTER_GRAPH_COST: f64 = 0.7;
+
+/// Whether scanning the `allowed` slots exactly is cheaper than a filtered
+/// graph walk with beam `ef` over `slots` slots (the walk must expand about
+/// `ef / selectivity` nodes of `m0` links each to collect `ef` allowed
+/// results).
+pub fn prefer_exact_scan(allowed: usize, slots: usize, ef: usize, m0: usize) -> bool {
+    if allowed == 0 || slots == 0 {
+        return true;
+    }
+    let walk = FILTER_GRAPH_COST * (ef * m0) as f64 * slots as f64 / allowed as f64;
+    allowed as f64 <= walk
+}
+
+/// What is searched, as far as the planner cares.
+#[derive(Debug, Clone, Copy)]
+pub struct Target {
+    /// Flat, HNSW or IVF.
+    pub kind: IndexKind,
+    /// Slots (live, deleted and unpublished): the length a filter needs.
+    pub slots: usize,
+    /// Links per node on level 0 (HNSW).
+    pub m0: usize,
+    /// The structure's default beam width.
+    pub ef_search: usize,
+    /// Whether full-precision rows are kept beside the stored codes.
+    pub full_precision: bool,
+}
+
+/// How a search runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    /// Exact scan of the live (and allowed) slots; from the full-precision
+    /// rows where they are kept.
+    Exact,
+    /// HNSW beam search with beam `ef`, then the best `rerank` results
+    /// re-scored from full-precision rows (0: none).
+    Graph {
+        /// Beam width.
+        ef: usize,
+        /// Results re-scored exactly.
+        rerank: usize,
+    },
+    /// Probe IVF partitions (run by the caller).
+    Ivf,
+}
+
+/// Plans a search for `k` results. Errors: [`IndexError::FilterSize`] when
+/// the filter is shorter than the target's slots (a longer one is fine:
+/// bits past the slots are never read as rows).
+///
+/// Rerank: where full-precision rows are kept, `opts.refine` `None`
+/// re-scores the whole beam (`ef` results), `Some(0)` none, and `Some(r)`
+/// the best `r`, widening the beam to `r` if it is narrower.
+pub fn plan(t: &Target, k: usize, opts: &SearchOptions<'_>) -> Result<Plan> {
+    if let Some(f) = opts.filter {
+        if f.len() < t.slots {
+            return Err(IndexError::FilterSize {
+                expected: t.slots,
+                got: f.len(),
+            });
+        }
+    }
+    if t.kind == IndexKind::IvfRq && !opts.exact {
+        return Ok(Plan::Ivf);
+    }
+    let mut ef = opts.ef.unwrap_or(t.ef_search).max(k);
+    let rerank = match (t.full_precision, opts.refine) {
+        (false, _) | (true, Some(0)) => 0,
+        (true, None) => ef,
+        (true, Some(r)) => {
+            ef = ef.max(r);
+            r
+        }
+    };
+    let exact = t.kind != IndexKind::Hnsw
+        || opts.exact
+        || opts
+            .filter
+            .is_some_and(|f| prefer_exact_scan(f.count(), t.slots, ef, t.m0));
+    Ok(if exact {
+        Plan::Exact
+    } else {
+        Plan::Graph { ef, rerank }
+    })
+}
+
+/// Runs an exact or graph plan over `g`, whose vectors are stored in
+/// `space` and compared by `dist`. The query is validated and encoded
+/// here; full-precision rows (when `g` has them and the plan reads them)
+/// are compared with the f32 form of the query. A [`Plan::Ivf`] is the
+/// caller's to run: here it returns an empty result.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn execute<G: GraphView + ?Sized>(
+    g: &G,
+    space: &Space,
+    dist: &Distance,
+    query: VectorRef<'_>,
+    k: usize,
+    plan: Plan,
+    filter: Option<&Bitset>,
+    s: &mut Scratch,
+) -> Result<Vec<Neighbor>> {
+    let stride = space.stride();
+    space.encode(query, s.query_buf(stride))?;
+    let reads_full = match plan {
+        Plan::Exact => true,
+        Plan::Graph { rerank, .. } => rerank > 0,
+        Plan::Ivf => return Ok(Vec::new()),
+    } && g.full(0).is_some();
+    let mut fq = std::mem::take(&mut s.full_query);
+    let fdist = if reads_full {
+        let VectorRef::F32(x) = query else {
+            s.full_query = fq;
+            return Err(IndexError::WrongInputKind {
+                expected: "float",
+                dtype: space.dtype,
+            });
+        };
+        let fspace = Space {
+            dtype: DType::F32,
+            ..*space
+        };
+        fq.clear();
+        fq.resize(space.dims, 0.0);
+        fspace.float_query(x, &mut fq);
+        Some(fspace.distance()?)
+    } else {
+        None
+    };
+    let full = fdist.as_ref().map(|dist| Full {
+        dist,
+        query: f32_bytes(&fq),
+    });
+    let q = s.take_query();
+    let qb = crate::scratch::query_bytes(&q, stride);
+    let out = match plan {
+        Plan::Graph { ef, rerank } => {
+            graph::knn(g, dist, qb, k, ef, filter, full.map(|f| (f, rerank)), s)
+        }
+        _ => graph::exact(g, dist, qb, k, filter, full, s),
+    };
+    s.put_query(q);
+    s.full_query = fq;
+    Ok(out)
+}
+
+/// The bytes of an f32 slice (4-byte aligned, as the f32 kernels need).
+fn f32_bytes(v: &[f32]) -> &[u8] {
+    // SAFETY: any f32 is 4 plain bytes; the length is the slice's in bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(kind: IndexKind, full: bool) -> Target {
+        Target {
+            kind,
+            slots: 100_000,
+            m0: 32,
+            ef_search: 64,
+            full_precision: full,
+        }
+    }
+
+    #[test]
+    fn kinds_and_options_choose_the_plan() {
+        let o = SearchOptions::default();
+        assert_eq!(
+            plan(&target(IndexKind::Flat, false), 10, &o).unwrap(),
+            Plan::Exact
+        );
+        assert_eq!(
+            plan(&target(IndexKind::IvfRq, false), 10, &o).unwrap(),
+            Plan::Ivf
+        );
+        let exact = SearchOptions {
+            exact: true,
+            ..o
+        };
+        assert_eq!(
+            plan(&target(IndexKind::IvfRq, false), 10, &exact).unwrap(),
+            Plan::Exact
+        );
+        assert_eq!(
+            plan(&target(IndexKind::Hnsw, false), 10, &o).unwrap(),
+            Plan::Graph { ef: 64, rerank: 0 }
+        );
+        let wide_k = plan(&target(IndexKind::Hnsw, false), 100, &o).unwrap();
+        assert_eq!(wide_k, Plan::Graph { ef: 100, rerank: 0 });
+    }
+
+    #[test]
+    fn full_precision_reranks_the_beam_unless_told_otherwise() {
+        let t = target(IndexKind::Hnsw, true);
+        let o = SearchOptions {
+            ef: Some(40),
+            ..SearchOptions::default()
+        };
+        assert_eq!(plan(&t, 10, &o).unwrap(), Plan::Graph { ef: 40, rerank: 40 });
+        let none = SearchOptions {
+            refine: Some(0),
+            ..o
+        };
+        assert_eq!(plan(&t, 10, &none).unwrap(), Plan::Graph { ef: 40, rerank: 0 });
+        let deep = SearchOptions {
+            refine: Some(100),
+            ..o
+        };
+        assert_eq!(
+            plan(&t, 10, &deep).unwrap(),
+            Plan::Graph {
+                ef: 100,
+                rerank: 100
+            }
+        );
+    }
+
+    #[test]
+    fn selective_filters_scan_and_short_filters_are_refused() {
+        let t = target(IndexKind::Hnsw, false);
+        let mut few = Bitset::new(100_000);
+        few.insert(3);
+        let o = SearchOptions {
+            filter: Some(&few),
+            ..SearchOptions::default()
+        };
+        assert_eq!(plan(&t, 1, &o).unwrap(), Plan::Exact);
+        let all = Bitset::full(100_000);
+        let o = SearchOptions {
+            filter: Some(&all),
+            ..SearchOptions::default()
+        };
+        assert!(matches!(plan(&t, 1, &o).unwrap(), Plan::Graph { .. }));
+        let short = Bitset::new(99_999);
+        let o = SearchOptions {
+            filter: Some(&short),
+            ..SearchOptions::default()
+        };
+        assert!(matches!(
+            plan(&t, 1, &o),
+            Err(IndexError::FilterSize {
+                expected: 100_000,
+                got: 99_999
+            })
+        ));
+        assert!(prefer_exact_scan(0, 10, 10, 32));
+        assert!(!prefer_exact_scan(100_000, 100_000, 64, 32));
+        // A small graph is cheaper to scan than to walk.
+        assert!(prefer_exact_scan(1000, 1000, 64, 32));
+    }
+}
