@@ -79,11 +79,12 @@ class Index:
         partitions: int | None = None,
         nprobe: int = 8,
         refine: int | None = None,
-        keep_full: bool = False,
+        keep_full: bool | None = None,
     ) -> None:
         """Creates an empty in-memory index (``kind="ivf_rq"``: IVF-RaBitQ
         with ``bits`` per dimension; trained by :meth:`train` or the first
-        :meth:`add`)."""
+        :meth:`add`). Without ``dtype``, a float HNSW index stores sq8 codes
+        for the graph and keeps float32 rows for an exact rerank."""
     def train(
         self, sample: VectorsLike, *, progress: bool = False, threads: int | None = None
     ) -> None:
@@ -134,6 +135,9 @@ class Index:
     @property
     def dtype(self) -> Literal["f32", "f16", "i8", "b1", "sq8", "sq16"]:
         """Storage type."""
+    @property
+    def keep_full(self) -> bool:
+        """Whether float32 rows are kept beside the codes for an exact rerank."""
     @property
     def kind(self) -> Kind:
         """``"hnsw"`` or ``"flat"``."""
@@ -201,8 +205,10 @@ class Collection:
         partitions: int | None = None,
         nprobe: int = 8,
         refine: int | None = None,
+        codes: Literal["sq8", "f16", "sq16", "none"] | None = None,
     ) -> Collection:
-        """Creates a collection in ``path`` and opens it for writing."""
+        """Creates a collection in ``path`` and opens it for writing (without
+        ``dtype``: float32 vectors, with sq8 codes for graph traversal)."""
     @staticmethod
     def open(path: PathLike, *, read_only: bool = False) -> Collection:
         """Opens a collection (one writer, any number of readers)."""
@@ -286,6 +292,9 @@ class Collection:
     @property
     def dtype(self) -> str:
         """Storage type."""
+    @property
+    def codes(self) -> str | None:
+        """Compact codes of the built graph segments, or None."""
     @property
     def read_only(self) -> bool:
         """Whether opened read-only."""

@@ -10,12 +10,12 @@ use numpy::PyArray1;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
-use sagitta_index::{IndexError, Space};
+use sagitta_index::{DType, IndexError, Space};
 use sagitta_store::filter::Bound as FilterBound;
 use sagitta_store::payload;
 use sagitta_store::{
-    Collection, CollectionConfig, CollectionSearch, Durability, Filter, OpenMode, Payload,
-    StoreError,
+    default_codes, Collection, CollectionConfig, CollectionSearch, Durability, Filter, OpenMode,
+    Payload, StoreError,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -106,9 +106,16 @@ impl PyCollection {
     /// interval). key_bits: 64 (128-bit keys are not supported yet).
     /// bits / partitions / nprobe / refine: as for :class:`Index` with
     /// ``kind="ivf_rq"``; the active segment is then HNSW, and each
-    /// segment is trained on its own vectors when it is sealed.
+    /// segment is trained on its own vectors when it is sealed. codes:
+    /// compact codes the built HNSW segments traverse the graph with,
+    /// keeping the float32 vectors beside them (memory-mapped) to re-score
+    /// each search's beam exactly: ``"sq8"`` (the default without
+    /// ``dtype``, for cos / l2 / ip), ``"f16"``, ``"sq16"``, or ``"none"``
+    /// (the default with an explicit ``dtype``). Vectors written, read
+    /// back and searched stay float32 (``dtype``); only the graph's
+    /// traversal uses the codes.
     #[staticmethod]
-    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None))]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -128,6 +135,7 @@ impl PyCollection {
         partitions: Option<i64>,
         nprobe: i64,
         refine: Option<i64>,
+        codes: Option<&str>,
     ) -> PyResult<Self> {
         let ivf = ivf_args(bits, partitions, nprobe, refine, None)?;
         let (space, kind_v, hnsw) = index_args(
@@ -152,6 +160,15 @@ impl PyCollection {
         cfg.key_bits = key_bits;
         cfg.hnsw = hnsw;
         cfg.ivf = ivf;
+        cfg.codes = match codes {
+            None if dtype.is_none() => default_codes(&space),
+            None | Some("none") => None,
+            Some(c) => Some(DType::parse(c).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "codes: unknown codes '{c}' (expected sq8, f16, sq16 or none)"
+                ))
+            })?),
+        };
         let c = py
             .detach(|| Collection::create(&path, cfg))
             .map_err(|e| match e {
@@ -588,6 +605,15 @@ impl PyCollection {
     #[getter]
     fn dtype(&self) -> PyResult<&'static str> {
         Ok(self.coll()?.config().space.dtype.name())
+    }
+
+    /// Compact codes of the built graph segments (``"sq8"``, ``"f16"``,
+    /// ``"sq16"``; float32 rows kept for the rerank), or ``None``.
+    #[getter]
+    fn codes(&self) -> PyResult<Option<&'static str>> {
+        let c = self.coll()?;
+        let cfg = c.config();
+        Ok(cfg.keeps_full().then(|| cfg.built_space().dtype.name()))
     }
 
     /// Whether the collection was opened read-only.

@@ -219,6 +219,14 @@ pub(crate) fn positive(name: &str, v: i64) -> PyResult<usize> {
 }
 
 impl PyIndex {
+    /// Whether full-precision rows are kept beside the stored codes.
+    fn keeps_full(&self) -> bool {
+        match &self.inner {
+            Inner::Mem(i) => i.keeps_full_precision(),
+            Inner::Seg(s) => s.has_full_precision(),
+        }
+    }
+
     fn read(&self) -> &dyn IndexRead {
         match &self.inner {
             Inner::Mem(i) => i,
@@ -441,11 +449,22 @@ impl PyIndex {
     /// ``"hamming"`` or ``"nphd"``. dtype: storage type, ``"f32"``,
     /// ``"f16"``, ``"i8"``, ``"b1"``, or the scalar-quantized ``"sq8"`` /
     /// ``"sq16"`` (any float input; one scale per vector, codes of 1 or 2
-    /// bytes per dimension; :meth:`get` returns the dequantized vector;
-    /// ``keep_full=True`` also keeps each float32 vector, so that
-    /// ``search(..., refine=N)`` reranks the best N exactly, and saved
-    /// files carry them memory-mapped, read only when reranking)
-    /// (default: ``"b1"`` for the binary metrics, ``"f32"`` otherwise).
+    /// bytes per dimension; :meth:`get` returns the dequantized vector).
+    /// keep_full: with ``"f16"`` / ``"sq8"`` / ``"sq16"``, also keep each
+    /// float32 vector: graph searches traverse the compact codes and
+    /// re-score their whole beam exactly from the float32 rows
+    /// (``search(..., refine=N)`` re-scores the best N, ``refine=0``
+    /// none), exact searches read only the float32 rows, :meth:`get`
+    /// returns them, and saved files carry them memory-mapped, read only
+    /// when reranking.
+    ///
+    /// Default (no ``dtype``): ``"b1"`` for the binary metrics; for
+    /// ``kind="hnsw"`` under ``cos`` / ``l2`` / ``ip``, ``"sq8"`` codes
+    /// with ``keep_full=True`` (the fastest measured: about twice the
+    /// queries per second of float32 traversal at the same recall, with
+    /// exact float32 distances; 1.3x the memory of float32 in an index
+    /// being built, the float32 rows paged in only for reranks once
+    /// saved and opened); ``"f32"`` otherwise or with ``keep_full=False``.
     /// kind: ``"hnsw"``, ``"flat"`` (exact) or ``"ivf_rq"``. connectivity: HNSW links per node (M). expansion_add /
     /// expansion_search: beam widths while adding / searching. seed:
     /// seed of the HNSW level assignment or of the IVF rotation and
@@ -460,7 +479,7 @@ impl PyIndex {
     /// :meth:`add` trains on the vectors it receives (so make it a large,
     /// representative batch; a single vector trains one partition).
     #[new]
-    #[pyo3(signature = (ndim, metric = "cos", dtype = None, kind = "hnsw", connectivity = 16, expansion_add = 128, expansion_search = 64, seed = None, bits = 1, partitions = None, nprobe = 8, refine = None, keep_full = false))]
+    #[pyo3(signature = (ndim, metric = "cos", dtype = None, kind = "hnsw", connectivity = 16, expansion_add = 128, expansion_search = 64, seed = None, bits = 1, partitions = None, nprobe = 8, refine = None, keep_full = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         ndim: i64,
@@ -475,9 +494,9 @@ impl PyIndex {
         partitions: Option<i64>,
         nprobe: i64,
         refine: Option<i64>,
-        keep_full: bool,
+        keep_full: Option<bool>,
     ) -> PyResult<Self> {
-        let (space, kind_v, mut params) = index_args(
+        let (mut space, kind_v, mut params) = index_args(
             ndim,
             metric,
             dtype,
@@ -489,6 +508,17 @@ impl PyIndex {
         if let Some(seed) = seed {
             params.seed = seed;
         }
+        // The default storage of a float HNSW index: sq8 codes for the
+        // graph, float32 rows for the rerank.
+        let default_codes =
+            dtype.is_none() && kind_v == IndexKind::Hnsw && !space.metric.is_binary();
+        let keep_full = match keep_full {
+            None if default_codes => {
+                space.dtype = DType::Sq8;
+                true
+            }
+            k => k.unwrap_or(false),
+        };
         let index = if kind_v == IndexKind::IvfRq {
             let ivf = ivf_args(bits, partitions, nprobe, refine, seed)?;
             Index::ivf_rq(space, ivf).map_err(|e| index_err(rename_param(e), "kind"))?
@@ -746,9 +776,27 @@ impl PyIndex {
     fn get<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let keys = convert::keys(keys, "keys")?;
         let r = self.read();
+        let space = r.space();
+        if self.keeps_full() {
+            // Full-precision rows: float32, as given (unit length under cos).
+            let found: Vec<Option<Vec<u8>>> = py.detach(|| {
+                keys.keys
+                    .iter()
+                    .map(|&k| {
+                        r.get(k)
+                            .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
+                    })
+                    .collect()
+            });
+            let f32_space = Space {
+                dtype: DType::F32,
+                ..space
+            };
+            return decode_rows(py, f32_space, found, keys.single);
+        }
         let found: Vec<Option<Vec<u8>>> =
             py.detach(|| keys.keys.iter().map(|&k| r.get_raw(k)).collect());
-        decode_rows(py, self.read().space(), found, keys.single)
+        decode_rows(py, space, found, keys.single)
     }
 
     /// Whether each key is in the index: a bool for one key, a bool array
@@ -799,10 +847,18 @@ impl PyIndex {
         metric_name(self.read().space().metric)
     }
 
-    /// Storage type: ``"f32"``, ``"f16"``, ``"i8"`` or ``"b1"``.
+    /// Storage type of the searched vectors: ``"f32"``, ``"f16"``,
+    /// ``"i8"``, ``"b1"``, ``"sq8"`` or ``"sq16"``.
     #[getter]
     fn dtype(&self) -> &'static str {
         dtype_name(self.read().space().dtype)
+    }
+
+    /// Whether float32 rows are kept beside the stored codes for an exact
+    /// rerank (the default for float HNSW indexes).
+    #[getter]
+    fn keep_full(&self) -> bool {
+        self.keeps_full()
     }
 
     /// ``"hnsw"`` or ``"flat"``.

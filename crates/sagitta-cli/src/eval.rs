@@ -292,12 +292,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         println!("| ef_search | recall@{k} | QPS (1 thread) | path |");
         println!("|---:|---:|---:|---|");
         for &ef in &efs {
-            let exact_path = sagitta_index::prefer_exact_scan(
-                allowed.len(),
-                n,
-                ef.max(k),
-                2 * a.m,
-            );
+            let exact_path = sagitta_index::prefer_exact_scan(allowed.len(), n, ef.max(k), 2 * a.m);
             let (res, qps) = timed(
                 searched,
                 &qs,

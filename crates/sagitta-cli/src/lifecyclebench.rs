@@ -410,8 +410,14 @@ pub fn run(a: &LifecycleArgs) -> Result<()> {
     }
 
     // 3. Search after settle (before closing: the settled, open collection),
-    // beside a bare HNSW index over the same rows.
-    let idx = Index::hnsw(space, HnswParams::default())?;
+    // beside a bare HNSW index over the same rows, stored as the
+    // collection's built segments are (codes plus full rows by default).
+    let idx = Index::hnsw(cfg.built_space(), HnswParams::default())?;
+    let idx = if cfg.keeps_full() {
+        idx.keep_full_precision()?
+    } else {
+        idx
+    };
     let keys: Vec<u64> = (0..n as u64).collect();
     let t = Instant::now();
     idx.add_batch(&keys, &vecs, 0)?;

@@ -31,13 +31,13 @@
 
 use crate::bitset::AtomicBitset;
 use crate::graph;
-use crate::plan::{self, Plan, Target};
-use crate::view::GraphView;
 use crate::ivf::{self, Encoded, IvfModel, IvfParams, IvfQuery, IvfSource, List, ListRef};
 use crate::kmeans::Progress;
+use crate::plan::{self, Plan, Target};
 use crate::scratch::{query_bytes, Scratch, ScratchPool};
 use crate::storage::SlotBuf;
 use crate::topk::{Cand, Neighbor};
+use crate::view::GraphView;
 use crate::{Bitset, IndexError, Result, Space, VectorRef};
 use parking_lot::{Mutex, RwLock, RwLockReadGuard};
 use rayon::prelude::*;
@@ -851,7 +851,8 @@ impl Index {
             return Err(IndexError::InvalidParameter {
                 name: "keep_full",
                 value: "true".into(),
-                reason: "only f16 / sq8 / sq16 storage under flat or hnsw keeps full-precision rows",
+                reason:
+                    "only f16 / sq8 / sq16 storage under flat or hnsw keeps full-precision rows",
             });
         }
         {
@@ -1083,7 +1084,7 @@ impl Index {
             m: self.params.m,
         };
         let result = match opts.filter {
-            Some(f) if f.len() < view.slots() => Err(IndexError::FilterSize {
+            Some(f) if f.len() != view.slots() => Err(IndexError::FilterSize {
                 expected: view.slots(),
                 got: f.len(),
             }),
@@ -1504,6 +1505,39 @@ impl Index {
         with_threads(if keys.len() < 64 { 0 } else { threads }, run)
     }
 
+    /// Upserts rows given as f32 bytes (`row_stride` bytes per key, the
+    /// first `dims × 4` of them the components, native byte order: the
+    /// stored form of an f32 space or a full-precision row): each is
+    /// encoded as a user vector would be. Used to build an index with
+    /// codes and full rows from f32 rows (`threads` as in
+    /// [`Index::add_batch`]).
+    pub fn upsert_f32_rows(
+        &self,
+        keys: &[u64],
+        rows: &[u8],
+        row_stride: usize,
+        threads: usize,
+    ) -> Result<()> {
+        let dims = self.space.dims;
+        if row_stride < dims * 4 || rows.len() != keys.len() * row_stride {
+            return Err(IndexError::InvalidParameter {
+                name: "rows",
+                value: rows.len().to_string(),
+                reason: "must hold one row of at least dims f32 per key",
+            });
+        }
+        self.reserve(keys.len())?;
+        let run = || {
+            keys.par_iter()
+                .zip(rows.par_chunks_exact(row_stride))
+                .try_for_each(|(&k, r)| {
+                    let v = f32_row(r, dims);
+                    self.upsert(k, VectorRef::F32(&v))
+                })
+        };
+        with_threads(if keys.len() < 64 { 0 } else { threads }, run)
+    }
+
     /// Checks a batch without changing the index: one key per vector,
     /// every vector valid for the space, no key repeated within the batch
     /// or already present. The error names the first offending row
@@ -1646,9 +1680,7 @@ impl IndexRead for Index {
         }
         match &store.full {
             Some(f) => Some(f32_row(f.get(slot as usize), self.space.dims)),
-            None => self
-                .space
-                .decode_floats(store.vectors.get(slot as usize)),
+            None => self.space.decode_floats(store.vectors.get(slot as usize)),
         }
     }
 

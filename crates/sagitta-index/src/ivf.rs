@@ -38,10 +38,10 @@
 //! block, the last block zero-padded), `factors` (4 f32 per vector) and
 //! `ex` (`bits − 1` planes of `D/8` bytes per vector).
 
-use crate::view::GraphView;
 use crate::kmeans::{self, nearest, Progress};
 use crate::rotation::Rotation;
 use crate::topk::{Cand, KeyedCand, Neighbor};
+use crate::view::GraphView;
 use crate::{Bitset, IndexError, Result};
 use sagitta_kernels::fastscan::{set_block_nibble, MAX_GROUPS_PER_CALL};
 use sagitta_kernels::{kernels, Distance, Metric};

@@ -38,12 +38,12 @@ pub use index::{
     check_k, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite, IvfExport,
     IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
-pub use plan::{prefer_exact_scan, Plan, Target};
-pub use view::GraphView;
 pub use ivf::{IvfModel, IvfParams};
+pub use plan::{prefer_exact_scan, Plan, Target};
 pub use sagitta_kernels::{prefetch, DType, Metric};
 pub use space::{Space, VectorRef, VECTOR_ALIGN};
 pub use topk::Neighbor;
+pub use view::GraphView;
 
 /// Search a graph given by any [`GraphView`] (used by sealed segments).
 pub mod search {

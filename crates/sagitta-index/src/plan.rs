@@ -73,15 +73,15 @@ pub enum Plan {
 }
 
 /// Plans a search for `k` results. Errors: [`IndexError::FilterSize`] when
-/// the filter is shorter than the target's slots (a longer one is fine:
-/// bits past the slots are never read as rows).
+/// the filter's length is not the target's slot count (it was made for
+/// another index, or before the index grew).
 ///
 /// Rerank: where full-precision rows are kept, `opts.refine` `None`
 /// re-scores the whole beam (`ef` results), `Some(0)` none, and `Some(r)`
 /// the best `r`, widening the beam to `r` if it is narrower.
 pub fn plan(t: &Target, k: usize, opts: &SearchOptions<'_>) -> Result<Plan> {
     if let Some(f) = opts.filter {
-        if f.len() < t.slots {
+        if f.len() != t.slots {
             return Err(IndexError::FilterSize {
                 expected: t.slots,
                 got: f.len(),
@@ -179,6 +179,7 @@ fn f32_bytes(v: &[f32]) -> &[u8] {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
@@ -203,10 +204,7 @@ mod tests {
             plan(&target(IndexKind::IvfRq, false), 10, &o).unwrap(),
             Plan::Ivf
         );
-        let exact = SearchOptions {
-            exact: true,
-            ..o
-        };
+        let exact = SearchOptions { exact: true, ..o };
         assert_eq!(
             plan(&target(IndexKind::IvfRq, false), 10, &exact).unwrap(),
             Plan::Exact
@@ -226,12 +224,18 @@ mod tests {
             ef: Some(40),
             ..SearchOptions::default()
         };
-        assert_eq!(plan(&t, 10, &o).unwrap(), Plan::Graph { ef: 40, rerank: 40 });
+        assert_eq!(
+            plan(&t, 10, &o).unwrap(),
+            Plan::Graph { ef: 40, rerank: 40 }
+        );
         let none = SearchOptions {
             refine: Some(0),
             ..o
         };
-        assert_eq!(plan(&t, 10, &none).unwrap(), Plan::Graph { ef: 40, rerank: 0 });
+        assert_eq!(
+            plan(&t, 10, &none).unwrap(),
+            Plan::Graph { ef: 40, rerank: 0 }
+        );
         let deep = SearchOptions {
             refine: Some(100),
             ..o
@@ -246,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn selective_filters_scan_and_short_filters_are_refused() {
+    fn selective_filters_scan_and_wrong_sized_filters_are_refused() {
         let t = target(IndexKind::Hnsw, false);
         let mut few = Bitset::new(100_000);
         few.insert(3);
@@ -261,18 +265,17 @@ mod tests {
             ..SearchOptions::default()
         };
         assert!(matches!(plan(&t, 1, &o).unwrap(), Plan::Graph { .. }));
-        let short = Bitset::new(99_999);
-        let o = SearchOptions {
-            filter: Some(&short),
-            ..SearchOptions::default()
-        };
-        assert!(matches!(
-            plan(&t, 1, &o),
-            Err(IndexError::FilterSize {
-                expected: 100_000,
-                got: 99_999
-            })
-        ));
+        for len in [99_999, 100_001] {
+            let wrong = Bitset::new(len);
+            let o = SearchOptions {
+                filter: Some(&wrong),
+                ..SearchOptions::default()
+            };
+            assert!(matches!(
+                plan(&t, 1, &o),
+                Err(IndexError::FilterSize { expected: 100_000, got }) if got == len
+            ));
+        }
         assert!(prefer_exact_scan(0, 10, 10, 32));
         assert!(!prefer_exact_scan(100_000, 100_000, 64, 32));
         // A small graph is cheaper to scan than to walk.

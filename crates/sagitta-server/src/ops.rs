@@ -7,8 +7,8 @@ use crate::registry::Entry;
 use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, VectorRef};
 use sagitta_store::filter::Bound;
 use sagitta_store::{
-    Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability, Filter, Payload,
-    Schema,
+    default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
+    Filter, Payload, Schema,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -61,6 +61,13 @@ pub struct CreateCollection {
     /// or milliseconds such as `100ms`.
     #[serde(default)]
     pub durability: Option<String>,
+    /// Compact codes built HNSW segments traverse the graph with, keeping
+    /// the full vectors beside them to re-score each search's beam
+    /// exactly: `sq8` (the default when `dtype` is not given, for
+    /// `cos` / `l2` / `ip`), `f16`, `sq16`, or `none` (the graph reads the
+    /// stored vectors; the default when `dtype` is given).
+    #[serde(default)]
+    pub codes: Option<String>,
 }
 
 /// A payload column.
@@ -114,6 +121,9 @@ pub struct CollectionInfo {
     pub metric: String,
     /// Storage type.
     pub dtype: String,
+    /// Compact codes of the built graph segments (full vectors kept for
+    /// the rerank), or null.
+    pub codes: Option<String>,
     /// Index kind.
     pub kind: String,
     /// WAL policy.
@@ -452,6 +462,15 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
         ..d
     };
     cfg.ivf = IvfParams::default();
+    cfg.codes = match req.codes.as_deref() {
+        None if req.dtype.is_none() => default_codes(&space),
+        None | Some("none") => None,
+        Some(c) => Some(DType::parse(c).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "codes: unknown codes {c:?} (sq8, f16, sq16 or none)"
+            ))
+        })?),
+    };
     if let Some(s) = req.segment_size {
         cfg.segment_size = s;
     }
@@ -474,6 +493,9 @@ pub fn describe(e: &Entry) -> CollectionInfo {
         dims: cfg.space.dims,
         metric: cfg.space.metric.name().into(),
         dtype: cfg.space.dtype.name().into(),
+        codes: cfg
+            .keeps_full()
+            .then(|| cfg.built_space().dtype.name().into()),
         kind: cfg.kind.name().into(),
         durability: cfg.durability.name(),
         segment_size: cfg.segment_size,

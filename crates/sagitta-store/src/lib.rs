@@ -24,7 +24,8 @@ pub mod segment;
 pub mod wal;
 
 pub use collection::{
-    Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability, OpenMode,
+    default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
+    OpenMode,
 };
 pub use error::{Result, StoreError};
 pub use filter::Filter;

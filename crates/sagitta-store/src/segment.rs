@@ -64,8 +64,8 @@ use parking_lot::Mutex;
 use sagitta_index::ivf::{self, IvfQuery, IvfSource, ListRef, FACTORS};
 use sagitta_index::search::{self, SearchScratch};
 use sagitta_index::{
-    Bitset, DType, GraphView, Index, IndexError, IndexKind, IndexRead, IvfModel, IvfParams,
-    Metric, Neighbor, Plan, SearchOptions, Space, Target, VectorRef,
+    Bitset, DType, GraphView, Index, IndexError, IndexKind, IndexRead, IvfModel, IvfParams, Metric,
+    Neighbor, Plan, SearchOptions, Space, Target, VectorRef,
 };
 use sagitta_kernels::Distance;
 use std::fs::{File, OpenOptions};

@@ -83,6 +83,23 @@ pub struct CollectionConfig {
     pub durability: Durability,
     /// Key width in bits; only 64 is supported so far.
     pub key_bits: u32,
+    /// Compact codes the built HNSW segments traverse the graph with
+    /// (`Sq8`, `Sq16` or `F16`), keeping the vectors of `space` (f32) beside
+    /// them as full-precision rows: each search re-scores its beam from
+    /// those rows (memory-mapped, read only for the rerank), so results
+    /// and distances are exact f32 ones. The mutable part, the WAL and
+    /// unbuilt (Flat) segments keep `space` as it is. `None`: built
+    /// segments store `space.dtype` only. Default ([`Self::new`]): `Sq8`
+    /// for f32 vectors under L2, inner product or cosine (the fastest
+    /// measured; see docs/FORMAT.md and BENCHMARKS.md), else `None`.
+    /// Applies to HNSW collections only.
+    pub codes: Option<DType>,
+}
+
+/// The compact codes a new HNSW collection over `space` traverses with by
+/// default (see [`CollectionConfig::codes`]).
+pub fn default_codes(space: &Space) -> Option<DType> {
+    (space.dtype == DType::F32 && !space.metric.is_binary()).then_some(DType::Sq8)
 }
 
 impl CollectionConfig {
@@ -101,7 +118,25 @@ impl CollectionConfig {
             optimizer_threads: 0,
             durability: Durability::Batch,
             key_bits: 64,
+            codes: default_codes(&space),
         }
+    }
+
+    /// The space of built (HNSW) segments: `space` with the dtype of
+    /// [`Self::codes`] when set, else `space`.
+    pub fn built_space(&self) -> Space {
+        match (self.kind, self.codes) {
+            (IndexKind::Hnsw, Some(dtype)) => Space {
+                dtype,
+                ..self.space
+            },
+            _ => self.space,
+        }
+    }
+
+    /// Whether built segments keep full-precision rows beside codes.
+    pub fn keeps_full(&self) -> bool {
+        self.built_space() != self.space
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
@@ -123,6 +158,20 @@ impl CollectionConfig {
                 self.max_segment_size, self.segment_size
             )));
         }
+        if let (IndexKind::Hnsw, Some(c)) = (self.kind, self.codes) {
+            if self.space.dtype != DType::F32
+                || self.space.metric.is_binary()
+                || !matches!(c, DType::F16 | DType::Sq8 | DType::Sq16)
+            {
+                return Err(StoreError::Config(format!(
+                    "codes = {}: graph codes need f32 vectors under l2, ip or cos (got {} {}) \
+                     and one of f16, sq8, sq16",
+                    c.name(),
+                    self.space.dtype.name(),
+                    self.space.metric.name()
+                )));
+            }
+        }
         self.sealed_index()?;
         Index::new(self.space, IndexKind::Flat, self.hnsw)?;
         Ok(())
@@ -139,10 +188,14 @@ impl CollectionConfig {
         Ok(index)
     }
 
-    /// A new, empty index of the kind built segments have.
+    /// A new, empty index of the kind built segments have (in
+    /// [`Self::built_space`], keeping full rows when it has codes).
     pub(crate) fn sealed_index(&self) -> Result<Index> {
         Ok(match self.kind {
             IndexKind::IvfRq => Index::ivf_rq(self.space, self.ivf)?,
+            k if self.keeps_full() => {
+                Index::new(self.built_space(), k, self.hnsw)?.keep_full_precision()?
+            }
             k => Index::new(self.space, k, self.hnsw)?,
         })
     }
@@ -155,13 +208,18 @@ impl CollectionConfig {
     }
 
     /// Estimated bytes one vector occupies in a built segment (vector,
-    /// key, and level-0 links for HNSW).
+    /// codes and full row where kept, key, and level-0 links for HNSW).
     pub fn bytes_per_vector(&self) -> u64 {
         let links = match self.kind {
             IndexKind::Hnsw | IndexKind::IvfRq => 4 * (self.hnsw.m0() as u64 + 1),
             IndexKind::Flat => 0,
         };
-        self.space.stride() as u64 + 16 + links
+        let codes = if self.keeps_full() {
+            self.built_space().stride() as u64
+        } else {
+            0
+        };
+        self.space.stride() as u64 + codes + 16 + links
     }
 
     /// Rows of a full mutable part.
@@ -207,6 +265,9 @@ pub(crate) struct ConfigFile {
     idle_seal_ms: u64,
     #[serde(default)]
     optimizer_threads: usize,
+    /// Absent in collections made before graph codes: none.
+    #[serde(default)]
+    codes: Option<String>,
 }
 
 fn default_bits() -> u8 {
@@ -247,6 +308,7 @@ impl ConfigFile {
             max_segment_size: c.max_segment_size,
             idle_seal_ms: c.idle_seal_ms,
             optimizer_threads: c.optimizer_threads,
+            codes: c.codes.map(|d| d.name().into()),
         }
     }
 
@@ -265,7 +327,6 @@ impl ConfigFile {
                 ef_construction: self.ef_construction,
                 ef_search: self.ef_search,
                 seed: self.seed,
-                ..HnswParams::default()
             },
             ivf: IvfParams {
                 bits: self.ivf_bits,
@@ -281,6 +342,10 @@ impl ConfigFile {
             optimizer_threads: self.optimizer_threads,
             durability: Durability::parse(&self.durability)?,
             key_bits: self.key_bits,
+            codes: match &self.codes {
+                Some(c) => Some(DType::parse(c)?),
+                None => None,
+            },
         })
     }
 }

@@ -56,7 +56,7 @@ mod search;
 mod write;
 
 pub use config::{
-    CollectionConfig, Durability, DEFAULT_IDLE_SEAL_MS, DEFAULT_MAX_SEGMENT_SIZE,
+    default_codes, CollectionConfig, Durability, DEFAULT_IDLE_SEAL_MS, DEFAULT_MAX_SEGMENT_SIZE,
     DEFAULT_SEGMENT_SIZE,
 };
 pub use optimizer::OptimizerStats;
@@ -264,7 +264,8 @@ impl Collection {
             .par_iter()
             .map(|e| {
                 let seg = Segment::open(&dir.join(&e.file))?;
-                if seg.info().space != config.space {
+                let space = seg.info().space;
+                if space != config.space && space != config.built_space() {
                     return Err(StoreError::Corrupt {
                         file: dir.join(&e.file),
                         offset: 0,

@@ -528,13 +528,20 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
     }
     let dead0: Vec<Arc<Dead>> = inputs.iter().map(|x| x.dead()).collect();
     let base = p.base.and_then(|b| inputs.iter().position(|x| x.id == b));
+    // Only a graph stored the way built segments are can be imported.
+    let built = c.config.built_space();
+    let base = base.filter(|&b| inputs[b].segment().is_some_and(|s| s.info().space == built));
+    // Rows in the collection's space (f32 rows where built segments keep
+    // them beside codes): copied as stored, or, into an index keeping full
+    // rows beside codes, encoded like user vectors.
     let stride = c.config.space.stride();
+    let full = c.config.keeps_full();
     let (mut keys, mut stored, mut origin) = (Vec::new(), Vec::new(), Vec::new());
     for (i, x) in inputs.iter().enumerate() {
         if Some(i) != base {
-            x.for_each_live(|slot, key, v| {
+            x.for_each_live(|slot, key, row| {
                 keys.push(key);
-                stored.extend_from_slice(&v[..stride]);
+                stored.extend_from_slice(&row[..stride]);
                 origin.push((i, slot));
             });
         }
@@ -543,7 +550,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
         Some((b, seg)) => {
             let dead = &dead0[b];
             Index::from_graph(
-                c.config.space,
+                c.config.built_space(),
                 c.config.hnsw,
                 seg,
                 &|slot| dead.keys.is_empty() || !dead.keys.contains(&seg.key(slot)),
@@ -562,8 +569,13 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
                 return Err(StoreError::Optimizer("stopped".into()));
             }
             let end = (at + CHUNK).min(keys.len());
+            let rows = &stored[at * stride..end * stride];
             pool.install(|| {
-                index.upsert_encoded_batch(&keys[at..end], &stored[at * stride..end * stride], 0)
+                if full {
+                    index.upsert_f32_rows(&keys[at..end], rows, stride, 0)
+                } else {
+                    index.upsert_encoded_batch(&keys[at..end], rows, 0)
+                }
             })?;
             c.opt.progress(end as u64);
         }

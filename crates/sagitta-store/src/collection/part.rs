@@ -137,9 +137,11 @@ impl Part {
         });
     }
 
-    /// Calls `f(slot, key, stored vector)` for every live row from slot
-    /// `from` on, in slot order, until `f` returns false: the one walk over
-    /// a part's rows (iteration, bloom rebuilds, builds and merges use it).
+    /// Calls `f(slot, key, row)` for every live row from slot `from` on, in
+    /// slot order, until `f` returns false: the one walk over a part's rows
+    /// (iteration, bloom rebuilds, builds and merges use it). `row` is the
+    /// vector in the collection's space: the full-precision row of a
+    /// segment that keeps them beside graph codes, else the stored vector.
     pub fn walk_live(&self, from: u32, mut f: impl FnMut(u32, u64, &[u8]) -> bool) {
         let dead = self.dead();
         let mut walk = |g: &dyn GraphView| {
@@ -148,7 +150,8 @@ impl Part {
                     continue;
                 }
                 let key = g.key(slot);
-                if !dead.keys.contains(&key) && !f(slot, key, g.vector(slot)) {
+                let row = g.full(slot).unwrap_or_else(|| g.vector(slot));
+                if !dead.keys.contains(&key) && !f(slot, key, row) {
                     return;
                 }
             }
@@ -156,6 +159,21 @@ impl Part {
         match &self.body {
             Body::Sealed { seg, .. } => walk(seg),
             Body::Frozen { index, .. } => walk(&index.view()),
+        }
+    }
+
+    /// The row of `key` in the collection's space (see
+    /// [`Part::walk_live`]), its first `bytes` bytes; `None` when the part
+    /// does not hold it.
+    pub fn row_of(&self, key: u64, bytes: usize) -> Option<Vec<u8>> {
+        let get = |g: &dyn GraphView| {
+            let slot = self.read().slot_of(key)?;
+            let row = g.full(slot).unwrap_or_else(|| g.vector(slot));
+            Some(row[..bytes.min(row.len())].to_vec())
+        };
+        match &self.body {
+            Body::Sealed { seg, .. } => get(seg),
+            Body::Frozen { index, .. } => get(&index.view()),
         }
     }
 

@@ -280,15 +280,18 @@ impl Collection {
         st.active.contains(key) || st.holder(key).is_some()
     }
 
-    /// The stored bytes of `key`'s vector.
+    /// The stored bytes of `key`'s vector, in the collection's space
+    /// (`config().space`; built segments with graph codes give their
+    /// full-precision row).
     pub fn get_raw(&self, key: u64) -> Option<Vec<u8>> {
         if !self.inner.bloom.read().may_contain(key) {
             return None;
         }
         let st = self.inner.snapshot();
+        let vb = self.inner.config.space.vector_bytes();
         st.active
             .get_raw(key)
-            .or_else(|| st.holder(key).and_then(|s| s.read().get_raw(key)))
+            .or_else(|| st.holder(key).and_then(|p| p.row_of(key, vb)))
     }
 
     /// The k nearest live vectors to each query, over every part (in
