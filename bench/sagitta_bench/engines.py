@@ -68,7 +68,11 @@ class Sagitta(Engine):
     def version(self) -> str:
         import sagitta
 
-        return f"{sagitta.__version__} ({sagitta.isa()})"
+        ix = getattr(self, "index", None)
+        if ix is None or not hasattr(ix, "keep_full"):
+            return f"{sagitta.__version__} ({sagitta.isa()})"
+        storage = ix.dtype + (" + f32 rerank" if ix.keep_full else "")
+        return f"{sagitta.__version__} ({sagitta.isa()}, {storage})"
 
     def build(self, base, threads):
         import sagitta
@@ -97,6 +101,82 @@ class Sagitta(Engine):
 
     def search_batch(self, queries, k, threads):
         return self.index.search(queries, k, threads=threads).keys
+
+
+class SagittaF32(Sagitta):
+    """Sagitta with float32 vectors traversed as they are (``dtype="f32"``):
+    the storage before sq8 graph codes became the default, for reference."""
+
+    name = "sagitta-hnsw-f32"
+    dtype = "f32"
+
+    def build(self, base, threads):
+        import sagitta
+
+        self.index = sagitta.Index(
+            base.shape[1],
+            metric="cos",
+            dtype=self.dtype,
+            connectivity=self.m,
+            expansion_add=self.ef_construction,
+        )
+        self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
+
+
+class SagittaF16(SagittaF32):
+    """Sagitta with float16 vectors traversed as they are (``dtype="f16"``)."""
+
+    name = "sagitta-hnsw-f16"
+    dtype = "f16"
+
+
+class SagittaCollection(Engine):
+    """A default ``sagitta.Collection`` (f32 vectors, sq8 graph codes):
+    loaded by ``add`` in batches of 10,000, then ``optimize()`` (the
+    background optimizer builds and merges), closed, and reopened
+    read-only for the searches."""
+
+    name = "sagitta-collection"
+    opened = MEMORY_MAPPED  # sagitta.Collection.open(read_only=True)
+
+    def version(self) -> str:
+        import sagitta
+
+        return f"{sagitta.__version__} ({sagitta.isa()}, collection)"
+
+    def build(self, base, threads):
+        import sagitta
+
+        self.path = Path(os.environ["SAGITTA_BENCH_WORKDIR"]) / "collection"
+        c = sagitta.Collection.create(
+            self.path,
+            ndim=base.shape[1],
+            metric="cos",
+            connectivity=self.m,
+            expansion_add=self.ef_construction,
+        )
+        for at in range(0, len(base), 10_000):
+            rows = base[at : at + 10_000]
+            c.add(np.arange(at, at + len(rows), dtype=np.uint64), rows)
+        c.optimize()
+        c.close()
+
+    def save(self, path):
+        pass  # the collection is on disk as it is built
+
+    def open(self, path):
+        import sagitta
+
+        self.coll = sagitta.Collection.open(Path(path) / "collection", read_only=True)
+
+    def set_knob(self, value):
+        self.ef = value
+
+    def search_one(self, q, k):
+        return self.coll.search(q, k, expansion=self.ef, threads=1).keys
+
+    def search_batch(self, queries, k, threads):
+        return self.coll.search(queries, k, expansion=self.ef, threads=threads).keys
 
 
 class FaissHNSW(Engine):
@@ -564,6 +644,9 @@ ENGINES = {
     e.name: e
     for e in (
         Sagitta,
+        SagittaF32,
+        SagittaF16,
+        SagittaCollection,
         FaissHNSW,
         Hnswlib,
         USearch,

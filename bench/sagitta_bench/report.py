@@ -26,9 +26,16 @@ def fmt(x: float | None, spec: str = ".0f") -> str:
 def ratios(results: list[dict]) -> dict[float, tuple]:
     """Per target: (our best QPS, our engine, best peer name, best peer
     QPS, ratio). With several Sagitta configurations in a run (the
-    IVF-RaBitQ grid), the best of them meets the best peer."""
+    IVF-RaBitQ grid), the best of them meets the best peer; the reference
+    rows with an explicit dtype (``-f32``, ``-f16``) are not defaults and
+    take no part."""
     out = {}
-    ours = [r for r in results if r["engine"].startswith("sagitta")]
+    explicit = ("-f32", "-f16")
+    ours = [
+        r
+        for r in results
+        if r["engine"].startswith("sagitta") and not r["engine"].endswith(explicit)
+    ]
     peers_all = [r for r in results if not r["engine"].startswith("sagitta")]
     for t in TARGETS:
         mine = [(qps_at(r["sweep"], t), r["engine"]) for r in ours]

@@ -428,3 +428,119 @@ fn compaction_merges_small_segments_while_readers_search() {
         .count();
     assert_eq!(segs, 1, "old segment files are removed");
 }
+
+/// The segment files a collection directory holds now, opened.
+fn segment_files(dir: &Path) -> Vec<sagitta_store::Segment> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "sgt") {
+            out.push(sagitta_store::Segment::open(&p).unwrap());
+        }
+    }
+    out
+}
+
+#[test]
+fn graph_codes_are_the_default_and_answers_stay_exact_f32() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 24;
+    let cfg = config(dims, 600);
+    assert_eq!(cfg.codes, Some(DType::Sq8));
+    assert!(cfg.keeps_full());
+    let c = Collection::create(dir.path(), cfg).unwrap();
+    add_range(&c, 0..2400, dims);
+    c.optimize().unwrap();
+    assert_eq!(c.stats().unindexed_vectors, 0);
+    // Built segments: sq8 codes for the graph, f32 rows beside them.
+    let segs = segment_files(dir.path());
+    assert!(!segs.is_empty());
+    for s in &segs {
+        assert_eq!(s.info().kind, IndexKind::Hnsw);
+        assert_eq!(s.info().space.dtype, DType::Sq8);
+        assert!(s.has_full_precision());
+    }
+    // Reads give the f32 vector back, bit for bit.
+    for key in [0u64, 777, 2399] {
+        let raw = c.get_raw(key).unwrap();
+        let got = c.config().space.decode_floats(&raw).unwrap();
+        assert_eq!(got, vector(key, dims), "key {key}");
+    }
+    // Answers: exact f32 distances, recall against the Flat oracle.
+    let keys: Vec<u64> = (0..2400).collect();
+    let flat = Index::flat(Space::new(dims, Metric::L2, DType::F32).unwrap()).unwrap();
+    for &key in &keys {
+        flat.add(key, VectorRef::F32(&vector(key, dims))).unwrap();
+    }
+    let (mut hits, mut total) = (0, 0);
+    for qk in (5000..5100u64).map(|k| vector(k, dims)) {
+        let q = VectorRef::F32(&qk);
+        let truth = flat.search(q, 10, &SearchOptions::default()).unwrap();
+        let got = c.search(&[q], 10, &CollectionSearch::default()).unwrap()[0].clone();
+        for n in &got {
+            let only = flat.filter_for_keys(&[n.key]);
+            let exact = flat
+                .search(
+                    q,
+                    1,
+                    &SearchOptions {
+                        filter: Some(&only),
+                        ..Default::default()
+                    },
+                )
+                .unwrap()[0];
+            assert!((exact.distance - n.distance).abs() <= 1e-4 * exact.distance.max(1.0));
+        }
+        hits += truth
+            .iter()
+            .filter(|t| got.iter().any(|g| g.key == t.key))
+            .count();
+        total += truth.len();
+    }
+    let recall = hits as f64 / total as f64;
+    assert!(recall >= 0.95, "recall {recall}");
+    // Reopened (read-only too), the codes and the answers stay.
+    c.close().unwrap();
+    let r = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    assert_eq!(r.config().codes, Some(DType::Sq8));
+    assert_eq!(
+        r.config().space.decode_floats(&r.get_raw(777).unwrap()),
+        Some(vector(777, dims))
+    );
+    // A later upsert merges into the built graph without losing the rows.
+    drop(r);
+    let w = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    add_range(&w, 2400..2700, dims);
+    w.optimize().unwrap();
+    for key in [5u64, 2650] {
+        let v = w.config().space.decode_floats(&w.get_raw(key).unwrap());
+        assert_eq!(v, Some(vector(key, dims)));
+    }
+    assert_eq!(w.len(), 2700);
+}
+
+#[test]
+fn codes_none_keeps_plain_graphs() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 16;
+    let mut cfg = config(dims, 400);
+    cfg.codes = None;
+    let c = Collection::create(dir.path(), cfg).unwrap();
+    add_range(&c, 0..1200, dims);
+    c.optimize().unwrap();
+    for s in segment_files(dir.path()) {
+        assert_eq!(s.info().space.dtype, DType::F32);
+        assert!(!s.has_full_precision());
+    }
+    c.close().unwrap();
+    let r = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    assert_eq!(r.config().codes, None);
+    // Codes need f32 vectors under a float metric.
+    let mut bad = config(dims, 400);
+    bad.space = Space::new(dims, Metric::L2, DType::F16).unwrap();
+    bad.codes = Some(DType::Sq8);
+    assert!(matches!(
+        Collection::create(&dir.path().join("bad"), bad),
+        Err(StoreError::Config(_))
+    ));
+}
