@@ -452,7 +452,7 @@ impl PyIndex {
     /// bytes per dimension; :meth:`get` returns the dequantized vector).
     /// keep_full: with ``"f16"`` / ``"sq8"`` / ``"sq16"``, also keep each
     /// float32 vector: graph searches traverse the compact codes and
-    /// re-score their whole beam exactly from the float32 rows
+    /// re-score the best ``max(2k, 16)`` of their beam exactly from the float32 rows
     /// (``search(..., refine=N)`` re-scores the best N, ``refine=0``
     /// none), exact searches read only the float32 rows, :meth:`get`
     /// returns them, and saved files carry them memory-mapped, read only

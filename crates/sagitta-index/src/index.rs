@@ -160,8 +160,8 @@ pub struct SearchOptions<'a> {
     pub nprobe: Option<usize>,
     /// Rerank depth: candidates re-scored from full-precision vectors, 0
     /// for none. `None` uses the default: for IVF the index's, for graphs
-    /// and exact scans over codes with full-precision rows the whole beam
-    /// (see [`crate::plan::plan`]).
+    /// over codes with full-precision rows the best `max(2k, 16)` of the
+    /// beam (see [`crate::plan::plan`]).
     pub refine: Option<usize>,
 }
 
