@@ -78,8 +78,9 @@ def test_search_in_groups_when_memory_is_short(tmp_path):
 def test_report_renders_runs_of_the_old_harness(tmp_path):
     from sagitta_bench import cli
 
+    # A run written by the harness before interleaving, frozen as it was.
     out = tmp_path / "BENCHMARKS.md"
-    cli.write_benchmarks(out, BENCH / "results")
+    cli.write_benchmarks(out, BENCH / "tests" / "data" / "old-harness")
     md = out.read_text()
     assert "the fastest of 3 passes" in md and "reopened in the process that had built it" in md
     assert "| 0.95 | 3276 | – | sagitta-hnsw | hnswlib | 3971 | – | 0.83× |" in md
@@ -131,7 +132,16 @@ def test_quick_run_produces_results(tmp_path):
     subprocess.run(cmd, check=True, cwd=BENCH, capture_output=True, text=True)
     run = json.loads((out / "synthetic-4000x32-k10-quick.json").read_text())
     engines = {r["engine"] for r in run["results"]}
-    assert engines == {"sagitta-hnsw", "faiss-hnsw", "hnswlib", "usearch-hnsw", "lancedb-hnsw"}
+    assert engines == {
+        "sagitta-hnsw",
+        "sagitta-hnsw-f32",
+        "sagitta-hnsw-f16",
+        "sagitta-collection",
+        "faiss-hnsw",
+        "hnswlib",
+        "usearch-hnsw",
+        "lancedb-hnsw",
+    }
     assert run["method"] == "interleaved" and len(run["search_groups"]) == 1
     for r in run["results"]:
         assert r["build_s"] > 0 and r["size_bytes"] > 0 and r["rss_peak_mb"] > r["rss_base_mb"]
