@@ -64,6 +64,7 @@ class Engine:
 class Sagitta(Engine):
     name = "sagitta-hnsw"
     opened = MEMORY_MAPPED  # sagitta.Index.open
+    dtype: str | None = None  # None: the library's default storage
 
     def version(self) -> str:
         import sagitta
@@ -82,6 +83,7 @@ class Sagitta(Engine):
             metric="cos",
             connectivity=self.m,
             expansion_add=self.ef_construction,
+            **({"dtype": self.dtype} if self.dtype else {}),
         )
         self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
 
@@ -109,18 +111,6 @@ class SagittaF32(Sagitta):
 
     name = "sagitta-hnsw-f32"
     dtype = "f32"
-
-    def build(self, base, threads):
-        import sagitta
-
-        self.index = sagitta.Index(
-            base.shape[1],
-            metric="cos",
-            dtype=self.dtype,
-            connectivity=self.m,
-            expansion_add=self.ef_construction,
-        )
-        self.index.add(np.arange(len(base), dtype=np.uint64), base, threads=threads)
 
 
 class SagittaF16(SagittaF32):

@@ -142,36 +142,29 @@ pub(crate) fn cos_f32(a: &[f32], b: &[f32]) -> f32 {
     crate::cos_from_parts(ab, aa, bb)
 }
 
-/// Returns (|a-b|², a·b, a·a, b·b); norms only when `norms`.
+/// Returns (a·b, a·a, b·b) over halves (for cosine).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
-unsafe fn f16_parts(a: &[f16], b: &[f16], norms: bool) -> (f32, f32, f32, f32) {
+unsafe fn f16_dot_norms(a: &[f16], b: &[f16]) -> (f32, f32, f32) {
     let n = a.len().min(b.len());
     let (pa, pb) = (a.as_ptr(), b.as_ptr());
     let mut i = 0;
     // SAFETY: masked 16-bit loads touch only the valid `n - i` halves.
     unsafe {
-        let (mut l2, mut ab, mut aa, mut bb) = (
-            _mm512_setzero_ps(),
+        let (mut ab, mut aa, mut bb) = (
             _mm512_setzero_ps(),
             _mm512_setzero_ps(),
             _mm512_setzero_ps(),
         );
         while i < n {
             let m = tail_mask16(n - i);
-            let va = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, pa.add(i).cast()));
-            let vb = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, pb.add(i).cast()));
+            let va = load_ph(m, pa.add(i));
+            let vb = load_ph(m, pb.add(i));
             ab = _mm512_fmadd_ps(va, vb, ab);
-            if norms {
-                aa = _mm512_fmadd_ps(va, va, aa);
-                bb = _mm512_fmadd_ps(vb, vb, bb);
-            } else {
-                let d = _mm512_sub_ps(va, vb);
-                l2 = _mm512_fmadd_ps(d, d, l2);
-            }
+            aa = _mm512_fmadd_ps(va, va, aa);
+            bb = _mm512_fmadd_ps(vb, vb, bb);
             i += 16;
         }
         (
-            _mm512_reduce_add_ps(l2),
             _mm512_reduce_add_ps(ab),
             _mm512_reduce_add_ps(aa),
             _mm512_reduce_add_ps(bb),
@@ -229,7 +222,7 @@ pub(crate) fn dot_f16(a: &[f16], b: &[f16]) -> f32 {
 
 pub(crate) fn cos_f16(a: &[f16], b: &[f16]) -> f32 {
     // SAFETY: see module docs.
-    let (_, ab, aa, bb) = unsafe { f16_parts(a, b, true) };
+    let (ab, aa, bb) = unsafe { f16_dot_norms(a, b) };
     crate::cos_from_parts(ab, aa, bb)
 }
 
