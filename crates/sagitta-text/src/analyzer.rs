@@ -1,0 +1,196 @@
+//! Analyzers: text → terms. A field is analysed the same way when it is
+//! indexed and when it is queried, so the analyzer's name is stored with
+//! the field (collection config, segment text section).
+//!
+//! Every analyzer splits on characters that are not alphanumeric
+//! (Unicode), lower-cases and drops tokens longer than
+//! [`MAX_TOKEN_BYTES`]. `en` then drops English stop words and stems
+//! with the Snowball English (Porter 2) stemmer; `simple` stops there.
+
+use rust_stemmers::{Algorithm, Stemmer};
+use std::borrow::Cow;
+use std::fmt;
+
+/// Tokens longer than this (in UTF-8 bytes) are dropped, as base64 blobs
+/// and hashes carry no meaning for ranking.
+pub const MAX_TOKEN_BYTES: usize = 40;
+
+/// Lucene's classic English stop set.
+const STOP_WORDS: [&str; 33] = [
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
+    "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
+    "they", "this", "to", "was", "will", "with",
+];
+
+/// The analyzers a text field can use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AnalyzerKind {
+    /// Split, lower-case, English stop words, Snowball English stemming.
+    English = 1,
+    /// Split and lower-case only.
+    Simple = 2,
+}
+
+impl AnalyzerKind {
+    /// Every analyzer, for error messages.
+    pub const ALL: [AnalyzerKind; 2] = [AnalyzerKind::English, AnalyzerKind::Simple];
+
+    /// The name used in configs and APIs.
+    pub fn name(self) -> &'static str {
+        match self {
+            AnalyzerKind::English => "en",
+            AnalyzerKind::Simple => "simple",
+        }
+    }
+
+    /// Parses a name (`en` / `english`, `simple`).
+    pub fn parse(s: &str) -> Option<AnalyzerKind> {
+        match s {
+            "en" | "english" => Some(AnalyzerKind::English),
+            "simple" => Some(AnalyzerKind::Simple),
+            _ => None,
+        }
+    }
+
+    /// The stored code (segment text sections).
+    pub fn code(self) -> u32 {
+        self as u32
+    }
+
+    /// The analyzer for a stored code.
+    pub fn from_code(c: u32) -> Option<AnalyzerKind> {
+        AnalyzerKind::ALL.into_iter().find(|k| k.code() == c)
+    }
+
+    /// The analyzer itself.
+    pub fn analyzer(self) -> Analyzer {
+        Analyzer::new(self)
+    }
+}
+
+impl fmt::Display for AnalyzerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Turns text into index terms.
+pub struct Analyzer {
+    kind: AnalyzerKind,
+    stemmer: Option<Stemmer>,
+}
+
+impl fmt::Debug for Analyzer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Analyzer")
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl Analyzer {
+    /// The analyzer of `kind`.
+    pub fn new(kind: AnalyzerKind) -> Analyzer {
+        let stemmer = match kind {
+            AnalyzerKind::English => Some(Stemmer::create(Algorithm::English)),
+            AnalyzerKind::Simple => None,
+        };
+        Analyzer { kind, stemmer }
+    }
+
+    /// Which analyzer this is.
+    pub fn kind(&self) -> AnalyzerKind {
+        self.kind
+    }
+
+    /// Calls `f` with each term of `text`, in order (repeats included).
+    pub fn for_each_term(&self, text: &str, mut f: impl FnMut(&str)) {
+        let mut lower = String::new();
+        for token in text
+            .split(|c: char| !c.is_alphanumeric())
+            .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES)
+        {
+            let token: Cow<'_, str> = if token.chars().any(char::is_uppercase) {
+                lower.clear();
+                lower.extend(token.chars().flat_map(char::to_lowercase));
+                Cow::Borrowed(lower.as_str())
+            } else {
+                Cow::Borrowed(token)
+            };
+            if self.stemmer.is_some() && STOP_WORDS.contains(&token.as_ref()) {
+                continue;
+            }
+            match &self.stemmer {
+                Some(s) => f(&s.stem(&token)),
+                None => f(&token),
+            }
+        }
+    }
+
+    /// The distinct terms of `text` with their counts, sorted by term.
+    pub fn term_counts(&self, text: &str) -> Vec<(String, u32)> {
+        let mut terms: Vec<String> = Vec::new();
+        self.for_each_term(text, |t| terms.push(t.to_owned()));
+        terms.sort_unstable();
+        let mut out: Vec<(String, u32)> = Vec::with_capacity(terms.len());
+        for t in terms {
+            match out.last_mut() {
+                Some((last, n)) if *last == t => *n += 1,
+                _ => out.push((t, 1)),
+            }
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn terms(kind: AnalyzerKind, s: &str) -> Vec<String> {
+        let mut out = Vec::new();
+        kind.analyzer().for_each_term(s, |t| out.push(t.to_owned()));
+        out
+    }
+
+    #[test]
+    fn english_splits_lowercases_drops_stop_words_and_stems() {
+        assert_eq!(
+            terms(
+                AnalyzerKind::English,
+                "The Libraries for running python3-foo's tests!"
+            ),
+            ["librari", "run", "python3", "foo", "s", "test"]
+        );
+    }
+
+    #[test]
+    fn simple_keeps_every_word() {
+        assert_eq!(
+            terms(AnalyzerKind::Simple, "The Running-TESTS"),
+            ["the", "running", "tests"]
+        );
+    }
+
+    #[test]
+    fn long_tokens_unicode_and_empty_text() {
+        let long = "x".repeat(MAX_TOKEN_BYTES + 1);
+        assert_eq!(
+            terms(AnalyzerKind::Simple, &format!("{long} Ärger über")),
+            ["ärger", "über"]
+        );
+        assert!(terms(AnalyzerKind::English, "").is_empty());
+        assert!(terms(AnalyzerKind::English, "the and of").is_empty());
+    }
+
+    #[test]
+    fn term_counts_are_sorted_and_counted() {
+        let c = AnalyzerKind::Simple.analyzer().term_counts("b a b");
+        assert_eq!(c, [("a".to_string(), 1), ("b".to_string(), 2)]);
+        for k in AnalyzerKind::ALL {
+            assert_eq!(AnalyzerKind::from_code(k.code()), Some(k));
+            assert_eq!(AnalyzerKind::parse(k.name()), Some(k));
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! BM25 with collection-wide statistics. A query is analysed once per
+//! field, then every part adds its document counts, lengths and
+//! document frequencies ([`TextQuery::add_stats`]) before any part is
+//! scored ([`TextQuery::score`]), so the scores of different segments are
+//! on one scale. Scoring is term-at-a-time into a per-part accumulator
+//! that remembers which slots it touched.
+//!
+//! idf = ln(1 + (N − df + 0.5) / (df + 0.5)) and a term scores
+//! idf · qtf · tf · (k1 + 1) / (tf + k1 · (1 − b + b · dl / avgdl)), summed
+//! over the query's terms and the fields searched (Lucene's BM25; a term
+//! repeated in the query counts as often as it appears).
+
+use crate::field::FieldRead;
+use crate::mem::TextFieldSpec;
+
+/// BM25 parameters.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bm25 {
+    /// Term-frequency saturation.
+    pub k1: f32,
+    /// Length normalisation (0 = none, 1 = full).
+    pub b: f32,
+}
+
+impl Default for Bm25 {
+    fn default() -> Self {
+        Bm25 { k1: 1.2, b: 0.75 }
+    }
+}
+
+#[derive(Debug)]
+struct FieldQuery {
+    name: String,
+    /// (term, count in the query).
+    terms: Vec<(String, u32)>,
+    df: Vec<u64>,
+    weights: Vec<f32>,
+    docs: u64,
+    total_len: u64,
+    avgdl: f32,
+}
+
+/// A text query with its collection-wide statistics.
+#[derive(Debug)]
+pub struct TextQuery {
+    fields: Vec<FieldQuery>,
+    params: Bm25,
+}
+
+impl TextQuery {
+    /// Analyses `text` with each field's analyzer.
+    pub fn new(text: &str, fields: &[TextFieldSpec], params: Bm25) -> TextQuery {
+        let fields = fields
+            .iter()
+            .map(|f| {
+                let terms = f.analyzer.analyzer().term_counts(text);
+                FieldQuery {
+                    name: f.name.clone(),
+                    df: vec![0; terms.len()],
+                    weights: vec![0.0; terms.len()],
+                    terms,
+                    docs: 0,
+                    total_len: 0,
+                    avgdl: 1.0,
+                }
+            })
+            .collect();
+        TextQuery { fields, params }
+    }
+
+    /// Whether no field has a term to look for (empty text, or only stop
+    /// words).
+    pub fn is_empty(&self) -> bool {
+        self.fields.iter().all(|f| f.terms.is_empty())
+    }
+
+    /// Adds one part's statistics for its fields.
+    pub fn add_stats<'a>(&mut self, fields: impl IntoIterator<Item = &'a dyn FieldRead>) {
+        for f in fields {
+            let Some(q) = self.fields.iter_mut().find(|q| q.name == f.name()) else {
+                continue;
+            };
+            q.docs += f.docs();
+            q.total_len += f.total_len();
+            for (i, (t, _)) in q.terms.iter().enumerate() {
+                q.df[i] += f.postings(t).len() as u64;
+            }
+        }
+    }
+
+    /// Computes the term weights once every part's statistics are in.
+    pub fn finish(&mut self) {
+        let k1 = self.params.k1;
+        for q in &mut self.fields {
+            let n = q.docs as f64;
+            q.avgdl = if q.docs == 0 {
+                1.0
+            } else {
+                (q.total_len as f64 / n).max(1e-9) as f32
+            };
+            for (i, (_, qtf)) in q.terms.iter().enumerate() {
+                let df = q.df[i] as f64;
+                let idf = (1.0 + (n - df + 0.5) / (df + 0.5)).ln().max(0.0);
+                q.weights[i] = (idf * f64::from(*qtf) * f64::from(k1 + 1.0)) as f32;
+            }
+        }
+    }
+
+    /// Scores one part's fields into `acc` (sized to the part's slots).
+    pub fn score<'a>(
+        &self,
+        fields: impl IntoIterator<Item = &'a dyn FieldRead>,
+        acc: &mut Accumulator,
+    ) {
+        let Bm25 { k1, b } = self.params;
+        for f in fields {
+            let Some(q) = self.fields.iter().find(|q| q.name == f.name()) else {
+                continue;
+            };
+            let lens = f.doc_lens();
+            let base = k1 * (1.0 - b);
+            let per_len = k1 * b / q.avgdl;
+            for (i, (t, _)) in q.terms.iter().enumerate() {
+                let w = q.weights[i];
+                if w <= 0.0 {
+                    continue;
+                }
+                f.postings(t).for_each(|slot, tf| {
+                    let tf = tf as f32;
+                    let norm = base + per_len * lens.get(slot) as f32;
+                    acc.add(slot, w * tf / (tf + norm));
+                });
+            }
+        }
+    }
+}
+
+/// Scores by slot for one part, and the slots touched.
+#[derive(Debug, Default)]
+pub struct Accumulator {
+    scores: Vec<f32>,
+    touched: Vec<u32>,
+}
+
+impl Accumulator {
+    /// Empties it for a part of `nslots` slots.
+    pub fn reset(&mut self, nslots: usize) {
+        for &s in &self.touched {
+            if let Some(x) = self.scores.get_mut(s as usize) {
+                *x = 0.0;
+            }
+        }
+        self.touched.clear();
+        self.scores.truncate(nslots);
+        self.scores.resize(nslots, 0.0);
+    }
+
+    /// Adds `s` to `slot`'s score (slots past the part are ignored).
+    #[inline]
+    pub fn add(&mut self, slot: u32, s: f32) {
+        if let Some(x) = self.scores.get_mut(slot as usize) {
+            if *x == 0.0 {
+                self.touched.push(slot);
+            }
+            *x += s;
+        }
+    }
+
+    /// Every touched slot with its score, in the order first touched.
+    pub fn hits(&self) -> impl Iterator<Item = (u32, f32)> + '_ {
+        self.touched
+            .iter()
+            .map(|&s| (s, self.scores[s as usize]))
+            .filter(|&(_, x)| x > 0.0)
+    }
+
+    /// Slots touched.
+    pub fn touched(&self) -> usize {
+        self.touched.len()
+    }
+}

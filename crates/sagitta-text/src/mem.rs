@@ -1,0 +1,166 @@
+//! The growable in-memory inverted index: the mutable part's text index
+//! (documents added as rows are written) and the builder a segment's text
+//! section is encoded from.
+
+use crate::analyzer::{Analyzer, AnalyzerKind};
+use crate::field::{DocLens, FieldRead, Postings};
+use std::collections::HashMap;
+
+/// A text field to index: a payload column and its analyzer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TextFieldSpec {
+    /// The payload column (a string column).
+    pub name: String,
+    /// How its text is analysed.
+    pub analyzer: AnalyzerKind,
+}
+
+impl TextFieldSpec {
+    /// A field analysed with `analyzer`.
+    pub fn new(name: impl Into<String>, analyzer: AnalyzerKind) -> TextFieldSpec {
+        TextFieldSpec {
+            name: name.into(),
+            analyzer,
+        }
+    }
+}
+
+/// One field's inverted index in memory.
+#[derive(Debug)]
+pub struct MemField {
+    name: String,
+    analyzer: Analyzer,
+    terms: HashMap<Box<str>, u32>,
+    postings: Vec<Vec<(u32, u32)>>,
+    doc_len: Vec<u32>,
+    docs: u64,
+    total_len: u64,
+}
+
+impl MemField {
+    /// An empty field index.
+    pub fn new(spec: &TextFieldSpec) -> MemField {
+        MemField {
+            name: spec.name.clone(),
+            analyzer: spec.analyzer.analyzer(),
+            terms: HashMap::new(),
+            postings: Vec::new(),
+            doc_len: Vec::new(),
+            docs: 0,
+            total_len: 0,
+        }
+    }
+
+    /// Indexes `text` as the document of `slot`. A slot is added once
+    /// (a second call for the same slot is ignored); text with no terms
+    /// adds nothing.
+    pub fn add(&mut self, slot: u32, text: &str) {
+        let i = slot as usize;
+        if self.doc_len.get(i).is_some_and(|&l| l > 0) {
+            return;
+        }
+        let counts = self.analyzer.term_counts(text);
+        let len: u32 = counts.iter().map(|(_, n)| n).sum();
+        if len == 0 {
+            return;
+        }
+        if self.doc_len.len() <= i {
+            self.doc_len.resize(i + 1, 0);
+        }
+        self.doc_len[i] = len;
+        self.docs += 1;
+        self.total_len += u64::from(len);
+        for (term, n) in counts {
+            let next = self.postings.len() as u32;
+            let id = *self.terms.entry(term.into_boxed_str()).or_insert(next);
+            if id == next {
+                self.postings.push(Vec::new());
+            }
+            self.postings[id as usize].push((slot, n));
+        }
+    }
+
+    /// Distinct terms.
+    pub fn term_count(&self) -> usize {
+        self.postings.len()
+    }
+
+    /// Every (term, postings sorted by slot), terms sorted: the order a
+    /// segment section stores them in.
+    pub(crate) fn sorted(&self) -> Vec<(&str, Vec<(u32, u32)>)> {
+        let mut out: Vec<(&str, Vec<(u32, u32)>)> = self
+            .terms
+            .iter()
+            .map(|(t, &id)| {
+                let mut p = self.postings[id as usize].clone();
+                p.sort_unstable_by_key(|&(s, _)| s);
+                (t.as_ref(), p)
+            })
+            .collect();
+        out.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        out
+    }
+
+    /// Bytes held (approximate).
+    pub fn memory_usage(&self) -> usize {
+        let terms: usize = self.terms.keys().map(|t| t.len() + 32).sum();
+        let post: usize = self.postings.iter().map(|p| p.capacity() * 8 + 24).sum();
+        terms + post + self.doc_len.capacity() * 4
+    }
+}
+
+impl FieldRead for MemField {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn analyzer(&self) -> AnalyzerKind {
+        self.analyzer.kind()
+    }
+    fn docs(&self) -> u64 {
+        self.docs
+    }
+    fn total_len(&self) -> u64 {
+        self.total_len
+    }
+    fn postings(&self, term: &str) -> Postings<'_> {
+        match self.terms.get(term) {
+            Some(&id) => Postings::Mem(&self.postings[id as usize]),
+            None => Postings::Empty,
+        }
+    }
+    fn doc_lens(&self) -> DocLens<'_> {
+        DocLens::Mem(&self.doc_len)
+    }
+}
+
+/// The in-memory text index of a part: one [`MemField`] per text field.
+#[derive(Debug)]
+pub struct MemText {
+    fields: Vec<MemField>,
+}
+
+impl MemText {
+    /// An empty index over `specs`.
+    pub fn new(specs: &[TextFieldSpec]) -> MemText {
+        MemText {
+            fields: specs.iter().map(MemField::new).collect(),
+        }
+    }
+
+    /// The fields, in declaration order.
+    pub fn fields(&self) -> &[MemField] {
+        &self.fields
+    }
+
+    /// Indexes `text` as field `field`'s document for `slot`.
+    pub fn add(&mut self, field: usize, slot: u32, text: &str) {
+        if let Some(f) = self.fields.get_mut(field) {
+            f.add(slot, text);
+        }
+    }
+
+    /// Bytes held (approximate).
+    pub fn memory_usage(&self) -> usize {
+        self.fields.iter().map(MemField::memory_usage).sum()
+    }
+}
