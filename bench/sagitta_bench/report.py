@@ -244,3 +244,64 @@ def plot(run: dict, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def text_markdown(run: dict) -> str:
+    """The text mode's section (``text.py``): accuracy and latency per
+    method, Sagitta's fusion sweep, ingest steps, and how it was run."""
+    env = run["env"]
+    pin = env.get("pinning") or {}
+    pinned = (
+        f"every thread of the engine's process pinned to cpu {pin['cpu']} "
+        "(`os.sched_setaffinity`)"
+        if pin.get("used")
+        else f"not pinned ({pin.get('why', 'unknown')})"
+    )
+    la = " ".join(f"{x:.2f}" for x in run["loadavg_start"])
+    lb = " ".join(f"{x:.2f}" for x in run["loadavg_end"])
+    common = run["common"]
+    corpus = f"{run['corpus_rows']:,} rows" + (
+        " (a reduced corpus: `--rows`; not the task's scores)" if run.get("rows") else ""
+    )
+    lines = [
+        f"Command: `{env['command']}`",
+        "",
+        f"Machine: {env['cpu']}, {env['cores']} cores; Python {env['python']}; Sagitta ISA "
+        f"{env['isa']}. Load average at start {la}, at end {lb}. Versions: "
+        + ", ".join(f"{r['engine']} {r['version']}" for r in run["results"])
+        + ".",
+        "",
+        f"Corpus {corpus}; {run['queries']:,} dev queries (a seeded permutation; smaller "
+        "query sets are its prefixes). Each method asks for the top 11 through the engine's "
+        "public Python API, one query per call, and the query's own row is dropped before "
+        f"scoring the top 10. Engines one after another, each in its own process; ingest and "
+        f"index builds on all cores, query loops {pinned}, after {run['warmup']} untimed "
+        f"queries. *common*: the same metric over the first {common:,} queries, which every "
+        "method ran.",
+        "",
+        "| engine | method | queries | recall@10 | nDCG@10 | MRR@10 | nDCG@10 common "
+        "| mean ms | p50 ms | p99 ms |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def row(engine: str, m: dict) -> str:
+        return (
+            f"| {engine} | {m['method']} | {m['queries']:,} | {m['recall']:.4f} "
+            f"| {m['ndcg']:.4f} | {m['mrr']:.4f} | {m['common']['ndcg']:.4f} "
+            f"| {m['mean_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} |"
+        )
+
+    for r in run["results"]:
+        lines += [row(r["engine"], m) for m in r["methods"] if m["group"] == "main"]
+    sweep = [(r["engine"], m) for r in run["results"] for m in r["methods"] if m["group"] == "sweep"]
+    if sweep:
+        best = max(sweep, key=lambda em: em[1]["ndcg"])[1]
+        lines += [
+            "",
+            f"Fusion sweep (best nDCG@10: {best['method']}, {best['ndcg']:.4f}):",
+            "",
+            lines[-len(lines) + lines.index("| engine | method | queries | recall@10 | nDCG@10 "
+                                            "| MRR@10 | nDCG@10 common | mean ms | p50 ms "
+                                            "| p99 ms |")],
+        ]
+    return "\n".join(lines)

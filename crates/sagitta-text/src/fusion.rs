@@ -13,6 +13,9 @@
 
 use std::collections::HashMap;
 
+/// A leg's score normalisation.
+type Norm = Box<dyn Fn(f32) -> f32>;
+
 /// How two legs are combined.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Fusion {
@@ -85,7 +88,7 @@ pub fn fuse(dense: &[(u64, f32)], text: &[(u64, f32)], fusion: Fusion, k: usize)
     // are unchanged by the metric's offset).
     let sims: Vec<f32> = dense.iter().map(|&(_, d)| -d).collect();
     let texts: Vec<f32> = text.iter().map(|&(_, s)| s).collect();
-    let (nd, nt): (Box<dyn Fn(f32) -> f32>, Box<dyn Fn(f32) -> f32>) = match fusion {
+    let (nd, nt): (Norm, Norm) = match fusion {
         Fusion::Rrf { .. } => (Box::new(|x| x), Box::new(|x| x)),
         Fusion::Alpha { .. } => (Box::new(min_max(&sims)), Box::new(min_max(&texts))),
         Fusion::Dbsf => (Box::new(dbsf(&sims)), Box::new(dbsf(&texts))),

@@ -178,7 +178,7 @@ impl<'a> TextSection<'a> {
                     _ => Err(bad(format!("field {fi}: {what} out of bounds"))),
                 }
             };
-            let words = |n: u64| n.checked_mul(4).unwrap_or(u64::MAX);
+            let words = |n: u64| n.saturating_mul(4);
             let (nterms, npost) = (d[5], d[6]);
             let name = std::str::from_utf8(slice(d[0], d[1], "name")?)
                 .map_err(|_| bad(format!("field {fi}: name is not UTF-8")))?;
