@@ -69,6 +69,14 @@ pub enum StoreError {
     /// User error: a collection setting is invalid.
     #[error("invalid collection config: {0}")]
     Config(String),
+    /// User error: a text query or text field that cannot be used (too
+    /// long, no searchable terms, no text fields, bad fusion settings).
+    #[error("invalid text query: {0}")]
+    InvalidText(String),
+    /// Environment error: the collection's embedding model is missing or
+    /// unreadable, or embedding failed.
+    #[error("embedding model: {0}")]
+    Model(String),
     /// User error from the index layer (bad query, bad k, ...).
     #[error(transparent)]
     Index(#[from] IndexError),

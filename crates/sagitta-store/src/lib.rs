@@ -25,9 +25,10 @@ pub mod wal;
 
 pub use collection::{
     default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
-    OpenMode,
+    OpenMode, TextHit, TextSearch,
 };
 pub use error::{Result, StoreError};
 pub use filter::Filter;
 pub use payload::{Field, FieldType, Payload, PayloadError, Schema, Value};
+pub use sagitta_text::{AnalyzerKind, Fusion, TextFieldSpec};
 pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};

@@ -68,6 +68,7 @@ use sagitta_index::{
     Neighbor, Plan, SearchOptions, Space, Target, VectorRef,
 };
 use sagitta_kernels::Distance;
+use sagitta_text::{MemText, TextFieldSpec, TextSection};
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -76,7 +77,7 @@ use std::sync::{Arc, OnceLock};
 /// File magic.
 pub const MAGIC: [u8; 8] = *b"SGTASEG\0";
 /// The format version this build writes.
-pub const FORMAT_VERSION: u32 = 3;
+pub const FORMAT_VERSION: u32 = 4;
 /// The oldest format version this build reads.
 pub const OLDEST_SUPPORTED_VERSION: u32 = 1;
 /// Bytes in the fixed header.
@@ -123,6 +124,9 @@ pub enum SectionKind {
     Payload = 14,
     /// Payload indexes (see the `pindex` module) (with `Payload`, format 3).
     PayloadIndex = 15,
+    /// Full-text index of the text fields (see `sagitta_text::section`)
+    /// (optional, format 4).
+    Text = 16,
 }
 
 /// IVF-RaBitQ parameters of a segment (header bytes 72..100).
@@ -293,6 +297,8 @@ pub struct Segment {
     /// Payload sections (IPC stream, index), decoded on first use.
     payload_sections: Option<((usize, usize), (usize, usize))>,
     payload: OnceLock<std::result::Result<Option<Arc<SegmentPayload>>, String>>,
+    /// The text section, parsed on each use (O(fields)).
+    text: Option<(usize, usize)>,
 }
 
 impl std::fmt::Debug for Segment {
@@ -317,19 +323,22 @@ impl Segment {
     /// `path.tmp`, which is fsynced, renamed over `path`, and the directory
     /// fsynced. Returns the header written.
     pub fn write(index: &Index, path: &Path) -> Result<SegmentInfo> {
-        Segment::write_with_payload(index, None, path)
+        Segment::write_with_payload(index, None, &[], path)
     }
 
     /// [`Segment::write`] with payload columns: `payload` holds one row per
     /// slot of `index`, in slot order; its schema's fields become the
-    /// Arrow section's columns and each gets a payload index.
+    /// Arrow section's columns and each gets a payload index. The string
+    /// columns named in `text` get a full-text index (a text section);
+    /// only live slots are indexed.
     pub fn write_with_payload(
         index: &Index,
         payload: Option<(&Schema, &RecordBatch)>,
+        text: &[TextFieldSpec],
         path: &Path,
     ) -> Result<SegmentInfo> {
         let tmp = tmp_path(path);
-        let r = write_file(index, payload, &tmp);
+        let r = write_file(index, payload, text, &tmp);
         if r.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -543,6 +552,11 @@ impl Segment {
                 ))
             }
         };
+        let text = if has(SectionKind::Text) {
+            Some(find(SectionKind::Text, None)?)
+        } else {
+            None
+        };
         let info = SegmentInfo {
             version,
             space,
@@ -574,6 +588,7 @@ impl Segment {
             scratch: Mutex::new(Vec::new()),
             payload_sections,
             payload: OnceLock::new(),
+            text,
             sections,
             info,
             map: Arc::new(map),
@@ -680,6 +695,18 @@ impl Segment {
             },
             info,
         ))
+    }
+
+    /// The full-text index of the segment's text fields (None when it was
+    /// written without one). Parsed from the mapping on each call: the
+    /// header and one directory entry per field.
+    pub fn text(&self) -> Result<Option<TextSection<'_>>> {
+        let Some((off, len)) = self.text else {
+            return Ok(None);
+        };
+        TextSection::parse(&self.map[off..off + len], self.info.slots as u32)
+            .map(Some)
+            .map_err(|e| Self::corrupt(&self.path, off as u64, e.to_string()))
     }
 
     /// The payload columns and indexes, decoded on first use (the Arrow
@@ -1361,6 +1388,7 @@ impl SectionWriter<'_> {
 fn write_file(
     index: &Index,
     payload: Option<(&Schema, &RecordBatch)>,
+    text: &[TextFieldSpec],
     tmp: &Path,
 ) -> Result<SegmentInfo> {
     let view = index.view();
@@ -1388,6 +1416,12 @@ fn write_file(
     } else {
         4
     } + usize::from(has_full);
+    let text = match payload {
+        Some((_, batch)) if !text.is_empty() && batch.num_rows() == view.slots() => {
+            Some(text_section(&view, batch, text)?)
+        }
+        _ => None,
+    };
     let payload = match payload {
         Some((schema, batch)) if !schema.is_empty() => {
             if batch.num_rows() != view.slots() {
@@ -1401,7 +1435,7 @@ fn write_file(
         }
         _ => None,
     };
-    let nsec = nsec + if payload.is_some() { 2 } else { 0 };
+    let nsec = nsec + if payload.is_some() { 2 } else { 0 } + usize::from(text.is_some());
     let file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -1579,6 +1613,11 @@ fn write_file(
         w.put(idx)?;
         w.end();
     }
+    if let Some(t) = &text {
+        w.begin(SectionKind::Text)?;
+        w.put(t)?;
+        w.end();
+    }
     let info = SegmentInfo {
         version: FORMAT_VERSION,
         space,
@@ -1608,7 +1647,13 @@ fn write_file(
         nsec as u32,
         entry,
         crc32c::crc32c(&table),
-        payload.is_some(),
+        if text.is_some() {
+            4
+        } else if payload.is_some() {
+            3
+        } else {
+            0
+        },
     );
     let mut file = w.out.into_inner().map_err(|e| StoreError::Io {
         op: "flush",
@@ -1627,7 +1672,7 @@ fn encode_header(
     nsec: u32,
     entry: u32,
     table_crc: u32,
-    payload: bool,
+    sections_need: u32,
 ) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(&MAGIC);
@@ -1635,9 +1680,10 @@ fn encode_header(
     // Flat and HNSW files over version-1 dtypes are laid out as in
     // version 1, so a version-1 reader may read them; IVF files and
     // scalar-quantized dtypes need a version-2 reader.
-    // Payload sections need a version-3 reader.
-    let oldest_reader: u32 = if payload {
-        3
+    // Payload sections need a version-3 reader, a text section a
+    // version-4 one.
+    let oldest_reader: u32 = if sections_need > 0 {
+        sections_need
     } else if info.ivf.is_some() || info.space.dtype.is_quantized() {
         2
     } else {
@@ -1677,3 +1723,33 @@ fn encode_header(
 }
 
 const _: () = assert!(HEADER_LEN == 128 && SECTION_ENTRY_LEN == 32);
+
+/// The text section of a segment: the `text` fields' string columns of
+/// `batch` (one row per slot), live slots only.
+fn text_section(
+    view: &sagitta_index::IndexView<'_>,
+    batch: &RecordBatch,
+    text: &[TextFieldSpec],
+) -> Result<Vec<u8>> {
+    use arrow_array::cast::AsArray;
+    use arrow_array::Array;
+    let mut mem = MemText::new(text);
+    for (fi, f) in text.iter().enumerate() {
+        let Some(col) = batch.column_by_name(&f.name) else {
+            continue;
+        };
+        let Some(strings) = col.as_string_opt::<i32>() else {
+            return Err(StoreError::Payload(PayloadError::Malformed(format!(
+                "text field {:?} is not a string column",
+                f.name
+            ))));
+        };
+        for slot in 0..view.slots().min(strings.len()) {
+            if view.is_live(slot as u32) && strings.is_valid(slot) {
+                mem.add(fi, slot as u32, strings.value(slot));
+            }
+        }
+    }
+    sagitta_text::section::encode(&mem, view.slots() as u32)
+        .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))
+}

@@ -586,7 +586,8 @@ fn frozen_v3_payload_fixture_reads_back() {
             .map(|&k| Some(&rows[(k - 1000) as usize][..]))
             .collect();
         let batch = sagitta_store::payload::to_record_batch(&schema, by_slot.into_iter()).unwrap();
-        Segment::write_with_payload(&index, Some((&schema, &batch)), &payload_fixture()).unwrap();
+        Segment::write_with_payload(&index, Some((&schema, &batch)), &[], &payload_fixture())
+            .unwrap();
     }
     let seg = Segment::open(&payload_fixture()).unwrap();
     assert_eq!(seg.info().version, 3);

@@ -4,15 +4,19 @@
 //! and is only extended over slots added since.
 
 use crate::filter::{Bound, FilterCache};
-use crate::payload::Row;
+use crate::payload::{Row, Schema, Value};
 use parking_lot::RwLock;
 use sagitta_index::Bitset;
+use sagitta_text::{MemText, TextFieldSpec};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 #[derive(Debug, Default)]
 pub(crate) struct ActiveRows {
     pub rows: RwLock<Vec<Option<Row>>>,
+    /// The full-text index of the part's text fields (None when the
+    /// collection has none), with each field's schema position.
+    pub text: Option<(RwLock<MemText>, Vec<String>)>,
     cache: FilterCache,
     /// Slots below this have their final row (set after each write has
     /// stored its rows); only those are cached.
@@ -20,6 +24,32 @@ pub(crate) struct ActiveRows {
 }
 
 impl ActiveRows {
+    /// Empty rows for a part of a collection with text fields `text`.
+    pub fn new(text: &[TextFieldSpec]) -> ActiveRows {
+        ActiveRows {
+            text: (!text.is_empty()).then(|| {
+                (
+                    RwLock::new(MemText::new(text)),
+                    text.iter().map(|f| f.name.clone()).collect(),
+                )
+            }),
+            ..ActiveRows::default()
+        }
+    }
+
+    /// Indexes the text fields of `row` (laid out by `schema`) as `slot`'s.
+    pub fn index_text(&self, schema: &Schema, slot: u32, row: &[Value]) {
+        let Some((mem, names)) = &self.text else {
+            return;
+        };
+        let mut mem = mem.write();
+        for (fi, name) in names.iter().enumerate() {
+            if let Some(Value::Str(s)) = schema.index_of(name).and_then(|i| row.get(i)) {
+                mem.add(fi, slot, s);
+            }
+        }
+    }
+
     pub fn get(&self, slot: u32) -> Option<Row> {
         self.rows.read().get(slot as usize).cloned().flatten()
     }

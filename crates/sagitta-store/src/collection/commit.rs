@@ -2,6 +2,7 @@
 //! the commit that publishes a new part list (tombstones, bloom, manifest
 //! rename, state swap, removal of replaced files).
 
+use super::active::ActiveRows;
 use super::config::CollectionConfig;
 use super::files::{self, segment_file, SegmentEntry};
 use super::part::{Body, Dead, Part};
@@ -52,7 +53,7 @@ impl Inner {
         )));
         *st = Arc::new(State {
             active,
-            rows: Arc::default(),
+            rows: Arc::new(ActiveRows::new(&self.config.text)),
             parts,
         });
         true
@@ -150,7 +151,12 @@ impl Inner {
             let file = segment_file(part.id);
             let path = self.dir.join(&file);
             let batch = self.payload_batch(index, |_, slot| rows.get(slot))?;
-            Segment::write_with_payload(index, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
+            Segment::write_with_payload(
+                index,
+                batch.as_ref().map(|(s, b)| (s, b)),
+                &self.config.text_fields(),
+                &path,
+            )?;
             let seg = Segment::open(&path)?;
             // The file has the frozen part's slots: its dead set carries
             // over as is (and the commit carries kills made since).

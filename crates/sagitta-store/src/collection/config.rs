@@ -4,6 +4,7 @@
 
 use crate::error::{Result, StoreError};
 use sagitta_index::{DType, HnswParams, Index, IndexKind, IvfParams, Metric, Space};
+use sagitta_text::{AnalyzerKind, TextFieldSpec};
 use serde::{Deserialize, Serialize};
 
 /// When acknowledged writes reach the disk.
@@ -53,7 +54,7 @@ pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 1 << 30;
 pub const DEFAULT_IDLE_SEAL_MS: u64 = 1000;
 
 /// Settings fixed when a collection is created.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct CollectionConfig {
     /// Dimensions, metric, storage type.
     pub space: Space,
@@ -94,6 +95,16 @@ pub struct CollectionConfig {
     /// measured; see docs/FORMAT.md and BENCHMARKS.md), else `None`.
     /// Applies to HNSW collections only.
     pub codes: Option<DType>,
+    /// Payload string columns with a full-text (BM25) index, each with its
+    /// analyzer. They are declared in the payload schema as strings at
+    /// creation. Every segment gets a text section over them, the mutable
+    /// part an in-memory index; text queries search all of them.
+    pub text: Vec<TextFieldSpec>,
+    /// A built-in embedding model (e.g. `all-minilm-l6-v2`) for the first
+    /// text field: rows written with that text and no vector are embedded
+    /// by the engine, and a search given text and no vector embeds the
+    /// query. Its dimensions must be the collection's.
+    pub embed_model: Option<String>,
 }
 
 /// The compact codes a new HNSW collection over `space` traverses with by
@@ -119,7 +130,14 @@ impl CollectionConfig {
             durability: Durability::Batch,
             key_bits: 64,
             codes: default_codes(&space),
+            text: Vec::new(),
+            embed_model: None,
         }
+    }
+
+    /// The full-text fields.
+    pub fn text_fields(&self) -> Vec<TextFieldSpec> {
+        self.text.clone()
     }
 
     /// The space of built (HNSW) segments: `space` with the dtype of
@@ -169,6 +187,27 @@ impl CollectionConfig {
                     c.name(),
                     self.space.dtype.name(),
                     self.space.metric.name()
+                )));
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for f in &self.text {
+            if f.name.is_empty() || f.name.len() > 255 || !seen.insert(&f.name) {
+                return Err(StoreError::Config(format!(
+                    "text field {:?}: names must be 1 to 255 bytes and distinct",
+                    f.name
+                )));
+            }
+        }
+        if let Some(m) = &self.embed_model {
+            if self.text.is_empty() {
+                return Err(StoreError::Config(format!(
+                    "embed_model = {m:?} needs a text field to embed (text_fields)"
+                )));
+            }
+            if self.space.dtype.is_quantized() || self.space.metric.is_binary() {
+                return Err(StoreError::Config(format!(
+                    "embed_model = {m:?} needs float vectors under l2, ip or cos"
                 )));
             }
         }
@@ -268,6 +307,17 @@ pub(crate) struct ConfigFile {
     /// Absent in collections made before graph codes: none.
     #[serde(default)]
     codes: Option<String>,
+    /// Full-text fields (absent before full text: none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    text: Vec<TextFieldFile>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    embed_model: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct TextFieldFile {
+    name: String,
+    analyzer: String,
 }
 
 fn default_bits() -> u8 {
@@ -309,6 +359,15 @@ impl ConfigFile {
             idle_seal_ms: c.idle_seal_ms,
             optimizer_threads: c.optimizer_threads,
             codes: c.codes.map(|d| d.name().into()),
+            text: c
+                .text
+                .iter()
+                .map(|f| TextFieldFile {
+                    name: f.name.clone(),
+                    analyzer: f.analyzer.name().into(),
+                })
+                .collect(),
+            embed_model: c.embed_model.clone(),
         }
     }
 
@@ -346,6 +405,17 @@ impl ConfigFile {
                 Some(c) => Some(DType::parse(c)?),
                 None => None,
             },
+            text: self
+                .text
+                .iter()
+                .map(|f| {
+                    Some(TextFieldSpec::new(
+                        &f.name,
+                        AnalyzerKind::parse(&f.analyzer)?,
+                    ))
+                })
+                .collect::<Option<Vec<_>>>()?,
+            embed_model: self.embed_model.clone(),
         })
     }
 }

@@ -49,10 +49,12 @@
 mod active;
 mod commit;
 mod config;
+mod embed;
 mod files;
 pub(crate) mod optimizer;
 mod part;
 mod search;
+mod text;
 mod write;
 
 pub use config::{
@@ -61,10 +63,11 @@ pub use config::{
 };
 pub use optimizer::OptimizerStats;
 pub use search::CollectionSearch;
+pub use text::{TextHit, TextSearch, DEFAULT_DEPTH, DEFAULT_FUSION};
 
 use crate::bloom::Bloom;
 use crate::error::{io, Result, StoreError};
-use crate::payload::Schema;
+use crate::payload::{Field, FieldType, Schema};
 use crate::segment::Segment;
 use crate::wal::{self, Wal};
 use active::ActiveRows;
@@ -213,6 +216,18 @@ impl Collection {
             next_segment_id: 1,
             payload: Vec::new(),
         };
+        let mut m = m;
+        if !config.text.is_empty() {
+            let fields: Vec<Field> = config
+                .text
+                .iter()
+                .map(|f| Field {
+                    name: f.name.clone(),
+                    ty: FieldType::String,
+                })
+                .collect();
+            m.set_schema(&Schema::new(fields)?);
+        }
         m.write(dir)?;
         Collection::open(dir, OpenMode::ReadWrite)
     }
@@ -298,12 +313,12 @@ impl Collection {
         let inner = Inner {
             dir: dir.to_path_buf(),
             mode,
-            config,
             state: RwLock::new(Arc::new(State {
                 active: Arc::new(config.active_index()?),
-                rows: Arc::default(),
+                rows: Arc::new(ActiveRows::new(&config.text)),
                 parts,
             })),
+            config,
             schema: RwLock::new(schema),
             bloom: RwLock::new(bloom),
             writer: Mutex::new(None),

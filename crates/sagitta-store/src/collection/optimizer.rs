@@ -608,7 +608,12 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
         if let Some(e) = failure.into_inner() {
             return Err(e);
         }
-        Segment::write_with_payload(&index, batch.as_ref().map(|(s, b)| (s, b)), &path)?;
+        Segment::write_with_payload(
+            &index,
+            batch.as_ref().map(|(s, b)| (s, b)),
+            &c.config.text_fields(),
+            &path,
+        )?;
         let seg = Segment::open(&path)?;
         Some(Arc::new(Part::new(id, Body::Sealed { file, seg })))
     };

@@ -36,17 +36,17 @@ pub struct CollectionSearch<'a> {
 }
 
 /// One part as a search sees it.
-struct Seg<'a> {
-    seg: &'a dyn IndexRead,
+pub(super) struct Seg<'a> {
+    pub seg: &'a dyn IndexRead,
     /// The immutable part (None for the mutable one).
-    part: Option<&'a Part>,
-    live: usize,
-    dead: Option<Arc<Dead>>,
+    pub part: Option<&'a Part>,
+    pub live: usize,
+    pub dead: Option<Arc<Dead>>,
     /// The caller's key filter and payload predicate, intersected with the
     /// dead bitmap.
-    combined: Option<Bitset>,
+    pub combined: Option<Bitset>,
     /// Slots set in `combined`.
-    allowed: Option<usize>,
+    pub allowed: Option<usize>,
 }
 
 impl Seg<'_> {
@@ -83,7 +83,7 @@ impl Seg<'_> {
 impl Inner {
     /// Every part of `st` with the slots a search or count may return:
     /// the caller's keys, the payload predicate and the dead set, ANDed.
-    fn segments<'s>(
+    pub(super) fn segments<'s>(
         &self,
         st: &'s State,
         keys: Option<&[u64]>,

@@ -9,6 +9,7 @@ use crate::payload::{self, Field, Payload, PayloadError, Row, Value};
 use crate::wal::{self, Op};
 use rayon::prelude::*;
 use sagitta_index::{IndexError, IndexRead, IndexWrite, VectorRef};
+use sagitta_text::MAX_TEXT_BYTES;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -117,6 +118,7 @@ impl Collection {
         check_lengths(keys, vectors)?;
         if let Some(p) = payload {
             p.validate(keys.len())?;
+            self.check_text_columns(p)?;
         }
         let c = &*self.inner;
         let stored = c.encode(vectors)?;
@@ -164,6 +166,27 @@ impl Collection {
             e
         };
         c.write(w, e, &[])
+    }
+
+    /// Text fields hold strings of at most [`MAX_TEXT_BYTES`].
+    fn check_text_columns(&self, p: &Payload) -> Result<()> {
+        for (f, col) in p.fields.iter().zip(&p.columns) {
+            if !self.inner.config.text.iter().any(|t| t.name == f.name) {
+                continue;
+            }
+            for (row, v) in col.iter().enumerate() {
+                if let Value::Str(s) = v {
+                    if s.len() > MAX_TEXT_BYTES {
+                        return Err(StoreError::InvalidText(format!(
+                            "row {row}: field {:?} holds {} bytes of text: at most {MAX_TEXT_BYTES}",
+                            f.name,
+                            s.len()
+                        )));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Parses and checks a JSON filter against the current schema.
@@ -334,12 +357,16 @@ impl Inner {
         }
         state.active.upsert_encoded_batch(keys, stored, 0)?;
         if let Some(rows) = rows {
+            let schema = state.rows.text.as_ref().map(|_| self.schema.read().clone());
             let mut slots = state.rows.rows.write();
             slots.resize(state.active.slot_count(), None);
             for (k, r) in keys.iter().zip(rows) {
                 if let Some(slot) = state.active.slot_of(*k) {
                     if let Some(x) = slots.get_mut(slot as usize) {
                         *x = (!r.is_empty()).then(|| r.clone());
+                    }
+                    if let Some(schema) = &schema {
+                        state.rows.index_text(schema, slot, r);
                     }
                 }
             }

@@ -1,0 +1,406 @@
+//! Full-text and hybrid search on a collection: BM25 answers equal a
+//! one-index oracle in the mutable part, after sealing, after the
+//! optimizer built and merged segments, and after a reopen (statistics
+//! are collection-wide); deletes, upserts and payload filters apply before
+//! top-k; fusion edge cases; typed errors for bad text.
+
+#![allow(clippy::unwrap_used)]
+
+use sagitta_index::{DType, IndexKind, Metric, Space, VectorRef};
+use sagitta_store::{
+    AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Field, FieldType, Filter, Fusion,
+    OpenMode, Payload, StoreError, TextFieldSpec, TextSearch, Value,
+};
+use sagitta_text::{Accumulator, Bm25, FieldRead, MemText, TextQuery};
+use serde_json::json;
+
+const DIMS: usize = 8;
+const WORDS: [&str; 24] = [
+    "vector", "search", "engine", "python", "rust", "library", "fast", "index", "graph", "segment",
+    "text", "query", "database", "server", "client", "storage", "memory", "disk", "network",
+    "parser", "compiler", "kernel", "driver", "package",
+];
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+fn text_of(k: u64) -> String {
+    let mut r = Rng(k.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let n = 3 + r.next() % 12;
+    (0..n)
+        .map(|_| {
+            // Skewed: low words are common, high ones rare.
+            let a = r.next() % WORDS.len() as u64;
+            let b = r.next() % WORDS.len() as u64;
+            WORDS[a.min(b) as usize]
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn vector(k: u64) -> Vec<f32> {
+    let mut r = Rng(k.wrapping_mul(0xD1B5_4A32_D192_ED03) | 1);
+    (0..DIMS)
+        .map(|_| (r.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+        .collect()
+}
+
+fn config(segment_rows: u64) -> CollectionConfig {
+    let space = Space::new(DIMS, Metric::L2, DType::F32).unwrap();
+    let mut c = CollectionConfig::new(space);
+    c.kind = IndexKind::Hnsw;
+    c.segment_size = (segment_rows * c.bytes_per_vector()).max(4096);
+    c.idle_seal_ms = 0;
+    c.text = vec![TextFieldSpec::new("body", AnalyzerKind::English)];
+    c
+}
+
+fn payload(keys: &[u64]) -> Payload {
+    Payload {
+        fields: vec![
+            Field {
+                name: "body".into(),
+                ty: FieldType::String,
+            },
+            Field {
+                name: "year".into(),
+                ty: FieldType::Int64,
+            },
+        ],
+        columns: vec![
+            keys.iter()
+                .map(|&k| Value::Str(text_of(k).into()))
+                .collect(),
+            keys.iter().map(|&k| Value::Int((k % 5) as i64)).collect(),
+        ],
+        rows: keys.len(),
+    }
+}
+
+fn write(c: &Collection, keys: &[u64]) {
+    let vs: Vec<Vec<f32>> = keys.iter().map(|&k| vector(k)).collect();
+    let refs: Vec<VectorRef<'_>> = vs.iter().map(|v| VectorRef::F32(v)).collect();
+    c.upsert_with_payload(keys, &refs, Some(&payload(keys)))
+        .unwrap();
+}
+
+/// BM25 over one in-memory index of `keys`' texts: (key, score), best
+/// first, ties by key; only keys passing `keep` are returned.
+fn oracle(keys: &[u64], q: &str, k: usize, keep: impl Fn(u64) -> bool) -> Vec<(u64, f32)> {
+    let spec = [TextFieldSpec::new("body", AnalyzerKind::English)];
+    let mut m = MemText::new(&spec);
+    for (slot, &key) in keys.iter().enumerate() {
+        m.add(0, slot as u32, &text_of(key));
+    }
+    let mut tq = TextQuery::new(q, &spec, Bm25::default());
+    tq.add_stats(m.fields().iter().map(|f| f as &dyn FieldRead));
+    tq.finish();
+    let mut acc = Accumulator::default();
+    acc.reset(keys.len());
+    tq.score(m.fields().iter().map(|f| f as &dyn FieldRead), &mut acc);
+    let mut hits: Vec<(u64, f32)> = acc
+        .hits()
+        .map(|(s, x)| (keys[s as usize], x))
+        .filter(|&(key, _)| keep(key))
+        .collect();
+    hits.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+    hits.truncate(k);
+    hits
+}
+
+fn same(got: &[(u64, f32)], want: &[(u64, f32)], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: {got:?} vs {want:?}");
+    for (g, w) in got.iter().zip(want) {
+        // Scores are summed per part in a different order: allow float
+        // noise, and a swap of two rows whose scores are that close.
+        assert!(
+            (g.1 - w.1).abs() <= 1e-4 * w.1.abs().max(1.0),
+            "{what}: {got:?} vs {want:?}"
+        );
+    }
+    let gk: Vec<u64> = got.iter().map(|x| x.0).collect();
+    let wk: Vec<u64> = want.iter().map(|x| x.0).collect();
+    if gk != wk {
+        // Only rows tied within float noise may trade places.
+        for (g, w) in got.iter().zip(want) {
+            if g.0 != w.0 {
+                assert!(
+                    (g.1 - w.1).abs() <= 1e-4 * w.1.abs().max(1.0),
+                    "{what}: {gk:?} vs {wk:?}"
+                );
+            }
+        }
+    }
+}
+
+const QUERIES: [&str; 5] = [
+    "fast vector search engine",
+    "rust compiler",
+    "the kernel driver packages",
+    "network network storage",
+    "Python libraries",
+];
+
+fn leg(c: &Collection, q: &str, k: usize, opts: &CollectionSearch<'_>) -> Vec<(u64, f32)> {
+    c.text_leg(q, k, opts).unwrap()
+}
+
+#[test]
+fn bm25_matches_the_oracle_through_the_lifecycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(300)).unwrap();
+    let keys: Vec<u64> = (0..1000).collect();
+    for chunk in keys.chunks(250) {
+        write(&c, chunk);
+    }
+    let opts = CollectionSearch::default();
+    let check = |c: &Collection, stage: &str| {
+        for q in QUERIES {
+            same(
+                &leg(c, q, 10, &opts),
+                &oracle(&keys, q, 10, |_| true),
+                &format!("{stage} {q}"),
+            );
+        }
+    };
+    check(&c, "written");
+    c.seal().unwrap();
+    check(&c, "sealed");
+    c.optimize().unwrap();
+    assert!(c.stats().segments >= 1);
+    check(&c, "optimized");
+    c.close().unwrap();
+    // Every segment file carries its text section (nothing rebuilt at open).
+    let mut files = 0;
+    for e in std::fs::read_dir(dir.path()).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "sgt") {
+            let seg = sagitta_store::Segment::open(&p).unwrap();
+            let t = seg.text().unwrap().expect("a text section");
+            assert_eq!(t.fields()[0].name(), "body");
+            assert_eq!(seg.info().version, 4);
+            seg.verify().unwrap();
+            files += 1;
+        }
+    }
+    assert!(files >= 1);
+    let r = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    check(&r, "reopened");
+}
+
+#[test]
+fn deletes_upserts_and_filters_apply_before_top_k() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(200)).unwrap();
+    let keys: Vec<u64> = (0..600).collect();
+    write(&c, &keys);
+    c.optimize().unwrap();
+    let q = "vector search";
+    let top = leg(&c, q, 20, &CollectionSearch::default());
+    // Delete the five best: they are never returned again.
+    let gone: Vec<u64> = top.iter().take(5).map(|x| x.0).collect();
+    c.remove(&gone).unwrap();
+    let after = leg(&c, q, 20, &CollectionSearch::default());
+    assert!(after.iter().all(|x| !gone.contains(&x.0)));
+    assert_eq!(after.len(), 20);
+    // Replace a key's text: found by its new words only.
+    let key = 7u64;
+    let p = Payload {
+        fields: vec![Field {
+            name: "body".into(),
+            ty: FieldType::String,
+        }],
+        columns: vec![vec![Value::Str("zebra quokka".into())]],
+        rows: 1,
+    };
+    let v = vector(key);
+    c.upsert_with_payload(&[key], &[VectorRef::F32(&v)], Some(&p))
+        .unwrap();
+    let z = leg(&c, "quokka", 5, &CollectionSearch::default());
+    assert_eq!(z.iter().map(|x| x.0).collect::<Vec<_>>(), [key]);
+    let old_words = text_of(key);
+    let old = leg(&c, &old_words, 600, &CollectionSearch::default());
+    assert!(old.iter().all(|x| x.0 != key), "the old text still matches");
+    // A payload filter applies before top-k: every row returned passes it
+    // and there are as many as the oracle finds among passing rows.
+    let f = c
+        .bind_filter(&Filter::parse(&json!({"field": "year", "op": "eq", "value": 3})).unwrap())
+        .unwrap();
+    let opts = CollectionSearch {
+        predicate: Some(&f),
+        ..CollectionSearch::default()
+    };
+    let got = leg(&c, "rust compiler kernel", 15, &opts);
+    assert_eq!(got.len(), 15);
+    assert!(got.iter().all(|x| x.0 % 5 == 3));
+    // Key filter.
+    let allowed: Vec<u64> = (100..140).collect();
+    let opts = CollectionSearch {
+        filter: Some(&allowed),
+        ..CollectionSearch::default()
+    };
+    let got = leg(&c, "search", 100, &opts);
+    assert!(!got.is_empty() && got.iter().all(|x| allowed.contains(&x.0)));
+}
+
+#[test]
+fn hybrid_fusion_and_legs() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(400)).unwrap();
+    let keys: Vec<u64> = (0..800).collect();
+    write(&c, &keys);
+    c.optimize().unwrap();
+    let qv = vector(12345);
+    let base = TextSearch {
+        text: "graph index storage",
+        vector: Some(VectorRef::F32(&qv)),
+        k: 10,
+        fusion: None,
+        depth: Some(40),
+        opts: CollectionSearch {
+            exact: true,
+            ..CollectionSearch::default()
+        },
+    };
+    let rrf = c.search_text(&base).unwrap();
+    assert_eq!(rrf.len(), 10);
+    assert!(rrf.windows(2).all(|w| w[0].score >= w[1].score));
+    assert!(rrf.iter().all(|h| h.dense.is_some() || h.text.is_some()));
+    // alpha = 1: the dense order; alpha = 0: the text order.
+    let dense = c
+        .search(&[VectorRef::F32(&qv)], 10, &base.opts)
+        .unwrap()
+        .pop()
+        .unwrap();
+    let a1 = c
+        .search_text(&TextSearch {
+            fusion: Some(Fusion::Alpha { alpha: 1.0 }),
+            ..base
+        })
+        .unwrap();
+    assert_eq!(
+        a1.iter().map(|h| h.key).collect::<Vec<_>>(),
+        dense.iter().map(|n| n.key).collect::<Vec<_>>()
+    );
+    assert!(a1.iter().all(|h| h.text.is_none()));
+    let a0 = c
+        .search_text(&TextSearch {
+            fusion: Some(Fusion::Alpha { alpha: 0.0 }),
+            ..base
+        })
+        .unwrap();
+    let text = leg(&c, base.text, 10, &base.opts);
+    assert_eq!(
+        a0.iter().map(|h| h.key).collect::<Vec<_>>(),
+        text.iter().map(|x| x.0).collect::<Vec<_>>()
+    );
+    for f in [
+        Fusion::Dbsf,
+        Fusion::Alpha { alpha: 0.5 },
+        Fusion::Rrf { k: 10.0 },
+    ] {
+        let r = c
+            .search_text(&TextSearch {
+                fusion: Some(f),
+                ..base
+            })
+            .unwrap();
+        assert_eq!(r.len(), 10, "{f:?}");
+    }
+    // Text only (no vector, no model): the BM25 order with its scores.
+    let t = c
+        .search_text(&TextSearch {
+            vector: None,
+            ..base
+        })
+        .unwrap();
+    assert_eq!(
+        t.iter().map(|h| h.key).collect::<Vec<_>>(),
+        text.iter().map(|x| x.0).collect::<Vec<_>>()
+    );
+    assert!(t.iter().all(|h| h.dense.is_none() && h.text.is_some()));
+}
+
+#[test]
+fn bad_text_gets_typed_errors_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(400)).unwrap();
+    write(&c, &(0..50).collect::<Vec<u64>>());
+    let s = |text: &str, fusion: Option<Fusion>| {
+        c.search_text(&TextSearch {
+            text,
+            vector: None,
+            k: 5,
+            fusion,
+            depth: None,
+            opts: CollectionSearch::default(),
+        })
+    };
+    for (text, f) in [
+        ("", None),
+        ("the and of", None),
+        ("search", Some(Fusion::Alpha { alpha: 1.5 })),
+        ("search", Some(Fusion::Rrf { k: f32::NAN })),
+    ] {
+        assert!(
+            matches!(s(text, f), Err(StoreError::InvalidText(_))),
+            "{text:?} {f:?}"
+        );
+    }
+    let huge = "word ".repeat(300_000);
+    assert!(matches!(s(&huge, None), Err(StoreError::InvalidText(_))));
+    assert!(matches!(
+        c.search_text(&TextSearch {
+            text: "search",
+            vector: None,
+            k: 0,
+            fusion: None,
+            depth: None,
+            opts: CollectionSearch::default(),
+        }),
+        Err(StoreError::Index(_))
+    ));
+    // An oversized text in a write is refused whole.
+    let mut p = payload(&[900, 901]);
+    p.columns[0][1] = Value::Str(huge.clone().into());
+    let vs = [vector(900), vector(901)];
+    let refs: Vec<VectorRef<'_>> = vs.iter().map(|v| VectorRef::F32(v)).collect();
+    assert!(matches!(
+        c.upsert_with_payload(&[900, 901], &refs, Some(&p)),
+        Err(StoreError::InvalidText(_))
+    ));
+    assert!(!c.contains(900) && !c.contains(901));
+    // A collection without text fields says so.
+    let d2 = tempfile::tempdir().unwrap();
+    let mut cfg = config(400);
+    cfg.text.clear();
+    let plain = Collection::create(d2.path(), cfg).unwrap();
+    let v = vector(1);
+    plain.upsert(&[1], &[VectorRef::F32(&v)]).unwrap();
+    assert!(matches!(
+        plain.text_leg("search", 5, &CollectionSearch::default()),
+        Err(StoreError::InvalidText(_))
+    ));
+    // Duplicate text field names, a model without a text field.
+    let mut cfg = config(400);
+    cfg.text
+        .push(TextFieldSpec::new("body", AnalyzerKind::Simple));
+    assert!(matches!(
+        Collection::create(tempfile::tempdir().unwrap().path(), cfg),
+        Err(StoreError::Config(_))
+    ));
+    let mut cfg = config(400);
+    cfg.text.clear();
+    cfg.embed_model = Some("all-minilm-l6-v2".into());
+    assert!(matches!(
+        Collection::create(tempfile::tempdir().unwrap().path(), cfg),
+        Err(StoreError::Config(_))
+    ));
+}
