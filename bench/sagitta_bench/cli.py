@@ -236,6 +236,11 @@ def main(argv: list[str] | None = None) -> None:
 
         filtered.main(args_in[1:])
         return
+    if args_in[:1] == ["text"]:
+        from . import text
+
+        text.main(args_in[1:])
+        return
     if args_in[:1] == ["server"]:
         from . import server
 
@@ -287,6 +292,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser(
         "filtered",
         help="filtered search at 0.1-100%% selectivity (see sagitta_bench.filtered)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "text",
+        help="full-text and hybrid retrieval on debian-pkg-retrieval (see sagitta_bench.text)",
         add_help=False,
     )
     sub.add_parser(
@@ -437,6 +447,18 @@ def write_benchmarks(path: Path, results_dir: Path) -> None:
             "read-only, 10k and 100k rows), and single-thread QPS of the settled collection "
             "beside a bare HNSW `Index` with the same parameters, interleaved, in the same "
             "run. Command: `target/release/sagitta lifecycle-bench --reps 5`.\n\n" + md.read_text()
+        )
+    texts = sorted((results_dir / "text").glob("text-*.json"))
+    if texts:  # the newest run only
+        parts.append(
+            "\n## Full-text and hybrid search (debian-pkg-retrieval, dev split)\n\n"
+            "`python -m sagitta_bench text` (`sagitta_bench/text.py`): a Debian package's "
+            "short description is the query, the corpus rows that are paragraphs of its long "
+            "description are relevant (`shared/data/debian-pkg-retrieval/README.md`); BM25, "
+            "dense and hybrid search of Sagitta and LanceDB over the same 100k debian-minilm "
+            "rows and vectors, in one run.\n\n"
+            + report.text_markdown(json.loads(texts[-1].read_text()))
+            + f"\n\nJSON: {os.path.relpath(texts[-1], path.parent)}\n"
         )
     for md in sorted((results_dir / "server").glob("*.md")):
         parts.append(

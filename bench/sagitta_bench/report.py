@@ -246,9 +246,25 @@ def plot(run: dict, path: Path) -> None:
     plt.close(fig)
 
 
+
+TEXT_HEAD = (
+    "| engine | method | queries | recall@10 | nDCG@10 | MRR@10 | nDCG@10 common "
+    "| mean ms | p50 ms | p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
+
+
+def text_row(engine: str, m: dict) -> str:
+    short = f" ({m['short']:.1%} short of 10)" if m.get("short") else ""
+    return (
+        f"| {engine} | {m['method']}{short} | {m['queries']:,} | {m['recall']:.4f} "
+        f"| {m['ndcg']:.4f} | {m['mrr']:.4f} | {m['common']['ndcg']:.4f} "
+        f"| {m['mean_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} |"
+    )
+
+
 def text_markdown(run: dict) -> str:
     """The text mode's section (``text.py``): accuracy and latency per
-    method, Sagitta's fusion sweep, ingest steps, and how it was run."""
+    method, Sagitta's fusion sweep, the ingest steps, how it was run."""
     env = run["env"]
     pin = env.get("pinning") or {}
     pinned = (
@@ -257,11 +273,9 @@ def text_markdown(run: dict) -> str:
         if pin.get("used")
         else f"not pinned ({pin.get('why', 'unknown')})"
     )
-    la = " ".join(f"{x:.2f}" for x in run["loadavg_start"])
-    lb = " ".join(f"{x:.2f}" for x in run["loadavg_end"])
-    common = run["common"]
+    la, lb = (" ".join(f"{x:.2f}" for x in run[k]) for k in ("loadavg_start", "loadavg_end"))
     corpus = f"{run['corpus_rows']:,} rows" + (
-        " (a reduced corpus: `--rows`; not the task's scores)" if run.get("rows") else ""
+        " (reduced with `--rows`: not the task's scores)" if run.get("rows") else ""
     )
     lines = [
         f"Command: `{env['command']}`",
@@ -273,35 +287,37 @@ def text_markdown(run: dict) -> str:
         "",
         f"Corpus {corpus}; {run['queries']:,} dev queries (a seeded permutation; smaller "
         "query sets are its prefixes). Each method asks for the top 11 through the engine's "
-        "public Python API, one query per call, and the query's own row is dropped before "
-        f"scoring the top 10. Engines one after another, each in its own process; ingest and "
-        f"index builds on all cores, query loops {pinned}, after {run['warmup']} untimed "
-        f"queries. *common*: the same metric over the first {common:,} queries, which every "
-        "method ran.",
+        "public Python API, one query per call, and drops the query's own row before scoring "
+        "the top 10 (recall@10 capped at min(10, relevant), nDCG@10 with binary gains, "
+        "MRR@10). Engines one after another, each in a process of its own; ingest and index "
+        f"builds on all cores; query loops {pinned}, after {run['warmup']} untimed queries, "
+        f"one timed pass. *common*: nDCG@10 over the first {run['common']:,} queries, which "
+        "every method ran.",
         "",
-        "| engine | method | queries | recall@10 | nDCG@10 | MRR@10 | nDCG@10 common "
-        "| mean ms | p50 ms | p99 ms |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        TEXT_HEAD,
     ]
-
-    def row(engine: str, m: dict) -> str:
-        return (
-            f"| {engine} | {m['method']} | {m['queries']:,} | {m['recall']:.4f} "
-            f"| {m['ndcg']:.4f} | {m['mrr']:.4f} | {m['common']['ndcg']:.4f} "
-            f"| {m['mean_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} |"
-        )
-
     for r in run["results"]:
-        lines += [row(r["engine"], m) for m in r["methods"] if m["group"] == "main"]
-    sweep = [(r["engine"], m) for r in run["results"] for m in r["methods"] if m["group"] == "sweep"]
+        lines += [text_row(r["engine"], m) for m in r["methods"] if m["group"] == "main"]
+    sweep = [
+        (r["engine"], m) for r in run["results"] for m in r["methods"] if m["group"] == "sweep"
+    ]
     if sweep:
-        best = max(sweep, key=lambda em: em[1]["ndcg"])[1]
+        best = max(sweep, key=lambda em: em[1]["ndcg"])
         lines += [
             "",
-            f"Fusion sweep (best nDCG@10: {best['method']}, {best['ndcg']:.4f}):",
+            f"Fusion sweep ({best[0]}; best nDCG@10: {best[1]['method']}, "
+            f"{best[1]['ndcg']:.4f}):",
             "",
-            lines[-len(lines) + lines.index("| engine | method | queries | recall@10 | nDCG@10 "
-                                            "| MRR@10 | nDCG@10 common | mean ms | p50 ms "
-                                            "| p99 ms |")],
+            TEXT_HEAD,
+            *(text_row(e, m) for e, m in sweep),
         ]
+    lines += ["", "| engine | ingest step | s | rows/s | size MB |", "|---|---|---:|---:|---:|"]
+    for r in run["results"]:
+        for s in r["ingest"]:
+            rps = f"{s['rows_per_s']:,.0f}" if "rows_per_s" in s else "–"
+            mb = fmt(s.get("size_mb"), ".1f")
+            lines.append(f"| {r['engine']} | {s['step']} | {s['seconds']:.2f} | {rps} | {mb} |")
+    notes = [f"- {r['engine']}: {n}" for r in run["results"] for n in r.get("notes", [])]
+    if notes:
+        lines += ["", *notes]
     return "\n".join(lines)

@@ -78,6 +78,8 @@ pub fn store_err(e: StoreError) -> PyErr {
         e @ StoreError::AlreadyExists { .. } => PyFileExistsError::new_err(e.to_string()),
         e @ StoreError::NotACollection { .. } => PyFileNotFoundError::new_err(e.to_string()),
         StoreError::Config(msg) => PyValueError::new_err(msg),
+        e @ StoreError::InvalidText(_) => PyValueError::new_err(e.to_string()),
+        e @ StoreError::Model(_) => PyOSError::new_err(e.to_string()),
         e @ StoreError::Optimizer(_) => PyOSError::new_err(e.to_string()),
         StoreError::Payload(e) => PayloadError::new_err(e.to_string()),
     }

@@ -354,12 +354,12 @@ pub fn run(a: &LifecycleArgs) -> Result<()> {
 
     // 1. Load.
     let hnsw_dir = a.work.join(format!("hnsw-{n}"));
-    let (coll, hnsw_load) = load(&hnsw_dir, cfg, &vecs)?;
+    let (coll, hnsw_load) = load(&hnsw_dir, cfg.clone(), &vecs)?;
     let flat_load = if a.skip_flat {
         None
     } else {
         let flat_dir = a.work.join(format!("flat-{n}"));
-        let mut fcfg = cfg;
+        let mut fcfg = cfg.clone();
         fcfg.kind = IndexKind::Flat;
         let (fc, l) = load(&flat_dir, fcfg, &vecs)?;
         fc.close()?;
@@ -529,7 +529,7 @@ pub fn run(a: &LifecycleArgs) -> Result<()> {
     let mut small_load = None;
     if n > SMALL {
         let small_dir = a.work.join(format!("hnsw-{SMALL}"));
-        let (sc, l) = load(&small_dir, cfg, &vecs[..SMALL])?;
+        let (sc, l) = load(&small_dir, cfg.clone(), &vecs[..SMALL])?;
         sc.close()?;
         small_load = Some(l);
         reopens.push(reopen(&small_dir, SMALL)?);

@@ -97,13 +97,15 @@ impl ApiError {
             ApiError::Timeout(_) => Class::Timeout,
             ApiError::Internal(_) => Class::Internal,
             ApiError::Store(e) => match e {
-                StoreError::Index(_) | StoreError::Payload(_) | StoreError::Config(_) => {
-                    Class::Invalid
-                }
+                StoreError::Index(_)
+                | StoreError::Payload(_)
+                | StoreError::Config(_)
+                | StoreError::InvalidText(_) => Class::Invalid,
                 StoreError::ReadOnly { .. } | StoreError::AlreadyExists { .. } => Class::Conflict,
                 StoreError::NotACollection { .. } => Class::NotFound,
                 StoreError::Io { .. }
                 | StoreError::Optimizer(_)
+                | StoreError::Model(_)
                 | StoreError::Corrupt { .. }
                 | StoreError::UnsupportedVersion { .. }
                 | StoreError::Locked { .. } => Class::Internal,
