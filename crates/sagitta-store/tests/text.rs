@@ -404,3 +404,62 @@ fn bad_text_gets_typed_errors_and_writes_nothing() {
         Err(StoreError::Config(_))
     ));
 }
+
+fn text_fixture() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/segment-v4-text.sgt")
+}
+
+/// The frozen text fixture: 40 rows (8-d, L2, Flat), key `i`, text
+/// [`text_of`]`(i)` in the text field "body" (English analyzer). Written
+/// when SAGITTA_REGEN_FIXTURES=1.
+#[test]
+fn frozen_v4_text_fixture_reads_back() {
+    let keys: Vec<u64> = (0..40).collect();
+    let spec = [TextFieldSpec::new("body", AnalyzerKind::English)];
+    if std::env::var_os("SAGITTA_REGEN_FIXTURES").is_some() {
+        let space = Space::new(DIMS, Metric::L2, DType::F32).unwrap();
+        let idx = sagitta_index::Index::new(space, IndexKind::Flat, Default::default()).unwrap();
+        for &k in &keys {
+            sagitta_index::IndexWrite::add(&idx, k, VectorRef::F32(&vector(k))).unwrap();
+        }
+        let schema = sagitta_store::Schema::new(payload(&[]).fields).unwrap();
+        let v = idx.view();
+        let rows: Vec<Vec<Value>> = (0..40u32)
+            .map(|s| {
+                let k = sagitta_index::GraphView::key(&v, s);
+                vec![Value::Str(text_of(k).into()), Value::Int((k % 5) as i64)]
+            })
+            .collect();
+        drop(v);
+        let batch =
+            sagitta_store::payload::to_record_batch(&schema, rows.iter().map(|r| Some(&r[..])))
+                .unwrap();
+        sagitta_store::Segment::write_with_payload(
+            &idx,
+            Some((&schema, &batch)),
+            &spec,
+            &text_fixture(),
+        )
+        .unwrap();
+    }
+    let seg = sagitta_store::Segment::open(&text_fixture()).unwrap();
+    assert_eq!(seg.info().version, 4);
+    seg.verify().unwrap();
+    let sec = seg.text().unwrap().expect("text section");
+    assert_eq!(sec.fields().len(), 1);
+    for q in QUERIES {
+        let mut tq = TextQuery::new(q, &spec, Bm25::default());
+        tq.add_stats(sec.fields().iter().map(|f| f as &dyn FieldRead));
+        tq.finish();
+        let mut acc = Accumulator::default();
+        acc.reset(40);
+        tq.score(sec.fields().iter().map(|f| f as &dyn FieldRead), &mut acc);
+        let mut got: Vec<(u64, f32)> = acc
+            .hits()
+            .map(|(s, x)| (sagitta_index::GraphView::key(&seg, s), x))
+            .collect();
+        got.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        got.truncate(10);
+        same(&got, &oracle(&keys, q, 10, |_| true), q);
+    }
+}
