@@ -6,6 +6,7 @@ use crate::index::{
     decode_rows, index_args, ivf_args, ivf_overrides, param_err, pool, positive, threads_arg,
     SearchResult,
 };
+use crate::text;
 use numpy::PyArray1;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
@@ -14,8 +15,8 @@ use sagitta_index::{DType, IndexError, Space};
 use sagitta_store::filter::Bound as FilterBound;
 use sagitta_store::payload;
 use sagitta_store::{
-    default_codes, Collection, CollectionConfig, CollectionSearch, Durability, Filter, OpenMode,
-    Payload, StoreError,
+    default_codes, AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Durability,
+    Filter, OpenMode, Payload, StoreError, TextFieldSpec,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -113,9 +114,15 @@ impl PyCollection {
     /// ``dtype``, for cos / l2 / ip), ``"f16"``, ``"sq16"``, or ``"none"``
     /// (the default with an explicit ``dtype``). Vectors written, read
     /// back and searched stay float32 (``dtype``); only the graph's
-    /// traversal uses the codes.
+    /// traversal uses the codes. text_fields: payload string columns to
+    /// index for full-text (BM25) search, a list of names (English
+    /// analyzer: lower-casing, stop words, Snowball stemming) or a dict
+    /// ``{name: "en" | "simple"}``. embed_model: a built-in embedding model
+    /// (``"all-minilm-l6-v2"``, fetched by ``scripts/fetch-model``) for
+    /// the first text field: ``upsert(keys, None, payload={field: texts})``
+    /// embeds the texts and ``search(None, k, text=...)`` the query.
     #[staticmethod]
-    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None))]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None, text_fields = None, embed_model = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -136,6 +143,8 @@ impl PyCollection {
         nprobe: i64,
         refine: Option<i64>,
         codes: Option<&str>,
+        text_fields: Option<&Bound<'_, PyAny>>,
+        embed_model: Option<String>,
     ) -> PyResult<Self> {
         let ivf = ivf_args(bits, partitions, nprobe, refine, None)?;
         let (space, kind_v, hnsw) = index_args(
@@ -169,6 +178,8 @@ impl PyCollection {
                 ))
             })?),
         };
+        cfg.text = text_fields_arg(text_fields)?;
+        cfg.embed_model = embed_model;
         let c = py
             .detach(|| Collection::create(&path, cfg))
             .map_err(|e| match e {
@@ -230,6 +241,10 @@ impl PyCollection {
     /// (older rows read them as null); a column whose type differs from the
     /// schema's raises :class:`PayloadError` and nothing is written. A
     /// replaced key's old payload goes with its old vector.
+    ///
+    /// With ``vectors=None`` on a collection created with ``embed_model``,
+    /// the engine embeds each row's text (the first text field, a column
+    /// of ``payload``).
     #[pyo3(signature = (keys, vectors, payload = None))]
     fn upsert(
         &self,
@@ -242,6 +257,16 @@ impl PyCollection {
             .filter(|p| !p.is_none())
             .map(|p| payload_arg(py, p))
             .transpose()?;
+        if vectors.is_none() {
+            let c = self.coll()?;
+            let keys = convert::keys(keys, "keys")?;
+            let p = payload.ok_or_else(|| {
+                PyValueError::new_err("vectors: None needs a payload with the text to embed")
+            })?;
+            return py
+                .detach(|| c.upsert_embedding(&keys.keys, &p))
+                .map_err(store_err);
+        }
         self.write(py, keys, vectors, WriteKind::Upsert(payload))
             .map(|_| ())
     }
@@ -315,7 +340,17 @@ impl PyCollection {
     /// pass. ``columns`` (a list of names, or ``True`` for all) attaches
     /// the matches' payload as ``result.payload``, a pyarrow Table with one
     /// row per entry of ``result.keys`` (row-major), null where no match.
-    #[pyo3(signature = (queries, k, *, filter = None, r#where = None, columns = None, radius = None, exact = false, expansion = None, nprobe = None, refine = None, threads = None))]
+    ///
+    /// ``text`` makes it a text or hybrid search (one query): BM25 over the
+    /// text fields alone when no query vector is given (and the collection
+    /// has no embedding model), else a dense leg (the vector, or the text
+    /// embedded) and a BM25 leg of ``depth`` candidates each (default
+    /// ``max(k, 50)``), both under ``filter`` / ``where``, fused by
+    /// ``fusion``: ``"rrf"`` (default, ``rrf_k`` 60), ``"alpha"``
+    /// (``alpha`` · dense + (1 − ``alpha``) · text over min-max normalised
+    /// scores; 1.0 = dense only, 0.0 = text only) or ``"dbsf"``. Returns
+    /// a :class:`TextSearchResult` with each leg's score and rank.
+    #[pyo3(signature = (queries, k, *, filter = None, r#where = None, columns = None, radius = None, exact = false, expansion = None, nprobe = None, refine = None, threads = None, text = None, fusion = None, alpha = None, rrf_k = None, depth = None))]
     #[allow(clippy::too_many_arguments)]
     fn search(
         &self,
@@ -331,12 +366,51 @@ impl PyCollection {
         nprobe: Option<i64>,
         refine: Option<i64>,
         threads: Option<i64>,
-    ) -> PyResult<SearchResult> {
+        text: Option<String>,
+        fusion: Option<&str>,
+        alpha: Option<f64>,
+        rrf_k: Option<f64>,
+        depth: Option<i64>,
+    ) -> PyResult<Py<PyAny>> {
         let c = self.coll()?;
         let k = usize::try_from(k)
             .ok()
             .filter(|&k| k > 0)
             .ok_or_else(|| PyValueError::new_err(format!("k: must be at least 1, got {k}")))?;
+        if let Some(text) = text {
+            let fusion = text::fusion_arg(fusion, alpha, rrf_k)?;
+            let depth = depth.map(|d| positive("depth", d)).transpose()?;
+            let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
+            let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
+            let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
+            let predicate = bind_where(py, &c, r#where)?;
+            let columns = columns_arg(columns)?;
+            let opts = CollectionSearch {
+                ef,
+                exact,
+                filter: allowed.as_ref().map(|a| a.keys.as_slice()),
+                predicate: predicate.as_ref(),
+                radius: None,
+                nprobe,
+                refine,
+            };
+            let (keys, r) = text::search(py, &c, Some(queries), &text, k, fusion, depth, opts)?;
+            let r = match columns {
+                None => r,
+                Some(cols) => {
+                    let batch = py
+                        .detach(|| c.payload_table(&keys, cols.as_deref()))
+                        .map_err(store_err)?;
+                    text::with_payload(py, r, arrow_table(py, &batch)?.unbind())?
+                }
+            };
+            return Ok(r.into_any());
+        }
+        if fusion.is_some() || alpha.is_some() || rrf_k.is_some() || depth.is_some() {
+            return Err(PyValueError::new_err(
+                "fusion, alpha, rrf_k and depth apply to text searches (give text=...)",
+            ));
+        }
         if radius.is_some_and(f64::is_nan) {
             return Err(PyValueError::new_err("radius: must be a number, got nan"));
         }
@@ -401,10 +475,14 @@ impl PyCollection {
             }
         };
         let r = SearchResult::new(py, keys_out, dist_out, counts, k, single)?;
-        Ok(match table {
-            Some(t) => r.with_payload(t),
-            None => r,
-        })
+        Ok(Py::new(
+            py,
+            match table {
+                Some(t) => r.with_payload(t),
+                None => r,
+            },
+        )?
+        .into_any())
     }
 
     /// The stored vector of each key, or ``None`` (as :meth:`Index.get`).
@@ -674,6 +752,44 @@ fn bind_where(
     let text: String = helpers(py)?.call_method1("filter_json", (w,))?.extract()?;
     let f = Filter::from_json(&text).map_err(|e| store_err(e.into()))?;
     c.bind_filter(&f).map(Some).map_err(store_err)
+}
+
+/// `text_fields=`: a list of names (English analyzer) or a dict of name →
+/// analyzer.
+fn text_fields_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<TextFieldSpec>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let pairs: Vec<(String, String)> = if let Ok(d) = v.cast::<PyDict>() {
+        d.iter()
+            .map(|(k, a)| Ok((k.extract()?, a.extract()?)))
+            .collect::<PyResult<_>>()?
+    } else if v.extract::<String>().is_ok() {
+        return Err(PyValueError::new_err(
+            "text_fields: expected a list of column names or a dict {name: analyzer}, not a string",
+        ));
+    } else {
+        v.extract::<Vec<String>>()
+            .map_err(|_| {
+                PyValueError::new_err(
+                    "text_fields: expected a list of column names or a dict {name: analyzer}",
+                )
+            })?
+            .into_iter()
+            .map(|n| (n, "en".to_string()))
+            .collect()
+    };
+    pairs
+        .into_iter()
+        .map(|(name, a)| {
+            let analyzer = AnalyzerKind::parse(&a).ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "text_fields: {name:?}: unknown analyzer {a:?} (expected 'en' or 'simple')"
+                ))
+            })?;
+            Ok(TextFieldSpec::new(name, analyzer))
+        })
+        .collect()
 }
 
 /// `columns=`: `True` for all, a list of names, `False` / `None` for none.

@@ -202,7 +202,14 @@ impl Collection {
             }
             _ => Vec::new(),
         };
-        Ok(fuse(&dense, &text, fusion, s.k))
+        let mut hits = fuse(&dense, &text, fusion, s.k);
+        if !want_dense {
+            // One leg: its own score, not a rank transform of it.
+            for h in &mut hits {
+                h.score = h.text.map_or(0.0, |t| t.1);
+            }
+        }
+        Ok(hits)
     }
 }
 
