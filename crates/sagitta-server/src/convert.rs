@@ -6,8 +6,8 @@ use crate::ops::string_key;
 use arrow_array::cast::AsArray;
 use arrow_array::types::{Float16Type, Float32Type, Int64Type, Int8Type, UInt64Type, UInt8Type};
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray, UInt64Array,
-    UInt8Array,
+    Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray, UInt32Array,
+    UInt64Array, UInt8Array,
 };
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use sagitta_index::{DType, Space, VectorRef};
@@ -287,6 +287,42 @@ pub fn hits_batch(hits: &[(u64, f32)]) -> ApiResult<RecordBatch> {
     let scores: Float32Array = hits.iter().map(|h| h.1).collect::<Vec<_>>().into();
     RecordBatch::try_new(hits_schema(), vec![Arc::new(ids), Arc::new(scores)])
         .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// The schema of text and hybrid search results: `id`, `score` (fused;
+/// larger is better), and each leg's rank (from 1) and score, null where
+/// the row was not in that leg.
+pub fn text_hits_schema() -> SchemaRef {
+    Arc::new(ArrowSchema::new(vec![
+        Field::new("id", DataType::UInt64, false),
+        Field::new("score", DataType::Float32, false),
+        Field::new("dense_rank", DataType::UInt32, true),
+        Field::new("dense_distance", DataType::Float32, true),
+        Field::new("text_rank", DataType::UInt32, true),
+        Field::new("text_score", DataType::Float32, true),
+    ]))
+}
+
+/// Text and hybrid search results as a batch.
+pub fn text_hits_batch(hits: &[sagitta_store::TextHit]) -> ApiResult<RecordBatch> {
+    let ids: UInt64Array = hits.iter().map(|h| h.key).collect::<Vec<_>>().into();
+    let scores: Float32Array = hits.iter().map(|h| h.score).collect::<Vec<_>>().into();
+    let dr: UInt32Array = hits.iter().map(|h| h.dense.map(|d| d.0)).collect();
+    let dd: Float32Array = hits.iter().map(|h| h.dense.map(|d| d.1)).collect();
+    let tr: UInt32Array = hits.iter().map(|h| h.text.map(|t| t.0)).collect();
+    let ts: Float32Array = hits.iter().map(|h| h.text.map(|t| t.1)).collect();
+    RecordBatch::try_new(
+        text_hits_schema(),
+        vec![
+            Arc::new(ids),
+            Arc::new(scores),
+            Arc::new(dr),
+            Arc::new(dd),
+            Arc::new(tr),
+            Arc::new(ts),
+        ],
+    )
+    .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 /// Rows `keys` of a collection as a batch laid out by `schema` (from

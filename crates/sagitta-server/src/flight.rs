@@ -7,6 +7,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::exec::Work;
 use crate::ops::{self, Id, Knobs};
 use crate::registry::Entry;
+use crate::text;
 use crate::State;
 use arrow_flight::encode::FlightDataEncoderBuilder;
 use arrow_flight::error::FlightError;
@@ -143,7 +144,23 @@ struct TicketBody {
 #[serde(deny_unknown_fields)]
 struct SearchTicket {
     dataset: String,
+    /// The dense query; empty or absent with `text_query`: text only (or
+    /// the text embedded by the collection's model).
+    #[serde(default)]
     vector: Vec<f32>,
+    /// Longbow's hybrid / sparse search: BM25 over the text fields.
+    #[serde(default)]
+    text_query: Option<String>,
+    /// Longbow's fusion weight: 1.0 dense only, 0.0 text only (with
+    /// `text_query`; without one the search is dense).
+    #[serde(default)]
+    alpha: Option<f32>,
+    /// `rrf` (default), `alpha` or `dbsf`.
+    #[serde(default)]
+    fusion: Option<String>,
+    /// Candidates per leg.
+    #[serde(default)]
+    depth: Option<usize>,
     #[serde(default = "ten")]
     k: usize,
     #[serde(default)]
@@ -163,9 +180,6 @@ struct SearchTicket {
     #[serde(default)]
     #[allow(dead_code)]
     vector_format: Option<Json>,
-    #[serde(default)]
-    #[allow(dead_code)]
-    alpha: Option<Json>,
     #[serde(default)]
     #[allow(dead_code)]
     local_only: Option<Json>,
@@ -526,6 +540,9 @@ impl Flight {
     }
 
     async fn search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
+        if s.text_query.is_some() {
+            return self.text_search(s).await;
+        }
         let e = self.entry(&s.dataset)?;
         let hits = self
             .run(Work::Search, move || {
@@ -545,6 +562,47 @@ impl Flight {
         let out = FlightDataEncoderBuilder::new()
             .with_schema(convert::hits_schema())
             .build(stream::once(async { Ok(hits) }))
+            .map_err(|e| ApiError::Internal(e.to_string()).to_status());
+        Ok(out.boxed())
+    }
+
+    /// A search ticket with `text_query`: text only or hybrid, answered as
+    /// `id`, `score` (fused) and each leg's rank and score.
+    async fn text_search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
+        let e = self.entry(&s.dataset)?;
+        let batch = self
+            .run(Work::Search, move || {
+                let space = e.coll.config().space;
+                let q = if s.vector.is_empty() {
+                    None
+                } else {
+                    Some(ops::json_vector(&space, s.vector, 0)?)
+                };
+                let pred = ops::bind(&e.coll, filter_of(s.filters).as_ref())?;
+                let knobs = Knobs {
+                    ef: s.ef,
+                    nprobe: s.nprobe,
+                    refine: s.refine,
+                    exact: s.exact,
+                };
+                let fusion = text::fusion_of(s.fusion.as_deref(), s.alpha, None)?;
+                let text = s.text_query.unwrap_or_default();
+                let hits = text::search(
+                    &e.coll,
+                    &text,
+                    q.as_ref(),
+                    s.k,
+                    fusion,
+                    s.depth,
+                    &knobs,
+                    pred.as_ref(),
+                )?;
+                convert::text_hits_batch(&hits)
+            })
+            .await?;
+        let out = FlightDataEncoderBuilder::new()
+            .with_schema(convert::text_hits_schema())
+            .build(stream::once(async { Ok(batch) }))
             .map_err(|e| ApiError::Internal(e.to_string()).to_status());
         Ok(out.boxed())
     }

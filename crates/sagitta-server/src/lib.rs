@@ -17,6 +17,7 @@ pub mod http;
 pub mod metrics;
 pub mod ops;
 pub mod registry;
+pub mod text;
 
 use std::future::Future;
 use std::net::SocketAddr;

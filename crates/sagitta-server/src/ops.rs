@@ -4,6 +4,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::registry::Entry;
+use crate::text::{self, TextFieldInfo, TextFieldReq};
 use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, VectorRef};
 use sagitta_store::filter::Bound;
 use sagitta_store::{
@@ -68,6 +69,15 @@ pub struct CreateCollection {
     /// stored vectors; the default when `dtype` is given).
     #[serde(default)]
     pub codes: Option<String>,
+    /// Payload string columns with a full-text (BM25) index: names
+    /// (English analyzer) or `{"name": ..., "analyzer": "en" | "simple"}`.
+    #[serde(default)]
+    pub text_fields: Option<Vec<TextFieldReq>>,
+    /// A built-in embedding model for the first text field
+    /// (`all-minilm-l6-v2`): upserts with text and no vectors are embedded,
+    /// and so is the text of a search without a vector.
+    #[serde(default)]
+    pub embed_model: Option<String>,
 }
 
 /// A payload column.
@@ -138,6 +148,10 @@ pub struct CollectionInfo {
     pub disk_bytes: u64,
     /// Payload columns.
     pub schema: Vec<FieldInfo>,
+    /// Payload columns with a full-text index.
+    pub text_fields: Vec<TextFieldInfo>,
+    /// The built-in embedding model, if any.
+    pub embed_model: Option<String>,
     /// Index status.
     pub index: IndexStatus,
 }
@@ -192,6 +206,9 @@ pub struct UpsertRequest {
     /// One key per row.
     pub ids: Vec<Id>,
     /// One vector per row (floats; byte values 0-255 for binary metrics).
+    /// May be left out on a collection with an embedding model: each row's
+    /// text (its first text field, in `payload`) is embedded.
+    #[serde(default)]
     pub vectors: Vec<Vec<f32>>,
     /// Optional payload, one JSON object (column → value) or null per row.
     #[serde(default)]
@@ -326,6 +343,24 @@ pub struct SearchRequest {
     /// Only these payload columns (implies include_payload).
     #[serde(default)]
     pub columns: Option<Vec<String>>,
+    /// Text query: BM25 over the collection's text fields, alone (no
+    /// `vector`, no embedding model) or fused with the dense leg of
+    /// `vector` (or of the text embedded by the collection's model).
+    #[serde(default)]
+    pub text: Option<String>,
+    /// How the legs are fused: `rrf` (default), `alpha` or `dbsf`.
+    #[serde(default)]
+    pub fusion: Option<String>,
+    /// Weight of the dense leg for `alpha` fusion, in [0, 1] (1: dense
+    /// only, 0: text only); given alone, selects `alpha` fusion.
+    #[serde(default)]
+    pub alpha: Option<f32>,
+    /// RRF constant (default 60).
+    #[serde(default)]
+    pub rrf_k: Option<f32>,
+    /// Candidates per leg (default max(k, 50)).
+    #[serde(default)]
+    pub depth: Option<usize>,
 }
 
 fn ten() -> usize {
@@ -348,6 +383,18 @@ pub struct Hit {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<Object>)]
     pub payload: Option<serde_json::Map<String, Json>>,
+    /// Text and hybrid searches: the row's rank (from 1) in the dense leg.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dense_rank: Option<u32>,
+    /// Text and hybrid searches: the row's distance in the dense leg.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dense_distance: Option<f32>,
+    /// Text and hybrid searches: the row's rank (from 1) in the text leg.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_rank: Option<u32>,
+    /// Text and hybrid searches: the row's BM25 score.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text_score: Option<f32>,
 }
 
 /// The neighbours of one query, nearest first.
@@ -474,6 +521,10 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
     if let Some(s) = req.segment_size {
         cfg.segment_size = s;
     }
+    if let Some(t) = &req.text_fields {
+        cfg.text = text::text_fields(t)?;
+    }
+    cfg.embed_model = req.embed_model.clone();
     if let Some(p) = req.durability.as_deref() {
         cfg.durability = Durability::parse(p).ok_or_else(|| {
             ApiError::BadRequest(format!(
@@ -503,6 +554,8 @@ pub fn describe(e: &Entry) -> CollectionInfo {
         tombstones: s.tombstones,
         disk_bytes: s.bytes_on_disk,
         schema: schema_info(&e.coll.schema()),
+        text_fields: text::text_field_info(&e.coll),
+        embed_model: cfg.embed_model.clone(),
         index: index_status(e, &s),
     }
 }
@@ -704,6 +757,14 @@ pub fn payload_json(
 
 /// Runs a search request.
 pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
+    if req.text.is_some() {
+        return run_text_search(e, req).map(SearchResult::One);
+    }
+    if req.fusion.is_some() || req.alpha.is_some() || req.rrf_k.is_some() || req.depth.is_some() {
+        return Err(ApiError::BadRequest(
+            "fusion, alpha, rrf_k and depth apply to text searches (give `text`)".into(),
+        ));
+    }
     let coll = &e.coll;
     let space = coll.config().space;
     let (batch, raw) = match (req.vector, req.vectors) {
@@ -752,6 +813,10 @@ pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
                 score,
                 vector: req.include_vectors.then(|| vector_json(coll, id)).flatten(),
                 payload: payloads.get(i).cloned().flatten(),
+                dense_rank: None,
+                dense_distance: None,
+                text_rank: None,
+                text_score: None,
             })
             .collect();
         results.push(SearchResponse { hits });
@@ -761,6 +826,62 @@ pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
     } else {
         SearchResult::One(results.pop().unwrap_or(SearchResponse { hits: Vec::new() }))
     })
+}
+
+/// Runs a text or hybrid search request (one query).
+fn run_text_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResponse> {
+    let coll = &e.coll;
+    if req.vectors.is_some() {
+        return Err(ApiError::BadRequest(
+            "a text search takes one query: `text` and at most one `vector`".into(),
+        ));
+    }
+    let vector = req
+        .vector
+        .map(|v| json_vector(&coll.config().space, v, 0))
+        .transpose()?;
+    let pred = bind(coll, req.filter.as_ref())?;
+    let knobs = Knobs {
+        ef: req.ef,
+        nprobe: req.nprobe,
+        refine: req.refine,
+        exact: req.exact,
+    };
+    let fusion = text::fusion_of(req.fusion.as_deref(), req.alpha, req.rrf_k)?;
+    let found = text::search(
+        coll,
+        req.text.as_deref().unwrap_or_default(),
+        vector.as_ref(),
+        req.k,
+        fusion,
+        req.depth,
+        &knobs,
+        pred.as_ref(),
+    )?;
+    let keys: Vec<u64> = found.iter().map(|h| h.key).collect();
+    let payloads = if req.include_payload || req.columns.is_some() {
+        payload_json(coll, &keys, req.columns.as_deref())?
+    } else {
+        Vec::new()
+    };
+    let hits = found
+        .into_iter()
+        .enumerate()
+        .map(|(i, h)| Hit {
+            id: h.key,
+            score: h.score,
+            vector: req
+                .include_vectors
+                .then(|| vector_json(coll, h.key))
+                .flatten(),
+            payload: payloads.get(i).cloned().flatten(),
+            dense_rank: h.dense.map(|d| d.0),
+            dense_distance: h.dense.map(|d| d.1),
+            text_rank: h.text.map(|t| t.0),
+            text_score: h.text.map(|t| t.1),
+        })
+        .collect();
+    Ok(SearchResponse { hits })
 }
 
 /// Runs a get request.
@@ -805,6 +926,24 @@ pub fn run_get(e: &Entry, req: GetRequest) -> ApiResult<GetResponse> {
 
 /// Runs an upsert request.
 pub fn run_upsert(e: &Entry, req: UpsertRequest) -> ApiResult<UpsertResponse> {
+    if req.vectors.is_empty() && !req.ids.is_empty() && e.coll.config().embed_model.is_some() {
+        let keys: Vec<u64> = req.ids.iter().map(Id::key).collect();
+        let rows = req.payload.as_deref().unwrap_or_default();
+        if rows.len() != keys.len() {
+            return Err(ApiError::BadRequest(format!(
+                "payload: {} rows for {} ids (the text to embed is in the payload)",
+                rows.len(),
+                keys.len()
+            )));
+        }
+        let payload = Payload::from_json_rows(rows, &e.coll.schema())?;
+        ingest(e, keys.len(), || {
+            Ok(e.coll.upsert_embedding(&keys, &payload)?)
+        })?;
+        return Ok(UpsertResponse {
+            upserted: keys.len(),
+        });
+    }
     if req.ids.len() != req.vectors.len() {
         return Err(ApiError::BadRequest(format!(
             "{} ids for {} vectors",
