@@ -6,6 +6,7 @@
 //!   query it through both.
 //! * `serve`: the server (HTTP/JSON and Arrow Flight).
 //! * `openapi`: print the HTTP API's OpenAPI document.
+//! * `search`: text, hybrid or vector search of a collection directory.
 //! * `eval`: ef → recall / QPS tables on a dataset directory (cosine,
 //!   Hamming over sign bits, filtered).
 //! * `build`, `inspect`, `open-bench`, `bench-search`, `bench-kernels`.
@@ -15,6 +16,7 @@ mod crash;
 mod data;
 mod eval;
 mod lifecyclebench;
+mod query;
 mod serve;
 mod servebench;
 
@@ -58,6 +60,8 @@ enum Cmd {
     Serve(serve::ServeArgs),
     /// Print the HTTP API's OpenAPI document (docs/openapi.json).
     Openapi,
+    /// Text, hybrid or vector search of a collection directory.
+    Search(query::SearchArgs),
     /// Search latency of a running server from lean Rust clients (HTTP and
     /// Flight) next to in-process; driven by `python -m sagitta_bench server`.
     BenchServe(servebench::BenchServeArgs),
@@ -183,6 +187,7 @@ fn main() -> Result<()> {
             print!("{}", sagitta_server::http::openapi_json());
             Ok(())
         }
+        Cmd::Search(a) => query::run(&a),
         Cmd::Eval(a) => eval::run(&a),
         Cmd::Build {
             input,

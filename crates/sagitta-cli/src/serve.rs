@@ -207,7 +207,12 @@ pub fn demo_server(
     let t = Instant::now();
     let space = Space::new(ds.base.cols, Metric::Cos, DType::F32)?;
     {
-        let c = Collection::create(&dir.join("sample"), CollectionConfig::new(space))?;
+        let mut config = CollectionConfig::new(space);
+        config.text = vec![sagitta_store::TextFieldSpec::new(
+            "text",
+            sagitta_store::AnalyzerKind::English,
+        )];
+        let c = Collection::create(&dir.join("sample"), config)?;
         let keys: Vec<u64> = (0..ds.base.rows as u64).collect();
         let vecs: Vec<VectorRef<'_>> = (0..ds.base.rows)
             .map(|i| VectorRef::F32(ds.base.row(i)))
@@ -267,6 +272,31 @@ pub fn demo_server(
             let text: String = hit["payload"]["text"].as_str().unwrap_or("?").chars().take(100).collect();
             println!("  {:.3}  #{:<5} {}", hit["score"].as_f64().unwrap_or(f64::NAN), hit["id"], text);
         }
+        // A text query (BM25 over the passages, fused with the dense leg of
+        // the query's vector) over HTTP.
+        let text_q = "XML parser library for Python";
+        let body = serde_json::json!({"text": text_q, "vector": query, "k": 3, "columns": ["text"]}).to_string();
+        let (status, resp) = tokio::task::spawn_blocking(move || {
+            http_request(h, "POST", "/collections/sample/search", &body)
+        })
+        .await??;
+        if status != 200 {
+            bail!("sample text query answered {status}: {resp}");
+        }
+        println!("
+hybrid query over HTTP (text {text_q:?} + the vector above, RRF):");
+        let v: serde_json::Value = serde_json::from_str(&resp)?;
+        for hit in v["hits"].as_array().into_iter().flatten() {
+            let text: String = hit["payload"]["text"].as_str().unwrap_or("?").chars().take(90).collect();
+            println!(
+                "  {:.4}  #{:<5} dense rank {:<4} text rank {:<4} {}",
+                hit["score"].as_f64().unwrap_or(f64::NAN),
+                hit["id"],
+                hit["dense_rank"].as_u64().map_or("-".into(), |r| r.to_string()),
+                hit["text_rank"].as_u64().map_or("-".into(), |r| r.to_string()),
+                text
+            );
+        }
         // The same query over Arrow Flight (DoGet with a search ticket).
         let ticket = serde_json::json!({"search": {"dataset": "sample", "vector": query, "k": 3}}).to_string();
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{f}"))?
@@ -288,7 +318,7 @@ pub fn demo_server(
             ids.extend(col.values().iter().copied());
         }
         println!("same query over Arrow Flight (DoGet search ticket): ids {ids:?}");
-        println!("\ntry it:\n  curl -s http://{h}/collections/sample/search -d '{{\"vector\": [...384 floats...], \"k\": 5, \"include_payload\": true}}'");
+        println!("\ntry it:\n  curl -s http://{h}/collections/sample/search -d '{{\"text\": \"XML parser library for Python\", \"k\": 5, \"columns\": [\"text\"]}}'");
         println!("  python -c \"import sagitta; c = sagitta.Client('http://{h}'); print(c.list_collections())\"");
         if keep_serving {
             println!("\nserving until Ctrl-C or SIGTERM ...");
