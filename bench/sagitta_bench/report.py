@@ -246,7 +246,6 @@ def plot(run: dict, path: Path) -> None:
     plt.close(fig)
 
 
-
 TEXT_HEAD = (
     "| engine | method | queries | recall@10 | nDCG@10 | MRR@10 | nDCG@10 common "
     "| mean ms | p50 ms | p99 ms |\n|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -254,9 +253,8 @@ TEXT_HEAD = (
 
 
 def text_row(engine: str, m: dict) -> str:
-    short = f" ({m['short']:.1%} short of 10)" if m.get("short") else ""
     return (
-        f"| {engine} | {m['method']}{short} | {m['queries']:,} | {m['recall']:.4f} "
+        f"| {engine} | {m['method']} | {m['queries']:,} | {m['recall']:.4f} "
         f"| {m['ndcg']:.4f} | {m['mrr']:.4f} | {m['common']['ndcg']:.4f} "
         f"| {m['mean_ms']:.2f} | {m['p50_ms']:.2f} | {m['p99_ms']:.2f} |"
     )
@@ -268,8 +266,7 @@ def text_markdown(run: dict) -> str:
     env = run["env"]
     pin = env.get("pinning") or {}
     pinned = (
-        f"every thread of the engine's process pinned to cpu {pin['cpu']} "
-        "(`os.sched_setaffinity`)"
+        f"every thread of the engine's process pinned to cpu {pin['cpu']} (`os.sched_setaffinity`)"
         if pin.get("used")
         else f"not pinned ({pin.get('why', 'unknown')})"
     )
@@ -305,8 +302,7 @@ def text_markdown(run: dict) -> str:
         best = max(sweep, key=lambda em: em[1]["ndcg"])
         lines += [
             "",
-            f"Fusion sweep ({best[0]}; best nDCG@10: {best[1]['method']}, "
-            f"{best[1]['ndcg']:.4f}):",
+            f"Fusion sweep ({best[0]}; best nDCG@10: {best[1]['method']}, {best[1]['ndcg']:.4f}):",
             "",
             TEXT_HEAD,
             *(text_row(e, m) for e, m in sweep),
@@ -318,6 +314,13 @@ def text_markdown(run: dict) -> str:
             mb = fmt(s.get("size_mb"), ".1f")
             lines.append(f"| {r['engine']} | {s['step']} | {s['seconds']:.2f} | {rps} | {mb} |")
     notes = [f"- {r['engine']}: {n}" for r in run["results"] for n in r.get("notes", [])]
+    notes += [
+        f"- {r['engine']}, {m['method']}: {m['short']:.1%} of queries got fewer than 10 rows "
+        "besides their own"
+        for r in run["results"]
+        for m in r["methods"]
+        if m.get("short")
+    ]
     if notes:
         lines += ["", *notes]
     return "\n".join(lines)

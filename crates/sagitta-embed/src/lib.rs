@@ -66,7 +66,9 @@ pub fn model_dir(name: &str) -> PathBuf {
     let root = match std::env::var_os("SAGITTA_MODELS") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ => {
-            let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+            let home = std::env::var_os("HOME")
+                .map(PathBuf::from)
+                .unwrap_or_default();
             home.join(".cache").join("sagitta").join("models")
         }
     };
@@ -109,6 +111,7 @@ pub struct Embedder {
     name: String,
     dir: PathBuf,
     tokenizer: Tokenizer,
+    max_tokens: usize,
     model: Bert,
 }
 
@@ -158,6 +161,7 @@ impl Embedder {
             name: name.to_string(),
             dir: dir.to_path_buf(),
             tokenizer,
+            max_tokens: config.max_tokens,
             model,
         })
     }
@@ -180,7 +184,23 @@ impl Embedder {
     /// Word pieces a text is truncated to, `[CLS]` and `[SEP]` included
     /// (256, as sentence-transformers does for this model).
     pub fn max_tokens(&self) -> usize {
-        self.model.config().max_tokens
+        self.max_tokens
+    }
+
+    /// Sets the truncation length in word pieces, `[CLS]` and `[SEP]`
+    /// included: 2 to 512 (the model's position table); the default is
+    /// 256, sentence-transformers' `max_seq_length` for this model.
+    pub fn with_max_tokens(mut self, max_tokens: usize) -> Result<Embedder, EmbedError> {
+        let limit = self.model.config().max_positions;
+        if !(2..=limit).contains(&max_tokens) {
+            return Err(EmbedError::Tokenize(format!(
+                "max_tokens {max_tokens} outside 2..={limit}"
+            )));
+        }
+        set_truncation(&mut self.tokenizer, max_tokens)
+            .map_err(|e| EmbedError::Tokenize(e.to_string()))?;
+        self.max_tokens = max_tokens;
+        Ok(self)
     }
 
     /// Embeds `texts`: mean pooling of the last hidden states over the
@@ -285,13 +305,16 @@ fn load_tokenizer(path: &Path, max_tokens: usize) -> Result<Tokenizer, EmbedErro
     // tokenizer.json pads to 128 and truncates at 128; sentence-transformers
     // overrides both (no padding, truncation at max_seq_length = 256).
     tokenizer.with_padding(None);
-    tokenizer
-        .with_truncation(Some(tokenizers::TruncationParams {
-            max_length: max_tokens,
-            ..Default::default()
-        }))
-        .map_err(|e| corrupt(path, e))?;
+    set_truncation(&mut tokenizer, max_tokens).map_err(|e| corrupt(path, e))?;
     Ok(tokenizer)
+}
+
+fn set_truncation(tokenizer: &mut Tokenizer, max_tokens: usize) -> tokenizers::Result<()> {
+    tokenizer.with_truncation(Some(tokenizers::TruncationParams {
+        max_length: max_tokens,
+        ..Default::default()
+    }))?;
+    Ok(())
 }
 
 fn missing(path: &Path) -> EmbedError {
