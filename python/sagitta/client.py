@@ -169,6 +169,22 @@ class RemoteSearchResult:
     vectors: list | None = field(default=None, repr=False)
 
 
+@dataclass
+class RemoteTextResult:
+    """A text or hybrid search over HTTP, as :class:`sagitta.TextSearchResult`:
+    ``keys``, fused ``scores`` (larger is better), each leg's rank (from 1,
+    -1 when absent) and score (NaN when absent), and the hits' ``payload``
+    rows when asked."""
+
+    keys: np.ndarray
+    scores: np.ndarray
+    dense_distances: np.ndarray
+    dense_ranks: np.ndarray
+    text_scores: np.ndarray
+    text_ranks: np.ndarray
+    payload: list | None = None
+
+
 class Client:
     """The HTTP API of a Sagitta server at ``url``; ``api_key`` is sent as
     a bearer token."""
@@ -268,9 +284,18 @@ class Client:
         expansion_search: int | None = None,
         segment_size: int | None = None,
         durability: str | None = None,
+        text_fields: Sequence[str] | Mapping[str, str] | None = None,
+        embed_model: str | None = None,
     ) -> RemoteCollection:
         """Creates a collection (arguments as :meth:`sagitta.Collection.create`)."""
         body = {"name": name, "dims": int(ndim), "metric": metric, "kind": kind}
+        if text_fields is not None:
+            if isinstance(text_fields, Mapping):
+                body["text_fields"] = [{"name": n, "analyzer": a} for n, a in text_fields.items()]
+            else:
+                body["text_fields"] = list(text_fields)
+        if embed_model is not None:
+            body["embed_model"] = embed_model
         for k, v in (
             ("dtype", dtype),
             ("m", connectivity),
@@ -321,12 +346,16 @@ class RemoteCollection:
         return self.count()
 
     def upsert(self, keys: Iterable, vectors: Any, payload: Any = None) -> int:
-        """Inserts or replaces rows; returns once they are durable."""
+        """Inserts or replaces rows; returns once they are durable. With
+        ``vectors=None`` a collection with an embedding model embeds each
+        row's text (from ``payload``)."""
         keys = [_plain(k) for k in (keys.tolist() if hasattr(keys, "tolist") else keys)]
-        vecs = np.asarray(vectors)
-        if vecs.ndim == 1:
-            vecs = vecs[None, :]
-        body = {"ids": keys, "vectors": vecs.tolist()}
+        body: dict = {"ids": keys}
+        if vectors is not None:
+            vecs = np.asarray(vectors)
+            if vecs.ndim == 1:
+                vecs = vecs[None, :]
+            body["vectors"] = vecs.tolist()
         rows = _rows_of(payload, len(keys))
         if rows is not None:
             body["payload"] = [
@@ -347,14 +376,32 @@ class RemoteCollection:
         expansion: int | None = None,
         nprobe: int | None = None,
         refine: int | None = None,
-    ) -> RemoteSearchResult:
-        """k nearest neighbours of one query (1-d) or a batch (2-d)."""
-        q = np.asarray(queries)
+        text: str | None = None,
+        fusion: str | None = None,
+        alpha: float | None = None,
+        rrf_k: float | None = None,
+        depth: int | None = None,
+    ) -> RemoteSearchResult | RemoteTextResult:
+        """k nearest neighbours of one query (1-d) or a batch (2-d); with
+        ``text``, a text or hybrid search (one query, ``queries`` may be
+        None) as :meth:`sagitta.Collection.search`."""
         body: dict = {"k": int(k), "exact": bool(exact)}
-        if q.ndim == 1:
+        q = None if queries is None else np.asarray(queries)
+        if q is None:
+            pass
+        elif q.ndim == 1:
             body["vector"] = q.tolist()
         else:
             body["vectors"] = q.tolist()
+        for name, v in (
+            ("text", text),
+            ("fusion", fusion),
+            ("alpha", alpha),
+            ("rrf_k", rrf_k),
+            ("depth", depth),
+        ):
+            if v is not None:
+                body[name] = v
         for name, v in (("ef", expansion), ("nprobe", nprobe), ("refine", refine)):
             if v is not None:
                 body[name] = int(v)
@@ -369,6 +416,23 @@ class RemoteCollection:
             body["include_vectors"] = True
         r = self._post("search", body)
         want_payload = include_payload or columns is not None
+        if text is not None:
+            hits = r["hits"]
+
+            def leg(name: str, dtype: type, missing: float) -> np.ndarray:
+                return np.array([h.get(name, missing) for h in hits], dtype=dtype)
+
+            return RemoteTextResult(
+                keys=np.array([h["id"] for h in hits], dtype=np.uint64),
+                scores=np.array([h["score"] for h in hits], dtype=np.float32),
+                dense_distances=leg("dense_distance", np.float32, np.nan),
+                dense_ranks=leg("dense_rank", np.int32, -1),
+                text_scores=leg("text_score", np.float32, np.nan),
+                text_ranks=leg("text_rank", np.int32, -1),
+                payload=[h.get("payload", {}) for h in hits] if want_payload else None,
+            )
+        if q is None:
+            raise ValueError("queries: give a vector or a batch (or text=...)")
         if q.ndim == 1:
             hits = r["hits"]
             return RemoteSearchResult(
