@@ -19,6 +19,7 @@ from ._sagitta import (
     PayloadError,
     ReadOnlyError,
     SearchResult,
+    TextSearchResult,
     __version__,
     isa,
 )
@@ -30,6 +31,7 @@ from .client import (
     NotFoundError,
     RemoteCollection,
     RemoteSearchResult,
+    RemoteTextResult,
     ServerError,
     UnavailableError,
 )
@@ -50,8 +52,10 @@ __all__ = [
     "ReadOnlyError",
     "RemoteCollection",
     "RemoteSearchResult",
+    "RemoteTextResult",
     "SearchResult",
     "ServerError",
+    "TextSearchResult",
     "UnavailableError",
     "__version__",
     "isa",

@@ -182,6 +182,19 @@ class CollectionIterator(Iterator[Any]):
     def __iter__(self) -> CollectionIterator: ...
     def __next__(self) -> Any: ...
 
+class TextSearchResult:
+    """A text or hybrid search's rows, best first (1-D arrays)."""
+
+    keys: npt.NDArray[np.uint64]
+    scores: npt.NDArray[np.float32]
+    dense_distances: npt.NDArray[np.float32]
+    dense_ranks: npt.NDArray[np.int32]
+    text_scores: npt.NDArray[np.float32]
+    text_ranks: npt.NDArray[np.int32]
+    payload: Any
+    def __iter__(self) -> Iterator[Any]: ...
+    def __len__(self) -> int: ...
+
 class Collection:
     """A durable collection on a directory: an active segment, sealed
     memory-mapped segments and a write-ahead log."""
@@ -206,9 +219,13 @@ class Collection:
         nprobe: int = 8,
         refine: int | None = None,
         codes: Literal["sq8", "f16", "sq16", "none"] | None = None,
+        text_fields: list[str] | dict[str, Literal["en", "simple"]] | None = None,
+        embed_model: str | None = None,
     ) -> Collection:
         """Creates a collection in ``path`` and opens it for writing (without
-        ``dtype``: float32 vectors, with sq8 codes for graph traversal)."""
+        ``dtype``: float32 vectors, with sq8 codes for graph traversal).
+        ``text_fields``: payload string columns with a BM25 index;
+        ``embed_model``: a built-in model embedding the first text field."""
     @staticmethod
     def open(path: PathLike, *, read_only: bool = False) -> Collection:
         """Opens a collection (one writer, any number of readers)."""
@@ -217,9 +234,10 @@ class Collection:
     def add_once(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> int:
         """Adds the keys not already present; returns how many were added."""
     def upsert(
-        self, keys: KeyLike | KeysLike, vectors: VectorsLike, payload: Payload | None = None
+        self, keys: KeyLike | KeysLike, vectors: VectorsLike | None, payload: Payload | None = None
     ) -> None:
-        """Inserts or replaces vectors, with optional payload columns."""
+        """Inserts or replaces vectors, with optional payload columns
+        (``vectors=None``: embedded from the text by the collection's model)."""
     def remove(self, keys: KeyLike | KeysLike | None = None, *, where: Where | None = None) -> int:
         """Deletes keys, or the vectors whose payload passes ``where``."""
     @property
@@ -228,6 +246,7 @@ class Collection:
     def scan(self, where: Where | None = None, columns: list[str] | None = None) -> Any:
         """Keys (first column ``key``) and payload of the live vectors that
         pass ``where``, as a pyarrow Table."""
+    @overload
     def search(
         self,
         queries: VectorsLike,
@@ -242,8 +261,28 @@ class Collection:
         nprobe: int | None = None,
         refine: int | None = None,
         threads: int | None = None,
-    ) -> SearchResult:
-        """The ``k`` nearest neighbours over every segment."""
+    ) -> SearchResult: ...
+    @overload
+    def search(
+        self,
+        queries: VectorsLike | None,
+        k: int,
+        *,
+        filter: KeysLike | None = None,
+        where: Where | None = None,
+        columns: bool | list[str] | None = None,
+        exact: bool = False,
+        expansion: int | None = None,
+        nprobe: int | None = None,
+        refine: int | None = None,
+        text: str,
+        fusion: Literal["rrf", "alpha", "dbsf"] | None = None,
+        alpha: float | None = None,
+        rrf_k: float | None = None,
+        depth: int | None = None,
+    ) -> TextSearchResult:
+        """The ``k`` nearest neighbours over every segment; with ``text``,
+        a BM25 or hybrid (dense + BM25, fused) search."""
     def get(
         self,
         keys: KeyLike | KeysLike,
