@@ -129,7 +129,7 @@ impl Collection {
                 acc.reset(s.seg.slot_count());
                 q.score(t.fields(), &mut acc);
                 let before = all.len();
-                collect_allowed(s, &st.active, &acc, &mut all);
+                collect_allowed(s, &st.active, &acc, depth, &mut all);
                 top(&mut all, before, depth);
             }
         });
@@ -213,12 +213,15 @@ impl Collection {
     }
 }
 
-/// Appends the accepted (key, score) hits of one part: live, not dead,
-/// and in the part's combined filter.
+/// Appends the `depth` best accepted hits of one part (live, not dead, in
+/// the part's combined filter) as (key, score), plus any tied with the
+/// last of them (so ties can go to the smaller key at the merge). Only
+/// those are mapped to keys.
 fn collect_allowed(
     s: &Seg<'_>,
     active: &sagitta_index::Index,
     acc: &Accumulator,
+    depth: usize,
     out: &mut Vec<(u64, f32)>,
 ) {
     let allowed = s
@@ -226,26 +229,47 @@ fn collect_allowed(
         .as_ref()
         .or_else(|| s.dead.as_ref().and_then(|d| d.allowed.as_ref()));
     let ok = |slot: u32| allowed.is_none_or(|b| b.contains(slot as usize));
+    fn best(
+        acc: &Accumulator,
+        depth: usize,
+        keep: impl Fn(u32) -> bool,
+        key: impl Fn(u32) -> u64,
+        out: &mut Vec<(u64, f32)>,
+    ) {
+        let mut cand: Vec<(u32, f32)> = acc.hits().filter(|&(slot, _)| keep(slot)).collect();
+        if cand.len() > depth && depth > 0 {
+            cand.select_nth_unstable_by(depth - 1, |a, b| b.1.total_cmp(&a.1));
+            let last = cand[depth - 1].1;
+            cand.retain(|c| c.1 >= last);
+        }
+        out.extend(cand.into_iter().map(|(slot, x)| (key(slot), x)));
+    }
     match s.part.map(|p| &p.body) {
-        Some(Body::Sealed { seg, .. }) => out.extend(
-            acc.hits()
-                .filter(|&(slot, _)| ok(slot) && seg.is_live(slot))
-                .map(|(slot, x)| (seg.key(slot), x)),
+        Some(Body::Sealed { seg, .. }) => best(
+            acc,
+            depth,
+            |slot| ok(slot) && seg.is_live(slot),
+            |slot| seg.key(slot),
+            out,
         ),
         Some(Body::Frozen { index, .. }) => {
             let v = index.view();
-            out.extend(
-                acc.hits()
-                    .filter(|&(slot, _)| ok(slot) && v.is_live(slot))
-                    .map(|(slot, x)| (v.key(slot), x)),
+            best(
+                acc,
+                depth,
+                |slot| ok(slot) && v.is_live(slot),
+                |slot| v.key(slot),
+                out,
             )
         }
         None => {
             let v = active.view();
-            out.extend(
-                acc.hits()
-                    .filter(|&(slot, _)| ok(slot) && v.is_live(slot))
-                    .map(|(slot, x)| (v.key(slot), x)),
+            best(
+                acc,
+                depth,
+                |slot| ok(slot) && v.is_live(slot),
+                |slot| v.key(slot),
+                out,
             )
         }
     }
