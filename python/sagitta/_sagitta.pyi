@@ -221,6 +221,8 @@ class Collection:
         codes: Literal["sq8", "f16", "sq16", "none"] | None = None,
         text_fields: list[str] | dict[str, Literal["en", "simple"]] | None = None,
         embed_model: str | None = None,
+        bm25_k1: float | None = None,
+        bm25_b: float | None = None,
     ) -> Collection:
         """Creates a collection in ``path`` and opens it for writing (without
         ``dtype``: float32 vectors, with sq8 codes for graph traversal).

@@ -121,8 +121,10 @@ impl PyCollection {
     /// (``"all-minilm-l6-v2"``, fetched by ``scripts/fetch-model``) for
     /// the first text field: ``upsert(keys, None, payload={field: texts})``
     /// embeds the texts and ``search(None, k, text=...)`` the query.
+    /// bm25_k1 / bm25_b: BM25 parameters of text queries (default 0.9 and
+    /// 0.4).
     #[staticmethod]
-    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None, text_fields = None, embed_model = None))]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None, text_fields = None, embed_model = None, bm25_k1 = None, bm25_b = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -145,6 +147,8 @@ impl PyCollection {
         codes: Option<&str>,
         text_fields: Option<&Bound<'_, PyAny>>,
         embed_model: Option<String>,
+        bm25_k1: Option<f64>,
+        bm25_b: Option<f64>,
     ) -> PyResult<Self> {
         let ivf = ivf_args(bits, partitions, nprobe, refine, None)?;
         let (space, kind_v, hnsw) = index_args(
@@ -180,6 +184,12 @@ impl PyCollection {
         };
         cfg.text = text_fields_arg(text_fields)?;
         cfg.embed_model = embed_model;
+        if let Some(k1) = bm25_k1 {
+            cfg.bm25.k1 = k1 as f32;
+        }
+        if let Some(b) = bm25_b {
+            cfg.bm25.b = b as f32;
+        }
         let c = py
             .detach(|| Collection::create(&path, cfg))
             .map_err(|e| match e {
@@ -345,11 +355,12 @@ impl PyCollection {
     /// text fields alone when no query vector is given (and the collection
     /// has no embedding model), else a dense leg (the vector, or the text
     /// embedded) and a BM25 leg of ``depth`` candidates each (default
-    /// ``max(k, 50)``), both under ``filter`` / ``where``, fused by
-    /// ``fusion``: ``"rrf"`` (default, ``rrf_k`` 60), ``"alpha"``
-    /// (``alpha`` · dense + (1 − ``alpha``) · text over min-max normalised
-    /// scores; 1.0 = dense only, 0.0 = text only) or ``"dbsf"``. Returns
-    /// a :class:`TextSearchResult` with each leg's score and rank.
+    /// ``max(k, 20)``), both under ``filter`` / ``where``, fused by
+    /// ``fusion``: ``"alpha"`` (``alpha`` · dense + (1 − ``alpha``) · text
+    /// over min-max normalised scores; 1.0 = dense only, 0.0 = text only;
+    /// the default, with alpha 0.3), ``"rrf"`` (``rrf_k``, default 60) or
+    /// ``"dbsf"``. Returns a :class:`TextSearchResult` with each leg's
+    /// score and rank.
     #[pyo3(signature = (queries, k, *, filter = None, r#where = None, columns = None, radius = None, exact = false, expansion = None, nprobe = None, refine = None, threads = None, text = None, fusion = None, alpha = None, rrf_k = None, depth = None))]
     #[allow(clippy::too_many_arguments)]
     fn search(

@@ -37,15 +37,16 @@ def tokens(text: str) -> list[str]:
     return [t for t in re.findall(r"[^\W_]+", text.lower()) if len(t.encode()) <= 40]
 
 
-def bm25_oracle(texts, query, k, keep=None, k1=1.2, b=0.75):
+def bm25_oracle(texts, query, k, keep=None, k1=0.9, b=0.4):
     """Lucene BM25 over `texts` (key = row), analysed by splitting on
-    non-alphanumerics and lower-casing; best first, ties by key."""
+    non-alphanumerics and lower-casing, each distinct query term once;
+    best first, ties by key."""
     docs = [Counter(tokens(t)) for t in texts]
     lens = np.array([sum(d.values()) for d in docs], dtype=np.float64)
     n = float((lens > 0).sum())
     avgdl = lens[lens > 0].mean()
     scores = np.zeros(len(texts))
-    for term, qtf in Counter(tokens(query)).items():
+    for term in set(tokens(query)):
         df = sum(1 for d in docs if term in d)
         if df == 0:
             continue
@@ -53,7 +54,7 @@ def bm25_oracle(texts, query, k, keep=None, k1=1.2, b=0.75):
         for i, d in enumerate(docs):
             tf = d.get(term, 0)
             if tf:
-                scores[i] += idf * qtf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lens[i] / avgdl))
+                scores[i] += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lens[i] / avgdl))
     rows = [i for i in np.nonzero(scores > 0)[0] if keep is None or keep(i)]
     rows.sort(key=lambda i: (-scores[i], i))
     return [(i, scores[i]) for i in rows[:k]]
@@ -96,7 +97,7 @@ def test_hybrid_legs_fusion_and_filters(tmp_path, sample):
     c.upsert(np.arange(len(texts)), vecs, payload={"text": texts, "part": langs})
     c.optimize()
     q = vecs[17]
-    r = c.search(q, 10, text=texts[17], depth=30, exact=True)
+    r = c.search(q, 10, text=texts[17], depth=30, fusion="rrf", exact=True)
     # RRF (k 60) from the legs' ranks.
     legs = np.zeros(len(r.keys))
     legs += np.where(r.dense_ranks > 0, 1.0 / (60 + r.dense_ranks), 0)
@@ -113,6 +114,9 @@ def test_hybrid_legs_fusion_and_filters(tmp_path, sample):
     assert list(a1.keys) == list(dense.keys[:10])
     a0 = c.search(q, 10, text=texts[17], alpha=0.0)
     assert list(a0.keys) == list(c.search(None, 10, text=texts[17]).keys)
+    # The default fusion: 0.3 · min-max(dense) + 0.7 · min-max(text).
+    d = c.search(q, 10, text=texts[17], exact=True)
+    assert len(d.keys) == 10 and d.keys[0] == 17
     for fusion in ("dbsf", "rrf"):
         assert len(c.search(q, 10, text="python", fusion=fusion)) == 10
     # A filter applies to both legs before top-k.

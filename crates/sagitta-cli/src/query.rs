@@ -21,13 +21,13 @@ pub struct SearchArgs {
     pub like: Option<u64>,
     #[arg(long, default_value_t = 10)]
     pub k: usize,
-    /// rrf (default), alpha or dbsf.
+    /// alpha (default, 0.3), rrf or dbsf.
     #[arg(long)]
     pub fusion: Option<String>,
     /// Weight of the dense leg for alpha fusion (1: dense only, 0: text only).
     #[arg(long)]
     pub alpha: Option<f32>,
-    /// Candidates per leg (default max(k, 50)).
+    /// Candidates per leg (default max(k, 20)).
     #[arg(long)]
     pub depth: Option<usize>,
     /// Payload filter as JSON (docs/API.md).

@@ -155,7 +155,7 @@ struct SearchTicket {
     /// `text_query`; without one the search is dense).
     #[serde(default)]
     alpha: Option<f32>,
-    /// `rrf` (default), `alpha` or `dbsf`.
+    /// `alpha` (default), `rrf` or `dbsf`.
     #[serde(default)]
     fusion: Option<String>,
     /// Candidates per leg.

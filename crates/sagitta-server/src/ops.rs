@@ -78,6 +78,12 @@ pub struct CreateCollection {
     /// and so is the text of a search without a vector.
     #[serde(default)]
     pub embed_model: Option<String>,
+    /// BM25 k1 of text queries (default 0.9).
+    #[serde(default)]
+    pub bm25_k1: Option<f32>,
+    /// BM25 b of text queries (default 0.4).
+    #[serde(default)]
+    pub bm25_b: Option<f32>,
 }
 
 /// A payload column.
@@ -348,7 +354,8 @@ pub struct SearchRequest {
     /// `vector` (or of the text embedded by the collection's model).
     #[serde(default)]
     pub text: Option<String>,
-    /// How the legs are fused: `rrf` (default), `alpha` or `dbsf`.
+    /// How the legs are fused: `alpha` (default, alpha 0.3), `rrf` or
+    /// `dbsf`.
     #[serde(default)]
     pub fusion: Option<String>,
     /// Weight of the dense leg for `alpha` fusion, in [0, 1] (1: dense
@@ -358,7 +365,7 @@ pub struct SearchRequest {
     /// RRF constant (default 60).
     #[serde(default)]
     pub rrf_k: Option<f32>,
-    /// Candidates per leg (default max(k, 50)).
+    /// Candidates per leg (default max(k, 20)).
     #[serde(default)]
     pub depth: Option<usize>,
 }
@@ -525,6 +532,12 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
         cfg.text = text::text_fields(t)?;
     }
     cfg.embed_model = req.embed_model.clone();
+    if let Some(k1) = req.bm25_k1 {
+        cfg.bm25.k1 = k1;
+    }
+    if let Some(b) = req.bm25_b {
+        cfg.bm25.b = b;
+    }
     if let Some(p) = req.durability.as_deref() {
         cfg.durability = Durability::parse(p).ok_or_else(|| {
             ApiError::BadRequest(format!(

@@ -73,7 +73,8 @@ pub fn text_field_info(coll: &Collection) -> Vec<TextFieldInfo> {
         .collect()
 }
 
-/// `fusion` / `alpha` / `rrf_k` as a fusion (None: the default, RRF).
+/// `fusion` / `alpha` / `rrf_k` as a fusion (None: the default, alpha
+/// 0.3).
 /// `alpha` alone selects the weighted sum (Longbow's meaning: 1.0 dense
 /// only, 0.0 text only).
 pub fn fusion_of(

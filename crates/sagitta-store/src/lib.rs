@@ -30,5 +30,5 @@ pub use collection::{
 pub use error::{Result, StoreError};
 pub use filter::Filter;
 pub use payload::{Field, FieldType, Payload, PayloadError, Schema, Value};
-pub use sagitta_text::{AnalyzerKind, Fusion, TextFieldSpec};
+pub use sagitta_text::{AnalyzerKind, Bm25, Fusion, TextFieldSpec};
 pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};

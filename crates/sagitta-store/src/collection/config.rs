@@ -4,7 +4,7 @@
 
 use crate::error::{Result, StoreError};
 use sagitta_index::{DType, HnswParams, Index, IndexKind, IvfParams, Metric, Space};
-use sagitta_text::{AnalyzerKind, TextFieldSpec};
+use sagitta_text::{AnalyzerKind, Bm25, TextFieldSpec};
 use serde::{Deserialize, Serialize};
 
 /// When acknowledged writes reach the disk.
@@ -105,6 +105,8 @@ pub struct CollectionConfig {
     /// by the engine, and a search given text and no vector embeds the
     /// query. Its dimensions must be the collection's.
     pub embed_model: Option<String>,
+    /// BM25 parameters of text queries (default k1 0.9, b 0.4).
+    pub bm25: Bm25,
 }
 
 /// The compact codes a new HNSW collection over `space` traverses with by
@@ -132,6 +134,7 @@ impl CollectionConfig {
             codes: default_codes(&space),
             text: Vec::new(),
             embed_model: None,
+            bm25: Bm25::default(),
         }
     }
 
@@ -190,6 +193,7 @@ impl CollectionConfig {
                 )));
             }
         }
+        self.bm25.validate().map_err(StoreError::Config)?;
         let mut seen = std::collections::HashSet::new();
         for f in &self.text {
             if f.name.is_empty() || f.name.len() > 255 || !seen.insert(&f.name) {
@@ -312,6 +316,11 @@ pub(crate) struct ConfigFile {
     text: Vec<TextFieldFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     embed_model: Option<String>,
+    /// BM25 parameters (absent: the defaults).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bm25_k1: Option<f32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    bm25_b: Option<f32>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -368,6 +377,8 @@ impl ConfigFile {
                 })
                 .collect(),
             embed_model: c.embed_model.clone(),
+            bm25_k1: (!c.text.is_empty()).then_some(c.bm25.k1),
+            bm25_b: (!c.text.is_empty()).then_some(c.bm25.b),
         }
     }
 
@@ -416,6 +427,10 @@ impl ConfigFile {
                 })
                 .collect::<Option<Vec<_>>>()?,
             embed_model: self.embed_model.clone(),
+            bm25: Bm25 {
+                k1: self.bm25_k1.unwrap_or(Bm25::default().k1),
+                b: self.bm25_b.unwrap_or(Bm25::default().b),
+            },
         })
     }
 }
