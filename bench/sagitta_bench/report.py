@@ -315,8 +315,8 @@ def text_markdown(run: dict) -> str:
             lines.append(f"| {r['engine']} | {s['step']} | {s['seconds']:.2f} | {rps} | {mb} |")
     notes = [f"- {r['engine']}: {n}" for r in run["results"] for n in r.get("notes", [])]
     notes += [
-        f"- {r['engine']}, {m['method']}: {m['short']:.1%} of queries got fewer than 10 rows "
-        "besides their own"
+        f"- {r['engine']}, {m['method']}: {round(m['short'] * m['queries'])} of "
+        f"{m['queries']:,} queries got fewer than 10 rows besides their own"
         for r in run["results"]
         for m in r["methods"]
         if m.get("short")

@@ -54,9 +54,9 @@ pub const TOKENIZER_FILE: &str = "tokenizer.json";
 /// Padded word pieces per batch (texts × longest text). Measured on the
 /// debian-minilm texts: large enough that the matrix products run near
 /// full speed, small enough that a batch's activations stay in cache.
-const BATCH_TOKENS: usize = 1024;
+const BATCH_TOKENS: usize = 1536;
 /// Most texts in one batch.
-const BATCH_TEXTS: usize = 64;
+const BATCH_TEXTS: usize = 48;
 
 /// The directory holding the files of model `name`:
 /// `$SAGITTA_MODELS/<name>` when `SAGITTA_MODELS` is set (and not empty),
