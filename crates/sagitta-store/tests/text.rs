@@ -463,3 +463,76 @@ fn frozen_v4_text_fixture_reads_back() {
         same(&got, &oracle(&keys, q, 10, |_| true), q);
     }
 }
+
+/// A collection with the built-in model: rows written without vectors
+/// are embedded (the vector equals embedding the text directly), a
+/// text-only search embeds its query and is hybrid, and a model missing
+/// from its directory fails create / open with an error naming the file.
+/// Needs `scripts/fetch-model` to have run (scripts/test runs it).
+#[test]
+fn embedding_model_writes_and_searches() {
+    let dir = tempfile::tempdir().unwrap();
+    let space = Space::new(384, Metric::Cos, DType::F32).unwrap();
+    let mut cfg = CollectionConfig::new(space);
+    cfg.text = vec![TextFieldSpec::new("body", AnalyzerKind::English)];
+    cfg.embed_model = Some("all-minilm-l6-v2".into());
+    let c = Collection::create(dir.path(), cfg.clone()).unwrap();
+    let texts = [
+        "XML parsing library for Python",
+        "terminal emulator for the X window system",
+        "driver for wireless network cards",
+        "GNU C compiler",
+    ];
+    let p = Payload {
+        fields: vec![Field {
+            name: "body".into(),
+            ty: FieldType::String,
+        }],
+        columns: vec![texts.iter().map(|t| Value::Str((*t).into())).collect()],
+        rows: texts.len(),
+    };
+    c.upsert_embedding(&[1, 2, 3, 4], &p).unwrap();
+    let direct = c.embed(&[texts[2]]).unwrap();
+    let stored = c.get_raw(3).unwrap();
+    let stored: Vec<f32> = stored
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
+    let cos: f32 = direct.iter().zip(&stored).map(|(a, b)| a * b).sum();
+    assert!(cos > 0.9999, "{cos}");
+    let hits = c
+        .search_text(&TextSearch {
+            text: "wifi adapter",
+            vector: None,
+            k: 2,
+            fusion: None,
+            depth: None,
+            opts: CollectionSearch::default(),
+        })
+        .unwrap();
+    // No word in common with row 3, yet the embedded query finds it.
+    assert_eq!(hits[0].key, 3);
+    assert!(hits[0].dense.is_some() && hits[0].text.is_none());
+    // A null text cannot be embedded; nothing is written.
+    let mut bad = p.clone();
+    bad.columns[0][1] = Value::Null;
+    assert!(matches!(
+        c.upsert_embedding(&[10, 11, 12, 13], &bad),
+        Err(StoreError::InvalidText(_))
+    ));
+    assert!(!c.contains(10));
+    c.close().unwrap();
+    // Model files somewhere else: create and open say which file is missing.
+    let empty = tempfile::tempdir().unwrap();
+    std::env::set_var("SAGITTA_MODELS", empty.path());
+    let e = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap_err();
+    let e2 = Collection::create(tempfile::tempdir().unwrap().path(), cfg).unwrap_err();
+    std::env::remove_var("SAGITTA_MODELS");
+    for e in [e, e2] {
+        let m = e.to_string();
+        assert!(
+            m.contains("model.safetensors") && m.contains("scripts/fetch-model"),
+            "{m}"
+        );
+    }
+}

@@ -1,19 +1,75 @@
 //! The collection's built-in embedding model: rows written with text and
 //! no vector, and searches given only text, are embedded by the engine.
+//!
+//! Opening a collection checks that the model's files are present (a
+//! missing file fails the open, naming it and `scripts/fetch-model`); the
+//! weights are loaded on first use, once per process and model, and
+//! shared by every collection that names the model.
 
 use super::Collection;
 use crate::error::{Result, StoreError};
 use crate::payload::{Payload, Value};
+use parking_lot::Mutex;
+use sagitta_embed::{model_dir, Embedder, DEFAULT_MODEL, TOKENIZER_FILE, WEIGHTS_FILE};
 use sagitta_index::VectorRef;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock};
+
+/// Loaded models, by name.
+static MODELS: LazyLock<Mutex<HashMap<String, Arc<Embedder>>>> =
+    LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn model_err(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Model(e.to_string())
+}
+
+/// Checks that model `name` is known, has `dims` dimensions, and that its
+/// files are present (without loading them).
+pub(crate) fn check_model(name: &str, dims: usize) -> Result<()> {
+    if name != DEFAULT_MODEL {
+        return Err(StoreError::Config(format!(
+            "embed_model = {name:?}: unknown model (known: {DEFAULT_MODEL:?})"
+        )));
+    }
+    if dims != 384 {
+        return Err(StoreError::Config(format!(
+            "embed_model = {name:?} gives 384-dimensional vectors, the collection has {dims}"
+        )));
+    }
+    let dir = model_dir(name);
+    for f in [WEIGHTS_FILE, TOKENIZER_FILE] {
+        let p = dir.join(f);
+        if !p.is_file() {
+            return Err(StoreError::Model(format!(
+                "model file {} is missing: run scripts/fetch-model (or set SAGITTA_MODELS)",
+                p.display()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The loaded model `name` (loaded on the first call in this process).
+pub(crate) fn model(name: &str) -> Result<Arc<Embedder>> {
+    if let Some(m) = MODELS.lock().get(name) {
+        return Ok(m.clone());
+    }
+    // Loaded outside the lock (hundreds of milliseconds); a racing loader
+    // just loses its copy.
+    let m = Arc::new(Embedder::open(name).map_err(model_err)?);
+    Ok(MODELS.lock().entry(name.to_string()).or_insert(m).clone())
+}
 
 impl Collection {
     /// Embeds `texts` with the collection's model (row-major, `dims` per
     /// text, unit length).
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<f32>> {
-        let _ = texts;
-        Err(StoreError::Model(
-            "this collection has no embedding model (create it with embed_model)".into(),
-        ))
+        let Some(name) = &self.inner.config.embed_model else {
+            return Err(StoreError::Model(
+                "this collection has no embedding model (create it with embed_model)".into(),
+            ));
+        };
+        model(name)?.embed(texts).map_err(model_err)
     }
 
     /// Upserts rows given by their payload only: the collection's model
@@ -29,6 +85,7 @@ impl Collection {
             ));
         };
         payload.validate(keys.len())?;
+        self.check_text_columns(payload)?;
         let col = payload
             .fields
             .iter()

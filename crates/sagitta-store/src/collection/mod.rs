@@ -199,6 +199,9 @@ impl Collection {
     /// hold one) and opens it for writing.
     pub fn create(dir: &Path, config: CollectionConfig) -> Result<Collection> {
         config.validate()?;
+        if let Some(m) = &config.embed_model {
+            embed::check_model(m, config.space.dims)?;
+        }
         std::fs::create_dir_all(dir).map_err(io("create dir", dir))?;
         if dir.join(MANIFEST).exists() {
             return Err(StoreError::AlreadyExists {
@@ -271,6 +274,9 @@ impl Collection {
                 offset: 0,
                 reason: "invalid config in manifest".into(),
             })?;
+        if let Some(m) = &config.embed_model {
+            embed::check_model(m, config.space.dims)?;
+        }
         if mode == OpenMode::ReadWrite {
             files::remove_leftovers(dir, &manifest)?;
         }

@@ -169,7 +169,7 @@ impl Collection {
     }
 
     /// Text fields hold strings of at most [`MAX_TEXT_BYTES`].
-    fn check_text_columns(&self, p: &Payload) -> Result<()> {
+    pub(super) fn check_text_columns(&self, p: &Payload) -> Result<()> {
         for (f, col) in p.fields.iter().zip(&p.columns) {
             if !self.inner.config.text.iter().any(|t| t.name == f.name) {
                 continue;
