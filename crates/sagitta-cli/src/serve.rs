@@ -181,6 +181,36 @@ pub fn http_request(
 /// The server part of the demo: loads the sample (vectors + passage text
 /// as payload) into a collection in a fresh data directory, serves it,
 /// queries it over HTTP and Flight, and keeps serving if asked.
+/// The demo collection's embedding model: all-MiniLM-L6-v2 when its files
+/// are there, after fetching them with `scripts/fetch-model` if needed
+/// (None, with a note, when that fails: text queries are then BM25, or
+/// hybrid with a given vector).
+fn demo_model() -> Option<String> {
+    use std::sync::OnceLock;
+    static MODEL: OnceLock<Option<String>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let name = sagitta_embed::DEFAULT_MODEL;
+            let dir = sagitta_embed::model_dir(name);
+            let present = || dir.join(sagitta_embed::WEIGHTS_FILE).is_file();
+            if !present() {
+                println!("fetching the embedding model (scripts/fetch-model) ...");
+                let ok = std::process::Command::new("scripts/fetch-model")
+                    .stdout(std::process::Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if !ok || !present() {
+                    println!(
+                        "  could not fetch it: text queries will use BM25 (and given vectors) only"
+                    );
+                    return None;
+                }
+            }
+            Some(name.to_string())
+        })
+        .clone()
+}
+
 pub fn demo_server(
     ds: &crate::data::Dataset,
     data: Option<PathBuf>,
@@ -212,6 +242,7 @@ pub fn demo_server(
             "text",
             sagitta_store::AnalyzerKind::English,
         )];
+        config.embed_model = demo_model();
         let c = Collection::create(&dir.join("sample"), config)?;
         let keys: Vec<u64> = (0..ds.base.rows as u64).collect();
         let vecs: Vec<VectorRef<'_>> = (0..ds.base.rows)
@@ -243,6 +274,7 @@ pub fn demo_server(
     cfg.data = dir.clone();
     cfg.http = http;
     cfg.flight = flight;
+    let embeds = demo_model().is_some();
     let query: Vec<f32> = ds.queries.row(0).to_vec();
     let query_text = ds.query_texts.first().cloned().unwrap_or_default();
     runtime(2)?.block_on(async move {
@@ -272,10 +304,16 @@ pub fn demo_server(
             let text: String = hit["payload"]["text"].as_str().unwrap_or("?").chars().take(100).collect();
             println!("  {:.3}  #{:<5} {}", hit["score"].as_f64().unwrap_or(f64::NAN), hit["id"], text);
         }
-        // A text query (BM25 over the passages, fused with the dense leg of
-        // the query's vector) over HTTP.
+        // A text query over HTTP: BM25 over the passages, fused with the
+        // dense leg of the text embedded by the engine (or, without the
+        // model, of the query vector above).
         let text_q = "XML parser library for Python";
-        let body = serde_json::json!({"text": text_q, "vector": query, "k": 3, "columns": ["text"]}).to_string();
+        let body = if embeds {
+            serde_json::json!({"text": text_q, "k": 3, "columns": ["text"]})
+        } else {
+            serde_json::json!({"text": text_q, "vector": query, "k": 3, "columns": ["text"]})
+        }
+        .to_string();
         let (status, resp) = tokio::task::spawn_blocking(move || {
             http_request(h, "POST", "/collections/sample/search", &body)
         })
@@ -283,8 +321,11 @@ pub fn demo_server(
         if status != 200 {
             bail!("sample text query answered {status}: {resp}");
         }
-        println!("
-hybrid query over HTTP (text {text_q:?} + the vector above, RRF):");
+        if embeds {
+            println!("\ntext query over HTTP (BM25 fused with the text embedded by all-MiniLM-L6-v2 in Rust): {text_q:?}");
+        } else {
+            println!("\nhybrid query over HTTP (text {text_q:?} + the vector above; scripts/fetch-model enables text-only hybrid queries):");
+        }
         let v: serde_json::Value = serde_json::from_str(&resp)?;
         for hit in v["hits"].as_array().into_iter().flatten() {
             let text: String = hit["payload"]["text"].as_str().unwrap_or("?").chars().take(90).collect();
