@@ -59,10 +59,7 @@ pub fn fusion_arg(
 ) -> PyResult<Option<Fusion>> {
     let bad = |m: String| PyValueError::new_err(m);
     let f = match (fusion, alpha) {
-        (None, None) => match rrf_k {
-            Some(k) => Some(Fusion::Rrf { k: k as f32 }),
-            None => None,
-        },
+        (None, None) => rrf_k.map(|k| Fusion::Rrf { k: k as f32 }),
         (None | Some("alpha"), Some(a)) => Some(Fusion::Alpha { alpha: a as f32 }),
         (Some("alpha"), None) => {
             return Err(bad(

@@ -1,10 +1,12 @@
 //! The BERT encoder of all-MiniLM-L6-v2, inference only, on the CPU.
 //!
-//! Matrix products run on `candle-core` tensors (the `gemm` crate); the
-//! embedding lookup, the masked softmax, bias + residual + LayerNorm and
-//! the pooling are plain loops over the rows. Weight names follow the
-//! Hugging Face `BertModel` checkpoint (`embeddings.*`,
-//! `encoder.layer.N.*`; the pooler is not used).
+//! The five dense matrix products of a layer run on `candle-core` tensors
+//! (the `gemm` crate). Everything else is plain loops over the rows, each
+//! reading the previous product in place: the embedding lookup, the
+//! attention itself (small per-head products and the masked softmax), bias
+//! and GELU, bias and residual and LayerNorm, the pooling. Weight names
+//! follow the Hugging Face `BertModel` checkpoint (`embeddings.*`,
+//! `encoder.layer.N.*`); the pooler is not used.
 
 use std::collections::HashMap;
 
@@ -95,12 +97,13 @@ impl Weights {
                 t.dims()
             ));
         }
-        let t = t.to_dtype(DType::F32).map_err(|e| e.to_string())?;
-        let values = t
-            .flatten_all()
-            .and_then(|f| f.to_vec1::<f32>())
+        let t = t
+            .to_dtype(DType::F32)
+            .and_then(|t| t.contiguous())
             .map_err(|e| e.to_string())?;
-        if values.iter().any(|v| !v.is_finite()) {
+        let finite =
+            with_f32(&t, |v| v.iter().all(|v| v.is_finite())).map_err(|e| e.to_string())?;
+        if !finite {
             return Err(format!("tensor {name} holds NaN or infinite values"));
         }
         Ok(t)
@@ -430,7 +433,7 @@ fn erf(x: f32) -> f32 {
     p = x2 * p + -2.101_024e-6;
     p = x2 * p + -5.692_506_4e-5;
     p = x2 * p + -7.349_906_3e-4;
-    p = x2 * p + -2.954_599_8e-3;
+    p = x2 * p + -2.954_6e-3;
     p = x2 * p + -1.609_603_3e-2;
     let mut q = x2 * -1.456_607_2e-5 + -2.133_740_6e-4;
     q = x2 * q + -1.682_827e-3;

@@ -137,6 +137,16 @@ fn empty_and_long_texts() {
     // Whitespace only is [CLS] [SEP] too.
     let (min, _) = cosine_stats(&v[..dims], &v[3 * dims..], dims);
     assert!(min > 0.99999, "{min}");
+
+    // The whole position table can be used, not more.
+    let full = Embedder::open(DEFAULT_MODEL).unwrap();
+    assert!(matches!(
+        Embedder::open(DEFAULT_MODEL).unwrap().with_max_tokens(513),
+        Err(EmbedError::Tokenize(_))
+    ));
+    let full = full.with_max_tokens(512).unwrap();
+    assert_eq!(full.tokenize(&long).unwrap().len(), 512);
+    assert_unit_rows(&full.embed(&[&long, ""]).unwrap(), dims);
 }
 
 #[test]

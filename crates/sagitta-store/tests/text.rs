@@ -75,9 +75,7 @@ fn payload(keys: &[u64]) -> Payload {
             },
         ],
         columns: vec![
-            keys.iter()
-                .map(|&k| Value::Str(text_of(k).into()))
-                .collect(),
+            keys.iter().map(|&k| Value::Str(text_of(k))).collect(),
             keys.iter().map(|&k| Value::Int((k % 5) as i64)).collect(),
         ],
         rows: keys.len(),
@@ -369,7 +367,7 @@ fn bad_text_gets_typed_errors_and_writes_nothing() {
     ));
     // An oversized text in a write is refused whole.
     let mut p = payload(&[900, 901]);
-    p.columns[0][1] = Value::Str(huge.clone().into());
+    p.columns[0][1] = Value::Str(huge.clone());
     let vs = [vector(900), vector(901)];
     let refs: Vec<VectorRef<'_>> = vs.iter().map(|v| VectorRef::F32(v)).collect();
     assert!(matches!(
@@ -427,7 +425,7 @@ fn frozen_v4_text_fixture_reads_back() {
         let rows: Vec<Vec<Value>> = (0..40u32)
             .map(|s| {
                 let k = sagitta_index::GraphView::key(&v, s);
-                vec![Value::Str(text_of(k).into()), Value::Int((k % 5) as i64)]
+                vec![Value::Str(text_of(k)), Value::Int((k % 5) as i64)]
             })
             .collect();
         drop(v);
