@@ -171,6 +171,9 @@ class SagittaText:
         for alpha in ALPHAS:
             kw = {"fusion": "alpha", "alpha": alpha, "depth": 50}
             b.method(f"alpha {alpha}, depth 50", fused(**kw), **sweep, **kw)
+        for depth in (10, 20, 100):
+            kw = {"fusion": "alpha", "alpha": 0.3, "depth": depth}
+            b.method(f"alpha 0.3, depth {depth}", fused(**kw), **sweep, **kw)
         for depth in DEPTHS:
             kw = {"fusion": "dbsf", "depth": depth}
             b.method(f"DBSF, depth {depth}", fused(**kw), **sweep, **kw)

@@ -147,7 +147,7 @@ def test_text_sagitta(tmp_path, monkeypatch):
         "BM25 only",
         "hybrid, default fusion",
     ]
-    assert len(sweep) == 16 and all(m["queries"] == 20 for m in sweep)
+    assert len(sweep) == 19 and all(m["queries"] == 20 for m in sweep)
     assert {m["params"]["fusion"] for m in sweep} == {"rrf", "alpha", "dbsf"}
     for m in r["methods"]:
         assert m["ndcg"] > 0.5 and m["common"]["queries"] == 20
