@@ -79,7 +79,11 @@ impl Collection {
                 "this collection has no embedding model (create it with embed_model)".into(),
             ));
         };
-        model(name)?.embed(texts).map_err(model_err)
+        let m = model(name)?;
+        // Run inside the rayon pool (one hand-off), so the model's matrix
+        // products split their work there instead of each handing it to
+        // the pool from outside and waiting (two dozen hand-offs a query).
+        rayon::scope(|_| m.embed(texts)).map_err(model_err)
     }
 
     /// Upserts rows given by their payload only: the collection's model
