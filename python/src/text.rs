@@ -57,36 +57,8 @@ pub fn fusion_arg(
     alpha: Option<f64>,
     rrf_k: Option<f64>,
 ) -> PyResult<Option<Fusion>> {
-    let bad = |m: String| PyValueError::new_err(m);
-    let f = match (fusion, alpha) {
-        (None, None) => rrf_k.map(|k| Fusion::Rrf { k: k as f32 }),
-        (None | Some("alpha"), Some(a)) => Some(Fusion::Alpha { alpha: a as f32 }),
-        (Some("alpha"), None) => {
-            return Err(bad(
-                "fusion='alpha' needs alpha (1.0: dense only, 0.0: text only)".into(),
-            ))
-        }
-        (Some("rrf"), None) => Some(Fusion::Rrf {
-            k: rrf_k.unwrap_or(60.0) as f32,
-        }),
-        (Some("dbsf"), None) => Some(Fusion::Dbsf),
-        (Some(f @ ("rrf" | "dbsf")), Some(_)) => {
-            return Err(bad(format!("alpha applies to fusion='alpha', not {f:?}")))
-        }
-        (Some(f), _) => {
-            return Err(bad(format!(
-                "fusion: unknown method {f:?} (expected 'rrf', 'alpha' or 'dbsf')"
-            )))
-        }
-    };
-    if let Some(Fusion::Alpha { alpha }) = f {
-        if !(0.0..=1.0).contains(&alpha) {
-            return Err(bad(format!(
-                "alpha: must be in [0, 1] (1.0: dense only, 0.0: text only), got {alpha}"
-            )));
-        }
-    }
-    Ok(f)
+    Fusion::from_args(fusion, alpha.map(|a| a as f32), rrf_k.map(|k| k as f32))
+        .map_err(PyValueError::new_err)
 }
 
 /// Runs a text or hybrid search for `Collection.search(text=...)`.

@@ -63,16 +63,8 @@ pub fn run(a: &SearchArgs) -> Result<()> {
         }
         None => None,
     };
-    let fusion = match (a.fusion.as_deref(), a.alpha) {
-        (None, None) => None,
-        (None | Some("alpha"), Some(alpha)) => Some(Fusion::Alpha { alpha }),
-        (Some("rrf"), None) => Some(Fusion::Rrf { k: 60.0 }),
-        (Some("dbsf"), None) => Some(Fusion::Dbsf),
-        (f, _) => bail!(
-            "--fusion {f:?} with --alpha {:?}: use rrf, dbsf, or alpha with --alpha",
-            a.alpha
-        ),
-    };
+    let fusion =
+        Fusion::from_args(a.fusion.as_deref(), a.alpha, None).map_err(anyhow::Error::msg)?;
     let hits: Vec<(u64, f32, String)> = match (&a.text, &like) {
         (Some(text), _) => c
             .search_text(&TextSearch {

@@ -82,23 +82,7 @@ pub fn fusion_of(
     alpha: Option<f32>,
     rrf_k: Option<f32>,
 ) -> ApiResult<Option<Fusion>> {
-    let bad = |m: String| Err(ApiError::BadRequest(m));
-    let f = match (fusion, alpha) {
-        (None, None) => rrf_k.map(|k| Fusion::Rrf { k }),
-        (None | Some("alpha"), Some(alpha)) => Some(Fusion::Alpha { alpha }),
-        (Some("alpha"), None) => {
-            return bad("fusion \"alpha\" needs alpha (1.0: dense only, 0.0: text only)".into())
-        }
-        (Some("rrf"), None) => Some(Fusion::Rrf {
-            k: rrf_k.unwrap_or(60.0),
-        }),
-        (Some("dbsf"), None) => Some(Fusion::Dbsf),
-        (Some(f @ ("rrf" | "dbsf")), Some(_)) => {
-            return bad(format!("alpha applies to fusion \"alpha\", not {f:?}"))
-        }
-        (Some(f), _) => return bad(format!("fusion: unknown method {f:?} (rrf, alpha or dbsf)")),
-    };
-    Ok(f)
+    Fusion::from_args(fusion, alpha, rrf_k).map_err(ApiError::BadRequest)
 }
 
 /// A text or hybrid search: `vector` (None: text only, or the text

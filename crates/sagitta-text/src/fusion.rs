@@ -28,6 +28,35 @@ pub enum Fusion {
 }
 
 impl Fusion {
+    /// The fusion the APIs' `fusion` / `alpha` / `rrf_k` arguments ask
+    /// for (None: the default): `alpha` alone selects `Alpha`, `rrf_k`
+    /// alone `Rrf`. The values are checked where the search runs.
+    pub fn from_args(
+        fusion: Option<&str>,
+        alpha: Option<f32>,
+        rrf_k: Option<f32>,
+    ) -> Result<Option<Fusion>, String> {
+        Ok(match (fusion, alpha) {
+            (None, None) => rrf_k.map(|k| Fusion::Rrf { k }),
+            (None | Some("alpha"), Some(alpha)) => Some(Fusion::Alpha { alpha }),
+            (Some("alpha"), None) => {
+                return Err("fusion \"alpha\" needs alpha (1.0: dense only, 0.0: text only)".into())
+            }
+            (Some("rrf"), None) => Some(Fusion::Rrf {
+                k: rrf_k.unwrap_or(60.0),
+            }),
+            (Some("dbsf"), None) => Some(Fusion::Dbsf),
+            (Some(f @ ("rrf" | "dbsf")), Some(_)) => {
+                return Err(format!("alpha applies to fusion \"alpha\", not {f:?}"))
+            }
+            (Some(f), _) => {
+                return Err(format!(
+                    "fusion: unknown method {f:?} (expected rrf, alpha or dbsf)"
+                ))
+            }
+        })
+    }
+
     /// The name used in APIs.
     pub fn name(&self) -> &'static str {
         match self {

@@ -246,6 +246,16 @@ fn collect_allowed(
         }
         out.extend(cand.into_iter().map(|(slot, x)| (key(slot), x)));
     }
+    let in_memory = |index: &sagitta_index::Index, out: &mut Vec<(u64, f32)>| {
+        let v = index.view();
+        best(
+            acc,
+            depth,
+            |slot| ok(slot) && v.is_live(slot),
+            |slot| v.key(slot),
+            out,
+        )
+    };
     match s.part.map(|p| &p.body) {
         Some(Body::Sealed { seg, .. }) => best(
             acc,
@@ -254,26 +264,9 @@ fn collect_allowed(
             |slot| seg.key(slot),
             out,
         ),
-        Some(Body::Frozen { index, .. }) => {
-            let v = index.view();
-            best(
-                acc,
-                depth,
-                |slot| ok(slot) && v.is_live(slot),
-                |slot| v.key(slot),
-                out,
-            )
-        }
-        None => {
-            let v = active.view();
-            best(
-                acc,
-                depth,
-                |slot| ok(slot) && v.is_live(slot),
-                |slot| v.key(slot),
-                out,
-            )
-        }
+        // A frozen part or the mutable one: an in-memory index.
+        Some(Body::Frozen { index, .. }) => in_memory(index, out),
+        None => in_memory(active, out),
     }
 }
 
