@@ -16,6 +16,10 @@
 //! reuse it unchanged, and one planner ([`plan`]) decides for both how a
 //! search runs. Filters arrive as a [`Bitset`] of allowed slots.
 //!
+//! * **Low-dimensional exact kNN** ([`lowdim`]): a kd-tree searched
+//!   branch and bound over exact arithmetic, certified top-k and a kNN
+//!   label vote, searched in place over its (memory-mapped) bytes.
+//!
 //! This crate depends only on `sagitta-kernels`; it knows nothing of files.
 
 mod bitset;
@@ -24,6 +28,7 @@ mod graph;
 mod index;
 pub mod ivf;
 pub mod kmeans;
+pub mod lowdim;
 pub mod plan;
 pub mod rotation;
 mod scratch;

@@ -1,0 +1,194 @@
+//! Exactness and cost of the low-dimensional index against a brute-force
+//! `f64` oracle, on raw little-endian files:
+//!
+//! ```text
+//! cargo run --release -p sagitta-index --example lowdim_check -- \
+//!     REFS.f32 LABELS.u16 DIM QUERIES.f32|loo:N [EXPECTED.f64] [--no-oracle]
+//! ```
+//!
+//! `loo:N` takes N rows of the references themselves as queries
+//! (leave-one-out: each query's own row is excluded from its answer).
+//! The oracle reads every value as `f64` the way a JSON parser reads the
+//! decimal it came from (rows on a 10^-4 grid: `round(x·10^4) / 10^4`),
+//! sums `(q - r)²` over dimensions in order, and breaks ties by the lower
+//! row index. `EXPECTED.f64` holds one expected kNN label share per query.
+#![allow(clippy::unwrap_used)]
+
+use rayon::prelude::*;
+use sagitta_index::lowdim::{LowDimIndex, LowDimScratch};
+use std::time::Instant;
+
+const K: usize = 5;
+
+fn read(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn decimal(x: f32) -> f64 {
+    (f64::from(x) * 1e4).round() / 1e4
+}
+
+/// Top-k ids by (f64 distance, id), excluding `skip`.
+fn oracle(refs: &[f64], dim: usize, q: &[f64], skip: Option<u32>, k: usize) -> Vec<(f64, u32)> {
+    let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
+    let mut worst = f64::INFINITY;
+    for (i, r) in refs.chunks_exact(dim).enumerate() {
+        let mut s = 0.0;
+        for d in 0..dim {
+            let t = q[d] - r[d];
+            s += t * t;
+        }
+        if s > worst || Some(i as u32) == skip {
+            continue;
+        }
+        let at = best.partition_point(|&(bd, bi)| bd < s || (bd == s && bi < i as u32));
+        best.insert(at, (s, i as u32));
+        if best.len() > k {
+            best.pop();
+        }
+        if best.len() == k {
+            worst = best[k - 1].0;
+        }
+    }
+    best
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let refs = f32s(&read(&args[0]));
+    let labels: Vec<u16> = read(&args[1])
+        .chunks_exact(2)
+        .map(|c| u16::from_le_bytes([c[0], c[1]]))
+        .collect();
+    let dim: usize = args[2].parse().unwrap();
+    let n = refs.len() / dim;
+    let (queries, loo) = match args[3].strip_prefix("loo:") {
+        Some(count) => {
+            let count: usize = count.parse().unwrap();
+            let step = (n / count).max(1);
+            let ids: Vec<u32> = (0..count).map(|i| (i * step) as u32).collect();
+            let q: Vec<f32> = ids
+                .iter()
+                .flat_map(|&i| refs[i as usize * dim..(i as usize + 1) * dim].to_vec())
+                .collect();
+            (q, Some(ids))
+        }
+        None => (f32s(&read(&args[3])), None),
+    };
+    let expected: Option<Vec<f64>> = args.get(4).filter(|a| !a.starts_with("--")).map(|p| {
+        read(p)
+            .chunks_exact(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+            .collect()
+    });
+    let run_oracle = !args.iter().any(|a| a == "--no-oracle");
+    let nq = queries.len() / dim;
+
+    let t = Instant::now();
+    let index = LowDimIndex::build(&refs, dim, Some(&labels)).unwrap();
+    let build_s = t.elapsed().as_secs_f64();
+    let view = index.view();
+    println!(
+        "rows {n}, dim {dim}, grid scale {:?}, {} bytes, build {build_s:.2} s",
+        view.grid_scale(),
+        index.as_bytes().len()
+    );
+
+    // Each query's answer (ids) and its time, one thread.
+    let kk = if loo.is_some() { K + 1 } else { K };
+    let mut scratch = LowDimScratch::default();
+    let mut answers: Vec<Vec<u32>> = Vec::with_capacity(nq);
+    let mut times = Vec::with_capacity(nq);
+    let (mut rows, mut leaves) = (0u64, 0u64);
+    for pass in 0..2 {
+        answers.clear();
+        times.clear();
+        rows = 0;
+        leaves = 0;
+        for (qi, q) in queries.chunks_exact(dim).enumerate() {
+            let t = Instant::now();
+            let hits = view.search(q, kk, &mut scratch).unwrap();
+            let ids: Vec<u32> = match &loo {
+                Some(ids) => hits
+                    .iter()
+                    .map(|h| h.id)
+                    .filter(|&h| h != ids[qi])
+                    .take(K)
+                    .collect(),
+                None => hits.iter().map(|h| h.id).collect(),
+            };
+            times.push(t.elapsed().as_nanos() as f64 / 1e3);
+            rows += scratch.stats.rows;
+
+            leaves += scratch.stats.leaves;
+            answers.push(ids);
+        }
+        let _ = pass; // the first pass warms the page cache and the branch predictors
+    }
+    let mut sorted = times.clone();
+    sorted.sort_by(f64::total_cmp);
+    let pct = |p: f64| sorted[((sorted.len() - 1) as f64 * p) as usize];
+    println!(
+        "queries {nq}, k {K}: mean {:.2} us, p50 {:.2} us, p99 {:.2} us, max {:.1} us; rows scanned mean {:.0}, leaves mean {:.1}",
+        times.iter().sum::<f64>() / nq as f64,
+        pct(0.5),
+        pct(0.99),
+        sorted[sorted.len() - 1],
+        rows as f64 / nq as f64,
+        leaves as f64 / nq as f64,
+    );
+
+    let share =
+        |ids: &[u32]| ids.iter().filter(|&&i| labels[i as usize] == 1).count() as f64 / K as f64;
+    if let Some(exp) = &expected {
+        let wrong_score = answers
+            .iter()
+            .zip(exp)
+            .filter(|(a, &e)| (share(a) - e).abs() > 1e-9)
+            .count();
+        let wrong_decision = answers
+            .iter()
+            .zip(exp)
+            .filter(|(a, &e)| (share(a) < 0.6) != (e < 0.6))
+            .count();
+        println!("against the expected answers: {wrong_score} wrong scores, {wrong_decision} wrong decisions");
+    }
+    if run_oracle {
+        let t = Instant::now();
+        let refs64: Vec<f64> = refs.iter().map(|&x| decimal(x)).collect();
+        let truth: Vec<Vec<(f64, u32)>> = (0..nq)
+            .into_par_iter()
+            .map(|qi| {
+                let q: Vec<f64> = queries[qi * dim..(qi + 1) * dim]
+                    .iter()
+                    .map(|&x| decimal(x))
+                    .collect();
+                oracle(&refs64, dim, &q, loo.as_ref().map(|ids| ids[qi]), K)
+            })
+            .collect();
+        let mut wrong_sets = 0;
+        let mut wrong_decisions = 0;
+        for (qi, (a, t)) in answers.iter().zip(&truth).enumerate() {
+            let t_ids: Vec<u32> = t.iter().map(|x| x.1).collect();
+            if *a != t_ids {
+                wrong_sets += 1;
+                if wrong_sets <= 5 {
+                    println!("query {qi}: index {a:?} oracle {t:?}");
+                }
+            }
+            if (share(a) < 0.6) != (share(&t_ids) < 0.6) {
+                wrong_decisions += 1;
+            }
+        }
+        println!(
+            "against the f64 brute-force oracle ({:.0} s): {wrong_sets} wrong neighbour lists, {wrong_decisions} wrong decisions of {nq}",
+            t.elapsed().as_secs_f64()
+        );
+    }
+}

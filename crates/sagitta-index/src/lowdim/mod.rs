@@ -1,0 +1,108 @@
+//! Certified exact k-nearest-neighbour search for low-dimensional data
+//! (1 to [`MAX_DIM`] dimensions, squared Euclidean distance).
+//!
+//! The index is a kd-tree over the rows with a tight bounding box per
+//! node, searched branch and bound: a subtree is skipped only when the
+//! lower bound of its box is larger than the current k-th distance, so
+//! the answer is *proved* to be the exact top-k, never an approximation.
+//! Ties are broken by the lower row index, deterministically.
+//!
+//! * **Exact arithmetic on a decimal grid.** When every component of every
+//!   row is a multiple of 10^-p (p ≤ 4) that fits an `i16` (as in data
+//!   rounded to a few decimals), rows are stored as `i16` codes and every
+//!   distance is computed in `f64` on integers: exactly, so ties are real
+//!   ties. A query on the same grid is exact too; one off the grid is
+//!   compared in `f64`.
+//! * **Anything else** keeps the `f32` rows, compared in `f64`.
+//!
+//! In both cases the box bounds use the same arithmetic, in the same order,
+//! as the distances, so pruning can never drop a true neighbour.
+//!
+//! The index lives in one byte buffer ([`LowDimIndex::as_bytes`]) that is
+//! searched in place: write it to a file, memory-map it and
+//! [`LowDimView::parse`] it, with no copy. The format is versioned and
+//! checksummed (docs/FORMAT.md, "Low-dimensional index").
+//!
+//! An optional label per row ([`LowDimHit::label`]) turns a search into a
+//! kNN vote ([`LowDimView::classify`]).
+
+mod build;
+mod format;
+mod scan;
+mod search;
+
+pub use build::LowDimIndex;
+pub use format::{LowDimView, FORMAT_VERSION, MAGIC};
+
+/// Most dimensions a low-dimensional index takes.
+pub const MAX_DIM: usize = 32;
+/// Rows per kd-tree leaf (also the block width of the column layout).
+pub const LEAF: usize = 32;
+
+/// Coordinates per box corner: the dimensions padded to 16 or 32, so a
+/// corner is one or two SIMD registers of `i16` (padding is 0 in boxes and
+/// queries alike, adding nothing to a bound).
+pub(crate) fn box_dim(dim: usize) -> usize {
+    if dim <= 16 {
+        16
+    } else {
+        32
+    }
+}
+
+/// One neighbour found by a low-dimensional search.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LowDimHit {
+    /// The row's index in the rows the index was built from.
+    pub id: u32,
+    /// Squared Euclidean distance to the query.
+    pub dist: f64,
+    /// The row's label (0 when the index has none).
+    pub label: u16,
+}
+
+/// What one search did: nodes opened, leaves and rows scanned.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SearchStats {
+    /// Tree nodes whose box was checked.
+    pub nodes: u64,
+    /// Leaves scanned.
+    pub leaves: u64,
+    /// Rows whose distance was computed.
+    pub rows: u64,
+}
+
+/// One label's share of the k nearest rows.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LabelShare {
+    /// The label.
+    pub label: u16,
+    /// How many of the k nearest carry it.
+    pub count: u32,
+    /// `count / k`.
+    pub share: f64,
+}
+
+/// Reusable per-thread search state: keep one per thread.
+#[derive(Debug, Default)]
+pub struct LowDimScratch {
+    pub(crate) best: Vec<search::Best>,
+    pub(crate) hits: Vec<LowDimHit>,
+    pub(crate) stack: Vec<(u32, f64)>,
+    pub(crate) shares: Vec<LabelShare>,
+    /// What the last search did.
+    pub stats: SearchStats,
+}
+
+/// Counts labels, most frequent first (ties: the smaller label first), as
+/// a kNN vote over any label type.
+pub fn tally<L: Ord>(labels: impl IntoIterator<Item = L>) -> Vec<(L, u32)> {
+    let mut counts: std::collections::BTreeMap<L, u32> = std::collections::BTreeMap::new();
+    for l in labels {
+        *counts.entry(l).or_insert(0) += 1;
+    }
+    let mut out: Vec<(L, u32)> = counts.into_iter().collect();
+    // Stable: equal counts keep the BTreeMap's ascending label order.
+    out.sort_by_key(|e| std::cmp::Reverse(e.1));
+    out
+}
