@@ -16,6 +16,7 @@ from ._sagitta import (
     CorruptFileError,
     Index,
     LockedError,
+    LowDimIndex,
     PayloadError,
     ReadOnlyError,
     SearchResult,
@@ -38,6 +39,7 @@ from .client import (
 
 __all__ = [
     "NO_KEY",
+    "LowDimIndex",
     "AuthError",
     "BadRequestError",
     "Client",

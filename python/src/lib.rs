@@ -5,6 +5,7 @@ mod collection;
 mod convert;
 mod errors;
 mod index;
+mod lowdim;
 mod text;
 
 use pyo3::prelude::*;
@@ -22,6 +23,7 @@ fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<index::PyIndex>()?;
     m.add_class::<index::SearchResult>()?;
+    m.add_class::<lowdim::PyLowDimIndex>()?;
     m.add_class::<text::TextSearchResult>()?;
     m.add_class::<collection::PyCollection>()?;
     m.add_class::<collection::PyCollectionIter>()?;

@@ -34,29 +34,91 @@ fn decimal(x: f32) -> f64 {
     (f64::from(x) * 1e4).round() / 1e4
 }
 
-/// Top-k ids by (f64 distance, id), excluding `skip`.
-fn oracle(refs: &[f64], dim: usize, q: &[f64], skip: Option<u32>, k: usize) -> Vec<(f64, u32)> {
-    let mut best: Vec<(f64, u32)> = Vec::with_capacity(k + 1);
-    let mut worst = f64::INFINITY;
-    for (i, r) in refs.chunks_exact(dim).enumerate() {
-        let mut s = 0.0;
-        for d in 0..dim {
-            let t = q[d] - r[d];
-            s += t * t;
-        }
-        if s > worst || Some(i as u32) == skip {
-            continue;
-        }
-        let at = best.partition_point(|&(bd, bi)| bd < s || (bd == s && bi < i as u32));
-        best.insert(at, (s, i as u32));
-        if best.len() > k {
-            best.pop();
-        }
-        if best.len() == k {
-            worst = best[k - 1].0;
+/// Rows per oracle chunk, stored column-major so the scan vectorizes.
+const CHUNK: usize = 4096;
+
+/// The oracle's state for one query: its best (distance, id), excluding
+/// `skip`.
+struct Truth {
+    q: Vec<f64>,
+    skip: Option<u32>,
+    best: Vec<(f64, u32)>,
+}
+
+#[inline(always)]
+fn chunk_body(cols: &[f64], len: usize, base: u32, t: &mut Truth, dists: &mut [f64; CHUNK]) {
+    dists.fill(0.0);
+    for (d, &qd) in t.q.iter().enumerate() {
+        let col = &cols[d * CHUNK..(d + 1) * CHUNK];
+        for (o, &x) in dists.iter_mut().zip(col) {
+            let v = qd - x;
+            *o += v * v;
         }
     }
-    best
+    let mut worst = if t.best.len() == K {
+        t.best[K - 1].0
+    } else {
+        f64::INFINITY
+    };
+    for (j, &s) in dists[..len].iter().enumerate() {
+        let id = base + j as u32;
+        if s > worst || Some(id) == t.skip {
+            continue;
+        }
+        let at = t
+            .best
+            .partition_point(|&(bd, bi)| bd < s || (bd == s && bi < id));
+        t.best.insert(at, (s, id));
+        if t.best.len() > K {
+            t.best.pop();
+        }
+        if t.best.len() == K {
+            worst = t.best[K - 1].0;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn chunk_avx512(
+    cols: &[f64],
+    len: usize,
+    base: u32,
+    t: &mut Truth,
+    dists: &mut [f64; CHUNK],
+) {
+    chunk_body(cols, len, base, t, dists);
+}
+
+/// Brute force in f64 over every reference, all queries at once, chunk by
+/// chunk (each row's sum runs over dimensions in order, as a naive loop).
+fn oracle(refs: &[f64], dim: usize, truths: &mut [Truth]) {
+    let n = refs.len() / dim;
+    let avx512 = std::arch::is_x86_feature_detected!("avx512f");
+    let mut cols = vec![0f64; dim * CHUNK];
+    for start in (0..n).step_by(CHUNK) {
+        let len = CHUNK.min(n - start);
+        for j in 0..CHUNK {
+            for d in 0..dim {
+                cols[d * CHUNK + j] = if j < len {
+                    refs[(start + j) * dim + d]
+                } else {
+                    f64::INFINITY
+                };
+            }
+        }
+        truths.par_iter_mut().for_each_init(
+            || Box::new([0f64; CHUNK]),
+            |dists, t| {
+                if avx512 {
+                    // SAFETY: checked above.
+                    unsafe { chunk_avx512(&cols, len, start as u32, t, dists) }
+                } else {
+                    chunk_body(&cols, len, start as u32, t, dists)
+                }
+            },
+        );
+    }
 }
 
 fn main() {
@@ -162,16 +224,18 @@ fn main() {
     if run_oracle {
         let t = Instant::now();
         let refs64: Vec<f64> = refs.iter().map(|&x| decimal(x)).collect();
-        let truth: Vec<Vec<(f64, u32)>> = (0..nq)
-            .into_par_iter()
-            .map(|qi| {
-                let q: Vec<f64> = queries[qi * dim..(qi + 1) * dim]
+        let mut truths: Vec<Truth> = (0..nq)
+            .map(|qi| Truth {
+                q: queries[qi * dim..(qi + 1) * dim]
                     .iter()
                     .map(|&x| decimal(x))
-                    .collect();
-                oracle(&refs64, dim, &q, loo.as_ref().map(|ids| ids[qi]), K)
+                    .collect(),
+                skip: loo.as_ref().map(|ids| ids[qi]),
+                best: Vec::with_capacity(K + 1),
             })
             .collect();
+        oracle(&refs64, dim, &mut truths);
+        let truth: Vec<Vec<(f64, u32)>> = truths.into_iter().map(|t| t.best).collect();
         let mut wrong_sets = 0;
         let mut wrong_decisions = 0;
         for (qi, (a, t)) in answers.iter().zip(&truth).enumerate() {

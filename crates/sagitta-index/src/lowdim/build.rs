@@ -7,6 +7,7 @@ use super::format::{
 use super::scan::Coord;
 use super::{box_dim, LEAF, MAX_DIM};
 use crate::{IndexError, Result};
+use std::sync::Arc;
 
 /// Finest decimal grid tried: 10^-4.
 const MAX_DECIMALS: i32 = 4;
@@ -16,10 +17,25 @@ const SPLIT_SAMPLE: usize = 2048;
 /// An owned low-dimensional index: its bytes, 8-byte aligned, searched
 /// through [`LowDimIndex::view`] and written as they are with
 /// [`LowDimIndex::as_bytes`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct LowDimIndex {
-    words: Vec<u64>,
-    len: usize,
+    bytes: Backing,
+}
+
+/// Where an index's bytes live: built or read here, or shared (a memory
+/// map), already checked.
+#[derive(Clone)]
+enum Backing {
+    Words(Vec<u64>, usize),
+    Shared(Arc<dyn AsRef<[u8]> + Send + Sync>),
+}
+
+impl std::fmt::Debug for LowDimIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LowDimIndex")
+            .field("bytes", &self.as_bytes().len())
+            .finish()
+    }
 }
 
 /// The code of `x` on the grid of `scale`, when it is exactly on it.
@@ -106,24 +122,38 @@ impl LowDimIndex {
             *w = u64::from_le_bytes(b);
         }
         let index = LowDimIndex {
-            words,
-            len: bytes.len(),
+            bytes: Backing::Words(words, bytes.len()),
         };
         LowDimView::parse(index.as_bytes())?;
         Ok(index)
     }
 
-    /// The index's bytes, exactly as a file holds them.
-    pub fn as_bytes(&self) -> &[u8] {
-        // SAFETY: a `u64` buffer is a valid, more strictly aligned byte
-        // buffer; `len` never exceeds its size in bytes.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
+    /// Takes bytes that stay where they are (a memory map of an index
+    /// file: the rows are paged in as searches touch them) and checks them
+    /// once, as [`LowDimView::parse`] does. They must be 8-byte aligned.
+    pub fn from_shared(bytes: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Result<LowDimIndex> {
+        LowDimView::parse((*bytes).as_ref())?;
+        Ok(LowDimIndex {
+            bytes: Backing::Shared(bytes),
+        })
     }
 
-    /// The index, ready to search.
+    /// The index's bytes, exactly as a file holds them.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.bytes {
+            Backing::Words(words, len) => {
+                // SAFETY: a `u64` buffer is a valid, more strictly aligned
+                // byte buffer; `len` never exceeds its size in bytes.
+                unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), *len) }
+            }
+            Backing::Shared(b) => (**b).as_ref(),
+        }
+    }
+
+    /// The index, ready to search (O(1): the bytes were checked when this
+    /// value was made).
     pub fn view(&self) -> LowDimView<'_> {
-        // Built or checked by `build` / `from_bytes`: parsing cannot fail.
-        LowDimView::parse(self.as_bytes()).expect("an owned index holds valid bytes")
+        LowDimView::parse_checked(self.as_bytes()).expect("checked when the index was made")
     }
 }
 
@@ -217,7 +247,9 @@ fn write<C: Coord>(
         b[..chunk.len()].copy_from_slice(chunk);
         *w = u64::from_le_bytes(b);
     }
-    LowDimIndex { words, len }
+    LowDimIndex {
+        bytes: Backing::Words(words, len),
+    }
 }
 
 fn put<B: AsRef<[u8]>>(bytes: &mut [u8], mut at: usize, items: impl Iterator<Item = B>) {
