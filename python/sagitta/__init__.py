@@ -39,7 +39,6 @@ from .client import (
 
 __all__ = [
     "NO_KEY",
-    "LowDimIndex",
     "AuthError",
     "BadRequestError",
     "Client",
@@ -49,6 +48,7 @@ __all__ = [
     "CorruptFileError",
     "Index",
     "LockedError",
+    "LowDimIndex",
     "NotFoundError",
     "PayloadError",
     "ReadOnlyError",

@@ -488,6 +488,32 @@ class RemoteCollection:
             body = {"filter": _json_filter(where)}
         return self._post("delete", body)["deleted"]
 
+    def classify(
+        self,
+        vector: Any,
+        label: str,
+        k: int = 5,
+        where: Any = None,
+        exact: bool = False,
+        expansion: int | None = None,
+    ) -> dict[str, Any]:
+        """The kNN vote: the values of payload column ``label`` among the
+        ``k`` nearest rows of ``vector``. Returns ``{"votes": [{"label",
+        "count", "share"}, ...], "neighbors": [{"id", "score", "label"},
+        ...]}``, votes most frequent first."""
+        body: dict[str, Any] = {
+            "vector": [float(x) for x in np.asarray(vector, dtype=np.float32).ravel()],
+            "label": label,
+            "k": int(k),
+            "exact": bool(exact),
+        }
+        f = _json_filter(where)
+        if f is not None:
+            body["filter"] = f
+        if expansion is not None:
+            body["ef"] = int(expansion)
+        return self._post("classify", body)
+
     def count(self, where: Any = None) -> int:
         """Live rows (matching ``where``)."""
         f = _json_filter(where)

@@ -90,6 +90,40 @@ def test_http_search_matches_the_exact_oracle(loaded, data):
     )
 
 
+def test_http_classify_is_the_vote_of_the_exact_neighbours(server, loaded, data):
+    x, cat, _year = data
+    q = np.random.default_rng(9).standard_normal((20, D)).astype(np.float32)
+    truth = brute_force(x, q, "l2", 7)[0]
+    for qi, t in zip(q, truth):
+        res = loaded.classify(qi, "cat", k=7, exact=True)
+        assert [n["id"] for n in res["neighbors"]] == t.tolist()
+        assert [n["label"] for n in res["neighbors"]] == [str(cat[i]) for i in t]
+        labels, counts = np.unique(cat[t], return_counts=True)
+        want = sorted(zip(labels.tolist(), counts.tolist()), key=lambda lc: (-lc[1], f'"{lc[0]}"'))
+        assert [(v["label"], v["count"]) for v in res["votes"]] == want
+        assert sum(v["share"] for v in res["votes"]) == pytest.approx(1.0)
+    # Integer labels, a filter, and the errors.
+    res = loaded.classify(
+        x[3], "year", k=4, where={"field": "cat", "op": "eq", "value": "a"}, exact=True
+    )
+    assert all(cat[n["id"]] == "a" for n in res["neighbors"]) and len(res["neighbors"]) == 4
+    assert all(isinstance(v["label"], int) for v in res["votes"])
+    with pytest.raises(sagitta.BadRequestError, match="no payload column"):
+        loaded.classify(x[0], "nope")
+    with pytest.raises(sagitta.BadRequestError, match="dimensions"):
+        loaded.classify(x[0][:5], "cat")
+    with pytest.raises(sagitta.BadRequestError, match="k must be at least 1"):
+        loaded.classify(x[0], "cat", k=0)
+    status, _, body = raw(
+        server, "POST", "/collections/vec/classify", b'{"vector": [1], "label": 3}'
+    )
+    assert status == 400, body
+    status, _, body = raw(
+        server, "POST", "/collections/missing/classify", b'{"vector": [1], "label": "c"}'
+    )
+    assert status == 404, body
+
+
 def test_http_filters_payload_get_count_delete(server, loaded, data):
     x, cat, year = data
     where = {

@@ -4,6 +4,7 @@
 //! [`crate::ops`].
 
 use crate::auth::{self, Role};
+use crate::classify::{ClassifyRequest, ClassifyResponse};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::exec::Work;
 use crate::ops::{self, *};
@@ -309,12 +310,31 @@ async fn search(
     .await
 }
 
+/// The kNN vote: the labels (a payload column) of the k nearest rows of
+/// one query, with their counts and shares.
+#[utoipa::path(post, path = "/collections/{name}/classify", tag = "search",
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
+    request_body = ClassifyRequest,
+    responses((status = 200, body = ClassifyResponse), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn classify(
+    AxState(st): S,
+    Name(name): Name,
+    ApiJson(req): ApiJson<ClassifyRequest>,
+) -> ApiResult<Json<ClassifyResponse>> {
+    let e = st.registry.get(&name)?;
+    on_pool(&st, Work::Search, move || {
+        crate::classify::run_classify(&e, req).map(Json)
+    })
+    .await
+}
+
 /// The OpenAPI document.
 #[derive(Debug, OpenApi)]
 #[openapi(
     info(title = "Sagitta", description = "Vector search over HTTP/JSON. Arrow Flight is served on its own port (see docs/SERVER.md)."),
     paths(health, ready, metrics, list_collections, create_collection, describe_collection,
-          drop_collection, index_status, upsert, get_rows, delete_rows, count_rows, search),
+          drop_collection, index_status, upsert, get_rows, delete_rows, count_rows, search, classify),
     modifiers(&BearerAuth),
     security(("api_key" = [])),
     tags((name = "collections"), (name = "rows"), (name = "search"), (name = "server"))
@@ -448,6 +468,7 @@ pub fn router(st: Arc<State>) -> Router {
         .route("/collections/{name}/delete", post(delete_rows))
         .route("/collections/{name}/count", post(count_rows))
         .route("/collections/{name}/search", post(search))
+        .route("/collections/{name}/classify", post(classify))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async {
             (

@@ -9,6 +9,7 @@
 //! place ([`error`]). See docs/SERVER.md.
 
 pub mod auth;
+pub mod classify;
 pub mod convert;
 pub mod error;
 pub mod exec;
