@@ -88,7 +88,9 @@ pub struct LabelShare {
 pub struct LowDimScratch {
     pub(crate) best: Vec<search::Best>,
     pub(crate) hits: Vec<LowDimHit>,
-    pub(crate) stack: Vec<(u32, f64)>,
+    /// Subtrees to open: (bound as f64 bits, node); bounds are ≥ 0, so
+    /// their bits order as the numbers do.
+    pub(crate) heap: std::collections::BinaryHeap<(std::cmp::Reverse<u64>, u32)>,
     pub(crate) shares: Vec<LabelShare>,
     /// What the last search did.
     pub stats: SearchStats,

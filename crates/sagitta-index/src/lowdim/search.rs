@@ -5,6 +5,7 @@ use super::format::{Coords, LowDimView, LEAF_BIT};
 use super::scan::{self, Coord, IntQuery};
 use super::{box_dim, LabelShare, LowDimHit, LowDimScratch, SearchStats, LEAF, MAX_DIM};
 use crate::{IndexError, Result};
+use std::cmp::Reverse;
 
 /// A candidate: distance in the stored units, then row id (the tie-break).
 #[derive(Debug, Clone, Copy)]
@@ -204,7 +205,7 @@ impl LowDimView<'_> {
 
     /// Branch and bound: `bound(node)` is a lower bound of the distance to
     /// anything under `node`, `leaf(block, out)` the distances of a
-    /// leaf's block. Children are visited nearer first; a subtree is
+    /// leaf's block. Subtrees open in order of bound; a subtree is
     /// skipped when its bound exceeds the k-th distance so far (a bound
     /// equal to it is still opened: a row there could win the tie by id).
     fn walk(
@@ -218,21 +219,27 @@ impl LowDimView<'_> {
         let mut stats = SearchStats::default();
         let best = &mut s.best;
         best.clear();
-        let stack = &mut s.stack;
-        stack.clear();
-        stack.push((0, 0.0));
+        let heap = &mut s.heap;
+        heap.clear();
+        heap.push((Reverse(0), 0));
         let mut dists = [0f64; LEAF];
         // The k-th distance so far (infinite until k rows are held).
         let mut worst = f64::INFINITY;
-        while let Some((node, lb)) = stack.pop() {
-            if lb > worst {
-                continue;
+        // Best bin first: pop the subtree of least bound, walk down its
+        // nearer side to a leaf, queueing the farther sides; stop when the
+        // least bound left exceeds the k-th distance.
+        while let Some((Reverse(lb), mut node)) = heap.pop() {
+            if f64::from_bits(lb) > worst {
+                break;
             }
-            let (a, b) = (
-                self.nodes[2 * node as usize],
-                self.nodes[2 * node as usize + 1],
-            );
-            if b & LEAF_BIT == 0 {
+            let (a, b) = loop {
+                let (a, b) = (
+                    self.nodes[2 * node as usize],
+                    self.nodes[2 * node as usize + 1],
+                );
+                if b & LEAF_BIT != 0 {
+                    break (a, b);
+                }
                 let (la, lb_) = (bound(a), bound(b));
                 stats.nodes += 2;
                 let (near, far) = if la <= lb_ {
@@ -241,16 +248,18 @@ impl LowDimView<'_> {
                     ((b, lb_), (a, la))
                 };
                 if far.1 <= worst {
-                    stack.push(far);
+                    heap.push((Reverse(far.1.to_bits()), far.0));
                 }
-                if near.1 <= worst {
-                    // Next to be opened: start loading its rows now.
-                    let w = self.nodes[2 * near.0 as usize + 1];
-                    if w & LEAF_BIT != 0 {
-                        fetch(self.nodes[2 * near.0 as usize] as usize);
-                    }
-                    stack.push(near);
+                if near.1 > worst {
+                    break (0, 0);
                 }
+                let w = self.nodes[2 * near.0 as usize + 1];
+                if w & LEAF_BIT != 0 {
+                    fetch(self.nodes[2 * near.0 as usize] as usize);
+                }
+                node = near.0;
+            };
+            if b & LEAF_BIT == 0 {
                 continue;
             }
             let start = a as usize * LEAF;
