@@ -1,0 +1,297 @@
+//! `sagitta-fraud`: the Rinha de Backend 2026 fraud-scoring API on
+//! Sagitta's certified exact low-dimensional kNN. See README.md.
+
+mod http;
+mod lb;
+mod refs;
+mod vectorize;
+mod worker;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use std::io::Write;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(
+    name = "sagitta-fraud",
+    about = "Fraud scoring by exact 5-NN over labelled references (Rinha de Backend 2026)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build the index directory from a references file (.json or .json.gz).
+    Build {
+        /// `references.json.gz`.
+        refs: PathBuf,
+        /// Output directory (index + constants).
+        out: PathBuf,
+        /// `normalization.json` (default: beside the references).
+        #[arg(long)]
+        normalization: Option<PathBuf>,
+        /// `mcc_risk.json` (default: beside the references).
+        #[arg(long)]
+        mcc: Option<PathBuf>,
+    },
+    /// Start the load balancer and the API processes.
+    Serve {
+        /// The index directory `build` wrote.
+        #[arg(long)]
+        index: PathBuf,
+        /// Port (0: any free port; the one bound is printed).
+        #[arg(long, default_value_t = 9999)]
+        port: u16,
+        /// Address to bind.
+        #[arg(long, default_value = "0.0.0.0")]
+        bind: std::net::Ipv4Addr,
+        /// API processes behind the balancer.
+        #[arg(long, default_value_t = 2)]
+        workers: usize,
+        /// Pin the balancer and every API process to this CPU.
+        #[arg(long)]
+        cpu: Option<usize>,
+        /// Run everything under SCHED_FIFO at this priority (1-99).
+        #[arg(long)]
+        rtprio: Option<i32>,
+    },
+    /// One API process (started by `serve`).
+    #[command(hide = true)]
+    Worker {
+        #[arg(long)]
+        index: PathBuf,
+        /// The Unix socket the balancer sends connections on.
+        #[arg(long)]
+        fd: RawFd,
+    },
+    /// Score every entry of a contest test file offline and compare with
+    /// its expected answers; report the search cost per query.
+    Check {
+        #[arg(long)]
+        index: PathBuf,
+        /// `test-data-*.json.gz`.
+        data: PathBuf,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().cmd {
+        Cmd::Build {
+            refs,
+            out,
+            normalization,
+            mcc,
+        } => build(&refs, &out, normalization, mcc),
+        Cmd::Serve {
+            index,
+            port,
+            bind,
+            workers,
+            cpu,
+            rtprio,
+        } => serve(&index, bind, port, workers, cpu, rtprio),
+        Cmd::Worker { index, fd } => {
+            // Die with the balancer.
+            // SAFETY: plain prctl on this process.
+            unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
+            let mapped = refs::Mapped::open(&index, true)?;
+            worker::run(fd, worker::Scorer::new(mapped))
+        }
+        Cmd::Check { index, data } => check(&index, &data),
+    }
+}
+
+fn beside(refs: &Path, name: &str) -> PathBuf {
+    refs.parent().unwrap_or(Path::new(".")).join(name)
+}
+
+fn build(refs_path: &Path, out: &Path, norms: Option<PathBuf>, mcc: Option<PathBuf>) -> Result<()> {
+    let norms = norms.unwrap_or_else(|| beside(refs_path, "normalization.json"));
+    let mcc = mcc.unwrap_or_else(|| beside(refs_path, "mcc_risk.json"));
+    refs::read_rules(&norms, &mcc)?;
+    let t = Instant::now();
+    let r = refs::read(refs_path)?;
+    let read_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let index = refs::build(&r, (&norms, &mcc), out)?;
+    println!(
+        "{} references ({} fraud) read in {read_s:.1} s, index built and written in {:.1} s: {} ({} bytes)",
+        r.labels.len(),
+        r.labels.iter().filter(|&&l| l == refs::FRAUD).count(),
+        t.elapsed().as_secs_f64(),
+        refs::index_file(out).display(),
+        index.as_bytes().len()
+    );
+    Ok(())
+}
+
+fn set_cpu(cpu: usize) -> Result<()> {
+    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET and the syscall take
+    // valid pointers.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) < 0 {
+            bail!(
+                "sched_setaffinity({cpu}): {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn set_fifo(prio: i32) -> Result<()> {
+    let p = libc::sched_param {
+        sched_priority: prio,
+    };
+    // SAFETY: plain syscall on this process.
+    if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &p) } < 0 {
+        bail!(
+            "SCHED_FIFO priority {prio}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn serve(
+    index: &Path,
+    bind: std::net::Ipv4Addr,
+    port: u16,
+    workers: usize,
+    cpu: Option<usize>,
+    rtprio: Option<i32>,
+) -> Result<()> {
+    if workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    // Check the index once here, so a bad one fails the command at once.
+    refs::Mapped::open(index, false)?;
+    if let Some(c) = cpu {
+        set_cpu(c)?;
+    }
+    if let Some(p) = rtprio {
+        set_fifo(p)?;
+    }
+    let (listener, port) = lb::listen(bind, port)?;
+    let exe = std::env::current_exe().context("current_exe")?;
+    let mut socks = Vec::new();
+    let mut children = Vec::new();
+    for _ in 0..workers {
+        let mut pair = [0 as RawFd; 2];
+        // SAFETY: plain syscalls on descriptors created here.
+        unsafe {
+            if libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+                0,
+                pair.as_mut_ptr(),
+            ) < 0
+            {
+                bail!("socketpair: {}", std::io::Error::last_os_error());
+            }
+            // The child's end survives exec; ours does not.
+            libc::fcntl(pair[1], libc::F_SETFD, 0);
+        }
+        let child = std::process::Command::new(&exe)
+            .arg("worker")
+            .arg("--index")
+            .arg(index)
+            .arg("--fd")
+            .arg(pair[1].to_string())
+            .spawn()
+            .context("start an API process")?;
+        // SAFETY: the child has its copy.
+        unsafe { libc::close(pair[1]) };
+        socks.push(pair[0]);
+        children.push(child);
+    }
+    println!("sagitta-fraud: listening on {bind}:{port} ({workers} API processes)");
+    std::io::stdout().flush()?;
+    let r = lb::run(listener, &socks);
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    r
+}
+
+/// A test-data entry in either of the contest's formats.
+fn entries(data: &Path) -> Result<Vec<serde_json::Value>> {
+    let file = std::fs::File::open(data).with_context(|| format!("open {}", data.display()))?;
+    let v: serde_json::Value = if data.extension().is_some_and(|e| e == "gz") {
+        serde_json::from_reader(std::io::BufReader::new(flate2::read::GzDecoder::new(file)))?
+    } else {
+        serde_json::from_reader(std::io::BufReader::new(file))?
+    };
+    match v.get("entries").and_then(|e| e.as_array()) {
+        Some(e) => Ok(e.clone()),
+        None => bail!("{}: no entries", data.display()),
+    }
+}
+
+fn check(index: &Path, data: &Path) -> Result<()> {
+    let mapped = refs::Mapped::open(index, true)?;
+    let rules = mapped.rules.clone();
+    let mut scorer = worker::Scorer::new(mapped);
+    let entries = entries(data)?;
+    let (mut wrong_vectors, mut wrong_scores, mut wrong_decisions, mut fp, mut fn_) =
+        (0, 0, 0, 0, 0);
+    let mut times = Vec::with_capacity(entries.len());
+    for e in &entries {
+        let req = e.get("request").context("entry without request")?;
+        let body = serde_json::to_vec(req)?;
+        let expected_score = e
+            .get("expected_fraud_score")
+            .or_else(|| e.pointer("/info/expected_response/fraud_score"))
+            .and_then(|v| v.as_f64())
+            .context("entry without an expected score")?;
+        if let Some(want) = e.pointer("/info/vector").and_then(|v| v.as_array()) {
+            let codes = vectorize::vectorize(&body, &rules).map_err(|e| anyhow::anyhow!("{e}"))?;
+            let got = vectorize::as_f32(&codes);
+            if want
+                .iter()
+                .zip(got)
+                .any(|(w, g)| (w.as_f64().unwrap_or(f64::NAN) - f64::from(g)).abs() > 1e-6)
+            {
+                wrong_vectors += 1;
+            }
+        }
+        let t = Instant::now();
+        let frauds = scorer.frauds(&body).map_err(|e| anyhow::anyhow!(e))?;
+        times.push(t.elapsed().as_nanos() as f64 / 1e3);
+        let score = frauds as f64 / worker::K as f64;
+        if (score - expected_score).abs() > 1e-9 {
+            wrong_scores += 1;
+        }
+        let (approved, expected) = (score < 0.6, expected_score < 0.6);
+        if approved != expected {
+            wrong_decisions += 1;
+            if approved {
+                fn_ += 1;
+            } else {
+                fp += 1;
+            }
+        }
+    }
+    times.sort_by(f64::total_cmp);
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    println!(
+        "{} requests: {wrong_vectors} wrong vectors, {wrong_scores} wrong fraud scores, {wrong_decisions} wrong decisions ({fp} FP, {fn_} FN); parse + vectorize + exact 5-NN per request: mean {:.2} us, p50 {:.2} us, p99 {:.2} us, max {:.1} us",
+        entries.len(),
+        times.iter().sum::<f64>() / times.len() as f64,
+        pct(0.5),
+        pct(0.99),
+        times[times.len() - 1],
+    );
+    if wrong_scores > 0 || wrong_vectors > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,277 @@
+//! An API process: one thread, one epoll loop over the connections the
+//! load balancer hands it (received as file descriptors over a Unix
+//! socket), each with its own buffers, so a slow or half-open client never
+//! holds up another.
+
+use crate::http::{self, Parsed, Route};
+use crate::refs::{Mapped, FRAUD};
+use crate::vectorize;
+use anyhow::{bail, Result};
+use sagitta_index::lowdim::LowDimScratch;
+use std::collections::HashMap;
+use std::os::fd::RawFd;
+
+/// Scores request bodies: vectorize, exact 5-NN, count the frauds.
+#[derive(Debug)]
+pub struct Scorer {
+    mapped: Mapped,
+    scratch: LowDimScratch,
+}
+
+/// Neighbours that vote.
+pub const K: usize = 5;
+
+impl Scorer {
+    pub fn new(mapped: Mapped) -> Scorer {
+        Scorer {
+            mapped,
+            scratch: LowDimScratch::default(),
+        }
+    }
+
+    /// Fraudulent references among the 5 nearest, or why the body cannot
+    /// be scored.
+    pub fn frauds(&mut self, body: &[u8]) -> Result<usize, String> {
+        let codes = vectorize::vectorize(body, &self.mapped.rules).map_err(|e| e.to_string())?;
+        let q = vectorize::as_f32(&codes);
+        let hits = self
+            .mapped
+            .view
+            .search(&q, K, &mut self.scratch)
+            .map_err(|e| e.to_string())?;
+        Ok(hits.iter().filter(|h| h.label == FRAUD).count())
+    }
+}
+
+struct Conn {
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    /// Bytes of `out` already written.
+    sent: usize,
+    /// Close once `out` is written.
+    closing: bool,
+    /// Waiting for the socket to take more (EPOLLOUT registered).
+    want_out: bool,
+}
+
+fn errno() -> i32 {
+    std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
+}
+
+fn epoll_ctl(ep: RawFd, op: i32, fd: RawFd, events: u32) -> i32 {
+    let mut ev = libc::epoll_event {
+        events,
+        u64: fd as u64,
+    };
+    // SAFETY: plain syscall on descriptors this process owns, with a valid
+    // event struct.
+    unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) }
+}
+
+/// Receives the descriptors the balancer sent (several messages may be
+/// waiting); `Ok(false)` once the balancer is gone.
+fn receive_fds(sock: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
+    loop {
+        let mut byte = [0u8; 1];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        let mut cbuf = [0u64; 8];
+        // SAFETY: zeroed msghdr is a valid empty header; the pointers set
+        // below outlive the call.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr().cast();
+        msg.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        // SAFETY: valid descriptor and message buffers.
+        let n =
+            unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC) };
+        if n < 0 {
+            let e = errno();
+            if e == libc::EAGAIN || e == libc::EINTR {
+                return Ok(true);
+            }
+            bail!("recvmsg: {}", std::io::Error::from_raw_os_error(e));
+        }
+        if n == 0 {
+            return Ok(false);
+        }
+        // SAFETY: walking the control messages the kernel wrote into
+        // `cbuf`, with the libc macros made for it.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                    let count = ((*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                        / std::mem::size_of::<RawFd>();
+                    for i in 0..count {
+                        out.push(std::ptr::read_unaligned(data.add(i)));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+    }
+}
+
+/// Runs the loop over connections handed in on `lb` until the balancer
+/// goes away.
+pub fn run(lb: RawFd, mut scorer: Scorer) -> Result<()> {
+    let scores = http::score_responses();
+    let ready = http::ready();
+    // SAFETY: plain syscall.
+    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+    if ep < 0 {
+        bail!("epoll_create1: {}", std::io::Error::last_os_error());
+    }
+    if epoll_ctl(ep, libc::EPOLL_CTL_ADD, lb, libc::EPOLLIN as u32) < 0 {
+        bail!("epoll_ctl: {}", std::io::Error::last_os_error());
+    }
+    let mut conns: HashMap<RawFd, Conn> = HashMap::new();
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+    let mut fds = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        // SAFETY: `events` is a valid buffer of its length.
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, -1) };
+        if n < 0 {
+            if errno() == libc::EINTR {
+                continue;
+            }
+            bail!("epoll_wait: {}", std::io::Error::last_os_error());
+        }
+        for ev in &events[..n as usize] {
+            let fd = ev.u64 as RawFd;
+            if fd == lb {
+                fds.clear();
+                let alive = receive_fds(lb, &mut fds)?;
+                for &c in &fds {
+                    if epoll_ctl(
+                        ep,
+                        libc::EPOLL_CTL_ADD,
+                        c,
+                        (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
+                    ) == 0
+                    {
+                        conns.insert(
+                            c,
+                            Conn {
+                                inbuf: Vec::with_capacity(2048),
+                                out: Vec::with_capacity(1024),
+                                sent: 0,
+                                closing: false,
+                                want_out: false,
+                            },
+                        );
+                    } else {
+                        // SAFETY: closing a descriptor we received and own.
+                        unsafe { libc::close(c) };
+                    }
+                }
+                if !alive && conns.is_empty() {
+                    return Ok(());
+                }
+                continue;
+            }
+            let Some(conn) = conns.get_mut(&fd) else {
+                continue;
+            };
+            let mut dead = false;
+            if ev.events
+                & (libc::EPOLLIN | libc::EPOLLRDHUP | libc::EPOLLHUP | libc::EPOLLERR) as u32
+                != 0
+                && !conn.closing
+            {
+                // Read what is there (level-triggered: the rest comes on
+                // the next wake-up), then answer every whole request.
+                // SAFETY: reading into a buffer of its length.
+                let r = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
+                if r > 0 {
+                    conn.inbuf.extend_from_slice(&chunk[..r as usize]);
+                    serve(conn, &mut scorer, &scores, &ready);
+                } else if r == 0 || !matches!(errno(), libc::EAGAIN | libc::EINTR) {
+                    dead = true;
+                }
+            }
+            if !dead {
+                dead = flush(fd, ep, conn);
+            }
+            if dead {
+                conns.remove(&fd);
+                // SAFETY: closing a connection we own; closing removes it
+                // from the epoll set.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+}
+
+/// Answers every whole request in the buffer, in order.
+fn serve(conn: &mut Conn, scorer: &mut Scorer, scores: &[Vec<u8>; 6], ready: &[u8]) {
+    let mut at = 0;
+    while !conn.closing {
+        match http::parse(&conn.inbuf[at..]) {
+            Parsed::Partial => break,
+            Parsed::Refused(r) => {
+                conn.out.extend_from_slice(&http::refusal(r));
+                conn.closing = true;
+            }
+            Parsed::Request(h) => {
+                let body = &conn.inbuf[at + h.body.0..at + h.body.0 + h.body.1];
+                match h.route {
+                    Route::Score => match scorer.frauds(body) {
+                        Ok(f) => conn.out.extend_from_slice(&scores[f]),
+                        Err(why) => conn.out.extend_from_slice(&http::bad_request(&why)),
+                    },
+                    Route::Ready => conn.out.extend_from_slice(ready),
+                    Route::Method => conn.out.extend_from_slice(&http::method_not_allowed()),
+                    Route::NotFound => conn.out.extend_from_slice(&http::not_found()),
+                }
+                at += h.len;
+                conn.closing = h.close;
+            }
+        }
+    }
+    conn.inbuf.drain(..at);
+}
+
+/// Writes what the socket takes; returns whether the connection is done.
+fn flush(fd: RawFd, ep: RawFd, conn: &mut Conn) -> bool {
+    while conn.sent < conn.out.len() {
+        let rest = &conn.out[conn.sent..];
+        // SAFETY: writing from a buffer of its length; MSG_NOSIGNAL keeps a
+        // closed peer from killing the process.
+        let w = unsafe { libc::send(fd, rest.as_ptr().cast(), rest.len(), libc::MSG_NOSIGNAL) };
+        if w < 0 {
+            match errno() {
+                libc::EINTR => continue,
+                libc::EAGAIN => {
+                    if !conn.want_out {
+                        conn.want_out = true;
+                        // Back-pressure: stop reading from a client that
+                        // does not read its answers until they drain.
+                        epoll_ctl(ep, libc::EPOLL_CTL_MOD, fd, libc::EPOLLOUT as u32);
+                    }
+                    return false;
+                }
+                _ => return true,
+            }
+        }
+        conn.sent += w as usize;
+    }
+    conn.out.clear();
+    conn.sent = 0;
+    if conn.want_out {
+        conn.want_out = false;
+        epoll_ctl(
+            ep,
+            libc::EPOLL_CTL_MOD,
+            fd,
+            (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
+        );
+    }
+    conn.closing
+}
