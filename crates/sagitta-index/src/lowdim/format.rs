@@ -140,9 +140,9 @@ impl<'a> LowDimView<'a> {
     /// Parses and checks an index in place: magic, version, both
     /// checksums, every count and offset, and the tree's structure (every
     /// node reached exactly once, every leaf inside the rows, every id a
-    /// row). Damaged bytes give [`IndexError::Corrupt`], never a panic or
-    /// an out-of-bounds read later. `bytes` must be 8-byte aligned (a
-    /// memory map is).
+    /// row, each row held once). Damaged bytes give
+    /// [`IndexError::Corrupt`], never a panic or an out-of-bounds read
+    /// later. `bytes` must be 8-byte aligned (a memory map is).
     pub fn parse(bytes: &'a [u8]) -> Result<LowDimView<'a>> {
         Self::parse_inner(bytes, true)
     }
@@ -244,6 +244,7 @@ impl<'a> LowDimView<'a> {
             if let Some(bad) = ids.iter().find(|&&id| id as usize >= rows) {
                 return Err(corrupt(format!("row id {bad} out of {rows} rows")));
             }
+            check_rows_once(node_words, ids, rows)?;
         }
         Ok(LowDimView {
             dim,
@@ -284,6 +285,27 @@ impl<'a> LowDimView<'a> {
             Coords::F32 { .. } => None,
         }
     }
+}
+
+/// Each row is held by exactly one used slot of a leaf (with the counts
+/// adding up to the rows, as [`check_tree`] checked, and every id a row):
+/// so a search never returns a row twice nor misses one.
+fn check_rows_once(nodes: &[u32], ids: &[u32], rows: usize) -> Result<()> {
+    let mut held = vec![false; rows];
+    for node in nodes.chunks_exact(2) {
+        if node[1] & LEAF_BIT != 0 {
+            let start = node[0] as usize * LEAF;
+            let count = (node[1] & !LEAF_BIT) as usize;
+            for &id in &ids[start..start + count] {
+                let h = &mut held[id as usize];
+                if *h {
+                    return Err(corrupt(format!("row {id} is held twice")));
+                }
+                *h = true;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Every node is reached from the root exactly once, children come after
