@@ -59,6 +59,9 @@ enum Cmd {
         /// Run everything under SCHED_FIFO at this priority (1-99).
         #[arg(long)]
         rtprio: Option<i32>,
+        /// Stop when standard input closes (the parent exited; for tests).
+        #[arg(long, hide = true)]
+        die_with_parent: bool,
     },
     /// One API process (started by `serve`).
     #[command(hide = true)]
@@ -94,7 +97,18 @@ fn main() -> Result<()> {
             workers,
             cpu,
             rtprio,
-        } => serve(&index, bind, port, workers, cpu, rtprio),
+            die_with_parent,
+        } => {
+            if die_with_parent {
+                // Standard input closes when the parent exits; the API
+                // processes follow this one (their death signal).
+                std::thread::spawn(|| {
+                    let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+                    std::process::exit(0);
+                });
+            }
+            serve(&index, bind, port, workers, cpu, rtprio)
+        }
         Cmd::Worker { index, fd } => {
             // Die with the balancer.
             // SAFETY: plain prctl on this process.
@@ -171,8 +185,9 @@ fn serve(
     if workers == 0 {
         bail!("--workers must be at least 1");
     }
-    // Check the index once here, so a bad one fails the command at once.
-    refs::Mapped::open(index, false)?;
+    // Check the index once here, so a bad one fails the command at once
+    // (the balancer itself keeps nothing of it mapped).
+    refs::check(index)?;
     if let Some(c) = cpu {
         set_cpu(c)?;
     }

@@ -131,6 +131,22 @@ pub fn build(refs: &References, rules_src: (&Path, &Path), out: &Path) -> Result
     Ok(index)
 }
 
+/// Checks an index directory (index checksums and structure, constants)
+/// without keeping it mapped.
+pub fn check(dir: &Path) -> Result<()> {
+    let path = index_file(dir);
+    let bytes = std::fs::File::open(&path).with_context(|| format!("open {}", path.display()))?;
+    // SAFETY: read-only map, dropped before returning.
+    let map =
+        unsafe { memmap2::Mmap::map(&bytes) }.with_context(|| format!("map {}", path.display()))?;
+    let view = LowDimView::parse(&map).with_context(|| format!("check {}", path.display()))?;
+    if view.dim() != DIM || view.grid_scale() != Some(10_000.0) || !view.has_labels() {
+        bail!("{} is not a fraud-scoring index", path.display());
+    }
+    read_rules(&norms_file(dir), &mcc_file(dir))?;
+    Ok(())
+}
+
 /// An index directory, mapped for the life of the process: the index
 /// searched in place (its pages shared by every process through the page
 /// cache) and the constants.
