@@ -320,7 +320,7 @@ fn slow_and_half_open_clients_do_not_hold_up_others() {
     slow.write_all(rest).unwrap();
     assert_eq!(read_response(&mut slow).unwrap().0, 200);
     // The half-open request completes when its body arrives.
-    let body = format!("{}", " ".repeat(495));
+    let body = " ".repeat(495);
     stuck.write_all(body.as_bytes()).unwrap();
     assert_eq!(read_response(&mut stuck).unwrap().0, 400);
 }
