@@ -59,6 +59,11 @@ enum Cmd {
         /// Run everything under SCHED_FIFO at this priority (1-99).
         #[arg(long)]
         rtprio: Option<i32>,
+        /// API processes poll for work instead of sleeping in the kernel
+        /// (they own their core: it never idles, so a request never waits
+        /// for it to wake up).
+        #[arg(long)]
+        busy_poll: bool,
         /// Stop when standard input closes (the parent exited; for tests).
         #[arg(long, hide = true)]
         die_with_parent: bool,
@@ -71,6 +76,8 @@ enum Cmd {
         /// The Unix socket the balancer sends connections on.
         #[arg(long)]
         fd: RawFd,
+        #[arg(long)]
+        busy_poll: bool,
     },
     /// Score every entry of a contest test file offline and compare with
     /// its expected answers; report the search cost per query.
@@ -97,6 +104,7 @@ fn main() -> Result<()> {
             workers,
             cpu,
             rtprio,
+            busy_poll,
             die_with_parent,
         } => {
             if die_with_parent {
@@ -107,14 +115,18 @@ fn main() -> Result<()> {
                     std::process::exit(0);
                 });
             }
-            serve(&index, bind, port, workers, cpu, rtprio)
+            serve(&index, bind, port, workers, cpu, rtprio, busy_poll)
         }
-        Cmd::Worker { index, fd } => {
+        Cmd::Worker {
+            index,
+            fd,
+            busy_poll,
+        } => {
             // Die with the balancer.
             // SAFETY: plain prctl on this process.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
             let mapped = refs::Mapped::open(&index, true)?;
-            worker::run(fd, worker::Scorer::new(mapped))
+            worker::run(fd, worker::Scorer::new(mapped), busy_poll)
         }
         Cmd::Check { index, data } => check(&index, &data),
     }
@@ -174,6 +186,7 @@ fn set_fifo(prio: i32) -> Result<()> {
     Ok(())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn serve(
     index: &Path,
     bind: std::net::Ipv4Addr,
@@ -181,6 +194,7 @@ fn serve(
     workers: usize,
     cpu: Option<usize>,
     rtprio: Option<i32>,
+    busy_poll: bool,
 ) -> Result<()> {
     if workers == 0 {
         bail!("--workers must be at least 1");
@@ -220,6 +234,7 @@ fn serve(
             .arg(index)
             .arg("--fd")
             .arg(pair[1].to_string())
+            .args(busy_poll.then_some("--busy-poll"))
             .spawn()
             .context("start an API process")?;
         // SAFETY: the child has its copy.

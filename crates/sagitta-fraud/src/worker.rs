@@ -118,8 +118,10 @@ fn receive_fds(sock: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
 }
 
 /// Runs the loop over connections handed in on `lb` until the balancer
-/// goes away.
-pub fn run(lb: RawFd, mut scorer: Scorer) -> Result<()> {
+/// goes away. With `busy`, the loop polls without sleeping (yielding the
+/// core to the other processes on it between polls), so a request never
+/// waits for a sleeping CPU to wake up.
+pub fn run(lb: RawFd, mut scorer: Scorer, busy: bool) -> Result<()> {
     let scores = http::score_responses();
     let ready = http::ready();
     // SAFETY: plain syscall.
@@ -136,7 +138,19 @@ pub fn run(lb: RawFd, mut scorer: Scorer) -> Result<()> {
     let mut chunk = vec![0u8; 16 * 1024];
     loop {
         // SAFETY: `events` is a valid buffer of its length.
-        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, -1) };
+        let n = unsafe {
+            libc::epoll_wait(
+                ep,
+                events.as_mut_ptr(),
+                events.len() as i32,
+                if busy { 0 } else { -1 },
+            )
+        };
+        if n == 0 {
+            // SAFETY: plain syscall.
+            unsafe { libc::sched_yield() };
+            continue;
+        }
         if n < 0 {
             if errno() == libc::EINTR {
                 continue;
