@@ -147,7 +147,9 @@ pub(crate) fn leaf_u32_scalar(block: &[i16], q: &IntQuery, out: &mut [u32; LEAF]
         for (j, o) in out.iter_mut().enumerate() {
             let a = i32::from(pair[2 * j]) - q.codes[2 * p];
             let b = i32::from(pair[2 * j + 1]) - q.codes[2 * p + 1];
-            *o = o.wrapping_add(a.wrapping_mul(a) as u32).wrapping_add(b.wrapping_mul(b) as u32);
+            *o = o
+                .wrapping_add(a.wrapping_mul(a) as u32)
+                .wrapping_add(b.wrapping_mul(b) as u32);
         }
     }
 }
