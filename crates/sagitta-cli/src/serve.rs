@@ -19,6 +19,11 @@ pub struct ServeArgs {
     /// Arrow Flight listen address (port 0: any free port).
     #[arg(long, default_value = "127.0.0.1:7081")]
     pub flight: SocketAddr,
+    /// Another address serving the same Flight service (repeatable): for
+    /// clients written for Longbow's separate data and control ports
+    /// (e.g. --flight 127.0.0.1:3000 --flight-also 127.0.0.1:3001).
+    #[arg(long)]
+    pub flight_also: Vec<SocketAddr>,
     /// API keys file: one `ROLE KEY` per line (roles: read, write, admin).
     /// Also read from SAGITTA_API_KEYS as `ROLE:KEY,ROLE:KEY`.
     #[arg(long)]
@@ -64,6 +69,7 @@ impl ServeArgs {
         cfg.data = self.data.clone();
         cfg.http = self.http;
         cfg.flight = self.flight;
+        cfg.flight_also = self.flight_also.clone();
         cfg.allow_unauthenticated_remote = self.allow_unauthenticated_remote;
         let mut keys = Keys::default();
         if let Some(p) = &self.api_keys {
@@ -140,7 +146,8 @@ pub fn serve(args: &ServeArgs) -> Result<()> {
             writeln!(
                 out,
                 "{}",
-                serde_json::json!({"http": bound.http.to_string(), "flight": bound.flight.to_string()})
+                serde_json::json!({"http": bound.http.to_string(), "flight": bound.flight.to_string(),
+                                   "flight_also": bound.flight_also.iter().map(ToString::to_string).collect::<Vec<_>>()})
             )?;
             out.flush()?;
         }

@@ -2,20 +2,22 @@
 //! Flight DoPut and DoGet.
 
 use crate::error::{ApiError, ApiResult};
-use crate::ops::string_key;
 use arrow_array::cast::AsArray;
-use arrow_array::types::{Float16Type, Float32Type, Int64Type, Int8Type, UInt64Type, UInt8Type};
+use arrow_array::types::{
+    Float16Type, Float32Type, Float64Type, Int32Type, Int64Type, Int8Type, UInt32Type, UInt64Type,
+    UInt8Type,
+};
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float32Array, RecordBatch, StringArray, UInt32Array,
-    UInt64Array, UInt8Array,
+    Array, ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
+    UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use sagitta_index::{DType, Space, VectorRef};
-use sagitta_store::{Collection, Payload};
+use sagitta_store::{Collection, Id, IdColumn, IdType, Payload};
 use std::sync::Arc;
 
 /// Payload column that keeps string ids (their keys are hashes).
-pub const STRING_ID_COLUMN: &str = "_id";
+pub use sagitta_store::STRING_ID_FIELD as STRING_ID_COLUMN;
 
 /// The vectors of a batch, decoded once into one contiguous buffer (or
 /// borrowed from the batch for float32).
@@ -50,8 +52,8 @@ impl Vectors {
 /// A DoPut batch taken apart.
 #[derive(Debug)]
 pub struct Ingest {
-    /// Keys.
-    pub keys: Vec<u64>,
+    /// Ids, in the type of the `id` column.
+    pub ids: IdColumn,
     /// Vectors.
     pub vectors: Vectors,
     /// The Arrow element type of the vector column.
@@ -82,28 +84,35 @@ pub fn ingest_batch(batch: &RecordBatch) -> ApiResult<Ingest> {
     if id.null_count() > 0 {
         return Err(bad("`id` holds nulls"));
     }
-    let mut string_ids = None;
-    let keys: Vec<u64> = match id.data_type() {
-        DataType::UInt64 => id.as_primitive::<UInt64Type>().values().to_vec(),
-        DataType::Int64 => {
-            let v = id.as_primitive::<Int64Type>().values();
-            if let Some(r) = v.iter().position(|&x| x < 0) {
-                return Err(bad(format!("`id` row {r} is negative ({})", v[r])));
-            }
-            v.iter().map(|&x| x as u64).collect()
-        }
-        DataType::Utf8 => {
-            let s = id.as_string::<i32>();
-            string_ids = Some(s.clone());
-            s.iter().map(|x| string_key(x.unwrap_or(""))).collect()
-        }
-        DataType::LargeUtf8 => {
-            let s = id.as_string::<i64>();
-            let s: StringArray = s.iter().collect();
-            let keys = s.iter().map(|x| string_key(x.unwrap_or(""))).collect();
-            string_ids = Some(s);
-            keys
-        }
+    let ids = match id.data_type() {
+        DataType::UInt64 => IdColumn::UInt(id.as_primitive::<UInt64Type>().values().to_vec()),
+        DataType::Int64 => IdColumn::Int(id.as_primitive::<Int64Type>().values().to_vec()),
+        DataType::Int32 => IdColumn::Int(
+            id.as_primitive::<Int32Type>()
+                .values()
+                .iter()
+                .map(|&x| i64::from(x))
+                .collect(),
+        ),
+        DataType::UInt32 => IdColumn::UInt(
+            id.as_primitive::<UInt32Type>()
+                .values()
+                .iter()
+                .map(|&x| u64::from(x))
+                .collect(),
+        ),
+        DataType::Utf8 => IdColumn::Str(
+            id.as_string::<i32>()
+                .iter()
+                .map(|x| x.unwrap_or("").to_owned())
+                .collect(),
+        ),
+        DataType::LargeUtf8 => IdColumn::Str(
+            id.as_string::<i64>()
+                .iter()
+                .map(|x| x.unwrap_or("").to_owned())
+                .collect(),
+        ),
         t => {
             return Err(bad(format!(
                 "`id` has type {t}; use int64, uint64 or string"
@@ -142,6 +151,17 @@ pub fn ingest_batch(batch: &RecordBatch) -> ApiResult<Ingest> {
                 .collect(),
             dims: size,
         },
+        DataType::Float64 => Vectors::F32 {
+            // Narrowed: numpy's default float type, sent by many clients
+            // (a value beyond f32's range becomes infinite and is refused).
+            values: child
+                .as_primitive::<Float64Type>()
+                .values()
+                .iter()
+                .map(|&x| x as f32)
+                .collect(),
+            dims: size,
+        },
         DataType::Int8 => Vectors::F32 {
             values: child
                 .as_primitive::<Int8Type>()
@@ -157,14 +177,14 @@ pub fn ingest_batch(batch: &RecordBatch) -> ApiResult<Ingest> {
         },
         t => {
             return Err(bad(format!(
-                "`vector` elements have type {t}; use float32, float16 or int8 (uint8 for binary)"
+                "`vector` elements have type {t}; use float32, float64, float16 or int8 (uint8 for binary)"
             )))
         }
     };
     let rest: Vec<usize> = (0..schema.fields().len())
         .filter(|&i| !matches!(schema.field(i).name().as_str(), "id" | "vector"))
         .collect();
-    let mut payload = if rest.is_empty() {
+    let payload = if rest.is_empty() {
         None
     } else {
         let b = batch
@@ -172,28 +192,8 @@ pub fn ingest_batch(batch: &RecordBatch) -> ApiResult<Ingest> {
             .map_err(|e| bad(format!("payload columns: {e}")))?;
         Some(Payload::from_record_batch(&b)?)
     };
-    if let Some(s) = string_ids {
-        let p = payload.get_or_insert_with(|| Payload {
-            rows: n,
-            ..Payload::default()
-        });
-        if p.fields.iter().any(|f| f.name == STRING_ID_COLUMN) {
-            return Err(bad(format!(
-                "`{STRING_ID_COLUMN}` is reserved for string ids"
-            )));
-        }
-        p.fields.push(sagitta_store::Field {
-            name: STRING_ID_COLUMN.into(),
-            ty: sagitta_store::FieldType::String,
-        });
-        p.columns.push(
-            s.iter()
-                .map(|x| sagitta_store::Value::Str(x.unwrap_or("").to_owned()))
-                .collect(),
-        );
-    }
     Ok(Ingest {
-        keys,
+        ids,
         vectors,
         element,
         payload,
@@ -255,74 +255,164 @@ fn vector_field(space: &Space) -> Field {
     }
 }
 
-/// The schema of a collection's rows: `id`, `vector`, then the payload
-/// columns.
+/// The Arrow type of a collection's ids.
+pub fn id_data_type(t: IdType) -> DataType {
+    match t {
+        IdType::UInt64 => DataType::UInt64,
+        IdType::Int64 => DataType::Int64,
+        IdType::String => DataType::Utf8,
+    }
+}
+
+/// The ids of `keys` as an Arrow column of the collection's id type
+/// (a string collection's key without a stored string, written before id
+/// types, reads as its decimal key).
+pub fn id_array(coll: &Collection, keys: &[u64]) -> ApiResult<ArrayRef> {
+    Ok(match coll.id_type() {
+        IdType::UInt64 => Arc::new(UInt64Array::from(keys.to_vec())),
+        IdType::Int64 => Arc::new(Int64Array::from(
+            keys.iter().map(|&k| k as i64).collect::<Vec<_>>(),
+        )),
+        IdType::String => {
+            let ids = coll.ids_of(keys)?;
+            Arc::new(
+                ids.into_iter()
+                    .zip(keys)
+                    .map(|(id, k)| match id {
+                        Some(Id::Str(s)) => Some(s),
+                        _ => Some(k.to_string()),
+                    })
+                    .collect::<StringArray>(),
+            )
+        }
+    })
+}
+
+/// The payload columns users see (the reserved string-id column left out).
+pub fn payload_fields(coll: &Collection) -> Vec<Field> {
+    coll.schema()
+        .arrow()
+        .fields()
+        .iter()
+        .filter(|f| f.name() != STRING_ID_COLUMN)
+        .map(|f| f.as_ref().clone())
+        .collect()
+}
+
+/// The schema of a collection's rows: `id` (in the collection's id type),
+/// `vector`, then the payload columns.
 pub fn row_schema(coll: &Collection) -> SchemaRef {
     let space = coll.config().space;
     let mut fields = vec![
-        Field::new("id", DataType::UInt64, false),
+        Field::new("id", id_data_type(coll.id_type()), false),
         vector_field(&space),
     ];
-    fields.extend(
-        coll.schema()
-            .arrow()
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone()),
-    );
+    fields.extend(payload_fields(coll));
     Arc::new(ArrowSchema::new(fields))
 }
 
-/// The schema of search results.
-pub fn hits_schema() -> SchemaRef {
-    Arc::new(ArrowSchema::new(vec![
-        Field::new("id", DataType::UInt64, false),
+/// Search results as a batch: `id` (in the collection's id type),
+/// `score` (the distance for a vector search; the fused score, larger is
+/// better, for a text or hybrid one), the `legs` columns, the `vector`
+/// when asked for, then every payload column (null where a row has none).
+pub fn hits_batch(
+    coll: &Collection,
+    keys: &[u64],
+    scores: Vec<f32>,
+    legs: Vec<(Field, ArrayRef)>,
+    with_vectors: bool,
+) -> ApiResult<RecordBatch> {
+    let mut fields = vec![
+        Field::new("id", id_data_type(coll.id_type()), false),
         Field::new("score", DataType::Float32, false),
-    ]))
-}
-
-/// Search results as a batch.
-pub fn hits_batch(hits: &[(u64, f32)]) -> ApiResult<RecordBatch> {
-    let ids: UInt64Array = hits.iter().map(|h| h.0).collect::<Vec<_>>().into();
-    let scores: Float32Array = hits.iter().map(|h| h.1).collect::<Vec<_>>().into();
-    RecordBatch::try_new(hits_schema(), vec![Arc::new(ids), Arc::new(scores)])
+    ];
+    let mut cols: Vec<ArrayRef> = vec![id_array(coll, keys)?, Arc::new(Float32Array::from(scores))];
+    for (f, c) in legs {
+        fields.push(f);
+        cols.push(c);
+    }
+    if with_vectors {
+        let (f, c) = vectors_of(coll, keys)?;
+        fields.push(f);
+        cols.push(c);
+    }
+    let payload = payload_fields(coll);
+    if !payload.is_empty() {
+        let names: Vec<String> = payload.iter().map(|f| f.name().clone()).collect();
+        let t = coll.payload_table(keys, Some(&names))?;
+        fields.extend(t.schema().fields().iter().map(|f| f.as_ref().clone()));
+        cols.extend(t.columns().iter().cloned());
+    }
+    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), cols)
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-/// The schema of text and hybrid search results: `id`, `score` (fused;
-/// larger is better), and each leg's rank (from 1) and score, null where
-/// the row was not in that leg.
-pub fn text_hits_schema() -> SchemaRef {
-    Arc::new(ArrowSchema::new(vec![
-        Field::new("id", DataType::UInt64, false),
-        Field::new("score", DataType::Float32, false),
-        Field::new("dense_rank", DataType::UInt32, true),
-        Field::new("dense_distance", DataType::Float32, true),
-        Field::new("text_rank", DataType::UInt32, true),
-        Field::new("text_score", DataType::Float32, true),
-    ]))
+/// The stored vectors of `keys` as a `vector` column (null rows for keys
+/// gone in between).
+fn vectors_of(coll: &Collection, keys: &[u64]) -> ApiResult<(Field, ArrayRef)> {
+    let space = coll.config().space;
+    let vb = space.vector_bytes();
+    let f = vector_field(&space);
+    let DataType::FixedSizeList(item, size) = f.data_type().clone() else {
+        return Err(ApiError::Internal("vector field type".into()));
+    };
+    let width = size as usize;
+    let mut valid = Vec::with_capacity(keys.len());
+    let mut floats: Vec<f32> = Vec::new();
+    let mut bytes: Vec<u8> = Vec::new();
+    for &k in keys {
+        let raw = coll.get_raw(k);
+        valid.push(raw.is_some());
+        match (raw, space.dtype == DType::B1) {
+            (Some(r), true) => bytes.extend_from_slice(&r[..vb]),
+            (Some(r), false) => floats.extend(space.decode_floats(&r).unwrap_or_default()),
+            (None, true) => bytes.extend(std::iter::repeat_n(0u8, width)),
+            (None, false) => floats.extend(std::iter::repeat_n(0f32, width)),
+        }
+    }
+    let values: ArrayRef = if space.dtype == DType::B1 {
+        Arc::new(UInt8Array::from(bytes))
+    } else {
+        Arc::new(Float32Array::from(floats))
+    };
+    let nulls = valid.iter().any(|v| !v).then(|| valid.into());
+    let arr = FixedSizeListArray::try_new(item, size, values, nulls)
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    Ok((f.with_nullable(true), Arc::new(arr)))
 }
 
-/// Text and hybrid search results as a batch.
-pub fn text_hits_batch(hits: &[sagitta_store::TextHit]) -> ApiResult<RecordBatch> {
-    let ids: UInt64Array = hits.iter().map(|h| h.key).collect::<Vec<_>>().into();
-    let scores: Float32Array = hits.iter().map(|h| h.score).collect::<Vec<_>>().into();
+/// Text and hybrid search results as a batch: [`hits_batch`] with each
+/// leg's rank (from 1) and score, null where the row was not in that leg.
+pub fn text_hits_batch(
+    coll: &Collection,
+    hits: &[sagitta_store::TextHit],
+    with_vectors: bool,
+) -> ApiResult<RecordBatch> {
+    let keys: Vec<u64> = hits.iter().map(|h| h.key).collect();
+    let scores: Vec<f32> = hits.iter().map(|h| h.score).collect();
     let dr: UInt32Array = hits.iter().map(|h| h.dense.map(|d| d.0)).collect();
     let dd: Float32Array = hits.iter().map(|h| h.dense.map(|d| d.1)).collect();
     let tr: UInt32Array = hits.iter().map(|h| h.text.map(|t| t.0)).collect();
     let ts: Float32Array = hits.iter().map(|h| h.text.map(|t| t.1)).collect();
-    RecordBatch::try_new(
-        text_hits_schema(),
-        vec![
-            Arc::new(ids),
-            Arc::new(scores),
+    let legs: Vec<(Field, ArrayRef)> = vec![
+        (
+            Field::new("dense_rank", DataType::UInt32, true),
             Arc::new(dr),
+        ),
+        (
+            Field::new("dense_distance", DataType::Float32, true),
             Arc::new(dd),
+        ),
+        (
+            Field::new("text_rank", DataType::UInt32, true),
             Arc::new(tr),
+        ),
+        (
+            Field::new("text_score", DataType::Float32, true),
             Arc::new(ts),
-        ],
-    )
-    .map_err(|e| ApiError::Internal(e.to_string()))
+        ),
+    ];
+    hits_batch(coll, &keys, scores, legs, with_vectors)
 }
 
 /// Rows `keys` of a collection as a batch laid out by `schema` (from
@@ -361,7 +451,7 @@ pub fn rows_batch(coll: &Collection, schema: &SchemaRef, keys: &[u64]) -> ApiRes
         .map(|f| f.name().clone())
         .collect();
     let payload = coll.payload_table(&live, Some(&names))?;
-    let mut cols: Vec<ArrayRef> = vec![Arc::new(UInt64Array::from(live)), Arc::new(vectors)];
+    let mut cols: Vec<ArrayRef> = vec![id_array(coll, &live)?, Arc::new(vectors)];
     cols.extend(payload.columns().iter().cloned());
     RecordBatch::try_new(schema.clone(), cols).map_err(|e| ApiError::Internal(e.to_string()))
 }
@@ -371,7 +461,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
     use super::*;
     use arrow_array::builder::{FixedSizeListBuilder, Float32Builder};
-    use arrow_array::{Int64Array, StringArray};
+    use arrow_array::StringArray;
 
     fn vectors(rows: &[[f32; 2]]) -> FixedSizeListArray {
         let mut b = FixedSizeListBuilder::new(Float32Builder::new(), 2);
@@ -395,15 +485,15 @@ mod tests {
         ])
         .unwrap();
         let i = ingest_batch(&b).unwrap();
-        assert_eq!(i.keys, [5, 6]);
+        assert_eq!(i.ids, IdColumn::Int(vec![5, 6]));
         assert!(matches!(i.vectors.row(1), VectorRef::F32(x) if x == [3.0, 4.0]));
         let p = i.payload.unwrap();
         assert_eq!(p.fields[0].name, "lang");
         // A sliced batch reads the right rows.
         let i = ingest_batch(&b.slice(1, 1)).unwrap();
-        assert_eq!(i.keys, [6]);
+        assert_eq!(i.ids, IdColumn::Int(vec![6]));
         assert!(matches!(i.vectors.row(0), VectorRef::F32(x) if x == [3.0, 4.0]));
-        // String ids hash and are kept as `_id`.
+        // String ids are kept as strings (the store hashes them).
         let b = RecordBatch::try_from_iter([
             (
                 "id",
@@ -413,18 +503,24 @@ mod tests {
         ])
         .unwrap();
         let i = ingest_batch(&b).unwrap();
-        assert_eq!(i.keys, [string_key("a"), string_key("b")]);
-        assert_eq!(i.payload.unwrap().fields[0].name, STRING_ID_COLUMN);
-        // Refused: negative id, no vector, wrong vector type.
+        assert_eq!(i.ids, IdColumn::Str(vec!["a".into(), "b".into()]));
+        assert!(i.payload.is_none());
+        // Float64 vectors are narrowed to float32.
+        let f64v = FixedSizeListArray::try_new(
+            Arc::new(Field::new("item", DataType::Float64, true)),
+            2,
+            Arc::new(arrow_array::Float64Array::from(vec![0.5, 1.5])),
+            None,
+        )
+        .unwrap();
         let b = RecordBatch::try_from_iter([
-            ("id", Arc::new(Int64Array::from(vec![1, -1])) as ArrayRef),
-            ("vector", Arc::new(v.clone()) as ArrayRef),
+            ("id", Arc::new(Int64Array::from(vec![-1])) as ArrayRef),
+            ("vector", Arc::new(f64v) as ArrayRef),
         ])
         .unwrap();
-        assert!(ingest_batch(&b)
-            .unwrap_err()
-            .to_string()
-            .contains("negative"));
+        let i = ingest_batch(&b).unwrap();
+        assert!(matches!(i.vectors.row(0), VectorRef::F32(x) if x == [0.5, 1.5]));
+        assert_eq!(i.ids, IdColumn::Int(vec![-1]));
         let b =
             RecordBatch::try_from_iter([("id", Arc::new(Int64Array::from(vec![1])) as ArrayRef)])
                 .unwrap();

@@ -21,6 +21,14 @@ pub enum ApiError {
     /// User error: no collection of this name.
     #[error("collection {0:?} not found")]
     NotFound(String),
+    /// Something other than a collection is not there (an id, a
+    /// namespace); the message says what.
+    #[error("{0}")]
+    Missing(String),
+    /// An operation this server does not offer; the message says why and
+    /// what to use instead.
+    #[error("{0}")]
+    Unsupported(String),
     /// User error: a collection of this name already exists.
     #[error("collection {0:?} already exists")]
     Conflict(String),
@@ -81,6 +89,8 @@ pub enum Class {
     Timeout,
     /// 500 / INTERNAL.
     Internal,
+    /// 501 / UNIMPLEMENTED.
+    Unsupported,
 }
 
 impl ApiError {
@@ -89,7 +99,8 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => Class::Invalid,
             ApiError::TooLarge(_) => Class::TooLarge,
-            ApiError::NotFound(_) => Class::NotFound,
+            ApiError::NotFound(_) | ApiError::Missing(_) => Class::NotFound,
+            ApiError::Unsupported(_) => Class::Unsupported,
             ApiError::Conflict(_) => Class::Conflict,
             ApiError::Unauthenticated => Class::Unauthenticated,
             ApiError::Forbidden(_) => Class::Forbidden,
@@ -100,8 +111,11 @@ impl ApiError {
                 StoreError::Index(_)
                 | StoreError::Payload(_)
                 | StoreError::Config(_)
-                | StoreError::InvalidText(_) => Class::Invalid,
-                StoreError::ReadOnly { .. } | StoreError::AlreadyExists { .. } => Class::Conflict,
+                | StoreError::InvalidText(_)
+                | StoreError::InvalidId { .. } => Class::Invalid,
+                StoreError::ReadOnly { .. }
+                | StoreError::AlreadyExists { .. }
+                | StoreError::IdCollision { .. } => Class::Conflict,
                 StoreError::NotACollection { .. } => Class::NotFound,
                 StoreError::Io { .. }
                 | StoreError::Optimizer(_)
@@ -145,6 +159,7 @@ impl ApiError {
             Class::Unavailable => "unavailable",
             Class::Timeout => "deadline_exceeded",
             Class::Internal => "internal",
+            Class::Unsupported => "unimplemented",
         }
     }
 
@@ -160,6 +175,7 @@ impl ApiError {
             Class::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             Class::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Class::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Class::Unsupported => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -175,6 +191,7 @@ impl ApiError {
             Class::Unavailable => tonic::Status::unavailable(msg),
             Class::Timeout => tonic::Status::deadline_exceeded(msg),
             Class::Internal => tonic::Status::internal(msg),
+            Class::Unsupported => tonic::Status::unimplemented(msg),
         }
     }
 }

@@ -5,6 +5,8 @@ use crate::auth::{self, Role};
 use crate::convert::{self, Ingest};
 use crate::error::{ApiError, ApiResult};
 use crate::exec::Work;
+use crate::idfilter;
+use crate::longbow;
 use crate::ops::{self, Id, Knobs};
 use crate::registry::Entry;
 use crate::text;
@@ -35,12 +37,16 @@ const SCAN_BATCH: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct Flight {
     st: Arc<State>,
+    ns: Arc<longbow::Namespaces>,
 }
 
 impl Flight {
     /// Serves `st`.
     pub fn new(st: Arc<State>) -> Flight {
-        Flight { st }
+        Flight {
+            st,
+            ns: Arc::default(),
+        }
     }
 
     fn auth<T>(&self, req: &Request<T>, need: Role) -> Result<(), Status> {
@@ -130,8 +136,9 @@ struct TicketBody {
     /// Stream a collection's rows.
     #[serde(default)]
     name: Option<String>,
-    /// Only rows this filter matches (with `name`).
-    #[serde(default)]
+    /// Only rows this filter matches (with `name`; Longbow's clients call
+    /// it `filters`). Conditions on the field `id` test the row's id.
+    #[serde(default, alias = "filters")]
     filter: Option<Json>,
     /// Search.
     #[serde(default)]
@@ -151,6 +158,9 @@ struct SearchTicket {
     /// Longbow's hybrid / sparse search: BM25 over the text fields.
     #[serde(default)]
     text_query: Option<String>,
+    /// More queries (the `VectorSearch` action only).
+    #[serde(default)]
+    vectors: Vec<Vec<f32>>,
     /// Longbow's fusion weight: 1.0 dense only, 0.0 text only (with
     /// `text_query`; without one the search is dense).
     #[serde(default)]
@@ -173,20 +183,32 @@ struct SearchTicket {
     refine: Option<usize>,
     #[serde(default)]
     exact: bool,
-    // Accepted, not acted on.
+    /// Adds a `vector` column to the results.
     #[serde(default)]
-    #[allow(dead_code)]
     include_vectors: Option<Json>,
+    // Accepted, not acted on.
     #[serde(default)]
     #[allow(dead_code)]
     vector_format: Option<Json>,
     #[serde(default)]
     #[allow(dead_code)]
     local_only: Option<Json>,
+    #[serde(default)]
+    #[allow(dead_code)]
+    graph_alpha: Option<Json>,
 }
 
 fn ten() -> usize {
     10
+}
+
+/// `include_vectors`: true, or a non-empty format name.
+fn wants_vectors(v: &Option<Json>) -> bool {
+    match v {
+        Some(Json::Bool(b)) => *b,
+        Some(Json::String(s)) => !s.is_empty() && s != "false",
+        _ => false,
+    }
 }
 
 /// A filter in either form: a list of conditions (AND) or an expression;
@@ -203,6 +225,8 @@ fn filter_of(f: Option<Json>) -> Option<Json> {
 #[serde(deny_unknown_fields)]
 struct DeleteAction {
     dataset: String,
+    /// `vector_id` in Longbow's `delete-vector`.
+    #[serde(alias = "vector_id")]
     id: IdOrIds,
 }
 
@@ -232,11 +256,30 @@ struct DropAction {
     name: String,
 }
 
-/// The actions DoAction takes: (type, description, role).
-const ACTIONS: [(&str, &str, Role); 7] = [
+/// The actions DoAction takes: (type, description, role). Longbow's
+/// names first (its SDK and clients use them), then Sagitta's own.
+const ACTIONS: [(&str, &str, Role); 25] = [
     ("delete", "Delete rows: {\"dataset\": C, \"id\": ID or [ID, ...]} -> {\"deleted\": n}", Role::Write),
+    ("Delete", "As delete", Role::Write),
+    ("delete-vector", "Delete one row: {\"dataset\": C, \"vector_id\": ID} -> {\"deleted\": n}", Role::Write),
+    ("delete-dataset", "Drop a collection: {\"dataset\": C} -> {\"status\": \"deleted\"}", Role::Admin),
+    ("DeleteNamespace", "{\"dataset\": C} drops collection C; {\"name\": N} removes namespace N", Role::Admin),
+    ("CreateNamespace", "{\"name\": N, \"overwrite\": bool} -> {\"status\": \"created\"} (namespaces are kept in memory, as in Longbow)", Role::Admin),
+    ("ListNamespaces", "-> {\"namespaces\": [...], \"count\": n}", Role::Read),
+    ("GetNamespaceDatasetCount", "{\"name\": N} -> {\"count\": n}", Role::Read),
+    ("GetTotalNamespaceCount", "-> {\"count\": n}", Role::Read),
+    ("VectorSearch", "{\"dataset\": C, \"vector\" or \"vectors\", \"k\", \"filters\", \"text_query\", \"alpha\"} -> one Arrow IPC stream per query", Role::Read),
     ("VectorSearchByID", "Neighbours of a stored row (itself left out): {\"dataset\": C, \"id\": ID, \"k\": N, \"filters\": [...]} -> {\"ids\": [...], \"scores\": [...]}", Role::Read),
-    ("cluster-status", "Node and collection status -> JSON", Role::Read),
+    ("HybridSearch", "{\"dataset\", \"vector\", \"text_query\", \"alpha\", \"k\", \"filters\"} -> [{\"ID\", \"Distance\", \"Score\", \"Metadata\"}]", Role::Read),
+    ("ForceSnapshot", "Write every collection's mutable part as a segment -> {\"status\": \"ok\"}", Role::Admin),
+    ("check_readiness", "{\"dataset\": C} (optional) -> {\"status\": \"READY\" | \"NOT_FOUND\"}", Role::Read),
+    ("cluster-status", "Longbow's {\"self\", \"members\", \"count\"} (this node) with Sagitta's node and collection status", Role::Read),
+    ("MeshIdentity", "This node as a mesh member {\"ID\", \"Addr\", \"Status\", ...}", Role::Read),
+    ("MeshStatus", "[member]: this node (Sagitta runs standalone)", Role::Read),
+    ("DiscoveryStatus", "-> {\"provider\": \"none\", \"peers\": []}", Role::Read),
+    ("add-edge", "Not offered (no graph store): UNIMPLEMENTED", Role::Read),
+    ("traverse-graph", "Not offered (no graph store): UNIMPLEMENTED", Role::Read),
+    ("GetGraphStats", "Not offered (no graph store): UNIMPLEMENTED", Role::Read),
     ("list", "Collection names -> {\"collections\": [...]}", Role::Read),
     ("describe", "{\"name\": C} -> the collection's settings and figures (as GET /collections/C)", Role::Read),
     ("create-collection", "Body as POST /collections -> the new collection's description", Role::Admin),
@@ -411,11 +454,11 @@ impl FlightService for Flight {
         let a = req.into_inner();
         let (label, r) = self.action(&a.r#type, &a.body).await;
         self.observe(&a.r#type, &label, t0, &r);
-        let body = r?;
-        let out = arrow_flight::Result {
-            body: Bytes::from(body.to_string()),
-        };
-        Ok(Response::new(stream::once(async { Ok(out) }).boxed()))
+        let out: Vec<Result<arrow_flight::Result, Status>> = r?
+            .into_iter()
+            .map(|body| Ok(arrow_flight::Result { body }))
+            .collect();
+        Ok(Response::new(stream::iter(out).boxed()))
     }
 
     async fn list_actions(
@@ -482,15 +525,18 @@ impl Flight {
                                     req.metric = Some("hamming".into());
                                     req.dims *= 8;
                                 }
-                                ops::config_from(&req)
+                                let mut cfg = ops::config_from(&req)?;
+                                // Ids come back in the type they were put.
+                                cfg.id_type = ing.ids.id_type();
+                                Ok(cfg)
                             })?
                             .0
                     }
                 };
                 convert::check_space(&e.coll.config().space, &ing.vectors)?;
                 let refs: Vec<sagitta_index::VectorRef<'_>> =
-                    (0..ing.keys.len()).map(|i| ing.vectors.row(i)).collect();
-                let n = ops::upsert(&e, &ing.keys, &refs, ing.payload.as_ref())?;
+                    (0..ing.ids.len()).map(|i| ing.vectors.row(i)).collect();
+                let n = ops::upsert(&e, &ing.ids, &refs, ing.payload.as_ref())?;
                 Ok((n, e))
             })
             .await?;
@@ -506,11 +552,21 @@ impl Flight {
         let e2 = e.clone();
         let (schema, keys) = self
             .run(Work::Search, move || {
+                let (filter, on_id) = idfilter::split(filter)?;
                 let pred = ops::bind(&e2.coll, filter.as_ref())?;
-                Ok((
-                    convert::row_schema(&e2.coll),
-                    e2.coll.keys_where(pred.as_ref())?,
-                ))
+                let mut keys = e2.coll.keys_where(pred.as_ref())?;
+                if !on_id.is_empty() {
+                    let ids = e2.coll.ids_of(&keys)?;
+                    let mut i = 0;
+                    keys.retain(|_| {
+                        let keep = ids[i]
+                            .as_ref()
+                            .is_some_and(|id| on_id.iter().all(|c| c.test(id)));
+                        i += 1;
+                        keep
+                    });
+                }
+                Ok((convert::row_schema(&e2.coll), keys))
             })
             .await?;
         let chunks: Vec<Vec<u64>> = keys.chunks(SCAN_BATCH).map(<[u64]>::to_vec).collect();
@@ -540,76 +596,128 @@ impl Flight {
     }
 
     async fn search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
-        if s.text_query.is_some() {
-            return self.text_search(s).await;
-        }
-        let e = self.entry(&s.dataset)?;
-        let hits = self
-            .run(Work::Search, move || {
-                let space = e.coll.config().space;
-                let q = ops::json_vector(&space, s.vector, 0)?;
-                let pred = ops::bind(&e.coll, filter_of(s.filters).as_ref())?;
-                let knobs = Knobs {
-                    ef: s.ef,
-                    nprobe: s.nprobe,
-                    refine: s.refine,
-                    exact: s.exact,
-                };
-                let mut r = ops::search(&e.coll, &[q], s.k, &knobs, pred.as_ref())?;
-                convert::hits_batch(&r.pop().unwrap_or_default())
-            })
-            .await?;
-        let out = FlightDataEncoderBuilder::new()
-            .with_schema(convert::hits_schema())
-            .build(stream::once(async { Ok(hits) }))
-            .map_err(|e| ApiError::Internal(e.to_string()).to_status());
-        Ok(out.boxed())
-    }
-
-    /// A search ticket with `text_query`: text only or hybrid, answered as
-    /// `id`, `score` (fused) and each leg's rank and score.
-    async fn text_search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
         let e = self.entry(&s.dataset)?;
         let batch = self
             .run(Work::Search, move || {
-                let space = e.coll.config().space;
-                let q = if s.vector.is_empty() {
-                    None
-                } else {
-                    Some(ops::json_vector(&space, s.vector, 0)?)
-                };
-                let pred = ops::bind(&e.coll, filter_of(s.filters).as_ref())?;
-                let knobs = Knobs {
-                    ef: s.ef,
-                    nprobe: s.nprobe,
-                    refine: s.refine,
-                    exact: s.exact,
-                };
-                let fusion = text::fusion_of(s.fusion.as_deref(), s.alpha, None)?;
-                let text = s.text_query.unwrap_or_default();
-                let hits = text::search(
-                    &e.coll,
-                    &text,
-                    q.as_ref(),
-                    s.k,
-                    fusion,
-                    s.depth,
-                    &knobs,
-                    pred.as_ref(),
-                )?;
-                convert::text_hits_batch(&hits)
+                if !s.vectors.is_empty() {
+                    return Err(ApiError::BadRequest(
+                        "a search ticket takes one `vector`; the VectorSearch action takes `vectors`"
+                            .into(),
+                    ));
+                }
+                search_batch(&e, &s, s.vector.clone())
             })
             .await?;
         let out = FlightDataEncoderBuilder::new()
-            .with_schema(convert::text_hits_schema())
+            .with_schema(batch.schema())
             .build(stream::once(async { Ok(batch) }))
             .map_err(|e| ApiError::Internal(e.to_string()).to_status());
         Ok(out.boxed())
     }
 
-    async fn action(&self, kind: &str, body: &[u8]) -> (String, Result<Json, Status>) {
+    /// Runs an action: one result body (JSON), or for `VectorSearch` one
+    /// Arrow IPC stream per query.
+    async fn action(&self, kind: &str, body: &[u8]) -> (String, Result<Vec<Bytes>, Status>) {
+        let json = |r: Result<Json, Status>| r.map(|j| vec![Bytes::from(j.to_string())]);
         match kind {
-            "delete" => {
+            "VectorSearch" => {
+                let s: SearchTicket = match json_body("VectorSearch", body) {
+                    Ok(s) => s,
+                    Err(st) => return (String::new(), Err(st)),
+                };
+                let label = s.dataset.clone();
+                let r = async {
+                    let e = self.entry(&s.dataset)?;
+                    self.run(Work::Search, move || {
+                        let mut queries = s.vectors.clone();
+                        if !s.vector.is_empty() || queries.is_empty() {
+                            queries.insert(0, s.vector.clone());
+                        }
+                        if queries.len() > ops::MAX_BATCH_QUERIES {
+                            return Err(ApiError::BadRequest(format!(
+                                "vectors: at most {} queries",
+                                ops::MAX_BATCH_QUERIES
+                            )));
+                        }
+                        queries
+                            .into_iter()
+                            .map(|q| ipc_bytes(&search_batch(&e, &s, q)?))
+                            .collect()
+                    })
+                    .await
+                }
+                .await;
+                (label, r)
+            }
+            "HybridSearch" => {
+                let s: SearchTicket = match json_body("HybridSearch", body) {
+                    Ok(s) => s,
+                    Err(st) => return (String::new(), Err(st)),
+                };
+                let label = s.dataset.clone();
+                let r = async {
+                    let e = self.entry(&s.dataset)?;
+                    self.run(Work::Search, move || hybrid_json(&e, &s)).await
+                }
+                .await;
+                (label, json(r))
+            }
+            "add-edge" | "traverse-graph" | "GetGraphStats" => (
+                String::new(),
+                Err(longbow::graph_unsupported(kind).to_status()),
+            ),
+            "cluster-status" => (String::new(), json(Ok(longbow::cluster_status(&self.st)))),
+            "MeshIdentity" => (String::new(), json(Ok(longbow::member(&self.st)))),
+            "MeshStatus" => (
+                String::new(),
+                json(Ok(Json::Array(vec![longbow::member(&self.st)]))),
+            ),
+            "DiscoveryStatus" => (
+                String::new(),
+                json(Ok(json!({"provider": "none", "peers": []}))),
+            ),
+            "check_readiness" => (
+                String::new(),
+                json(longbow::check_readiness(&self.st, body).map_err(|e| e.to_status())),
+            ),
+            "CreateNamespace"
+            | "DeleteNamespace"
+            | "ListNamespaces"
+            | "GetTotalNamespaceCount"
+            | "GetNamespaceDatasetCount"
+            | "delete-dataset" => {
+                let (kind, body) = if kind == "delete-dataset" {
+                    ("DeleteNamespace", body)
+                } else {
+                    (kind, body)
+                };
+                let st = self.st.clone();
+                let ns = self.ns.clone();
+                let (kind2, body2) = (kind.to_string(), body.to_vec());
+                let r = self
+                    .run(Work::Ingest, move || {
+                        longbow::namespace_action(&st, &ns, &kind2, &body2)
+                    })
+                    .await;
+                (String::new(), json(r))
+            }
+            "ForceSnapshot" => {
+                let st = self.st.clone();
+                let r = self
+                    .run(Work::Ingest, move || longbow::force_snapshot(&st))
+                    .await;
+                (String::new(), json(r))
+            }
+            kind => {
+                let (label, r) = self.json_action(kind, body).await;
+                (label, json(r))
+            }
+        }
+    }
+
+    async fn json_action(&self, kind: &str, body: &[u8]) -> (String, Result<Json, Status>) {
+        match kind {
+            "delete" | "Delete" | "delete-vector" => {
                 let a: DeleteAction = match json_body("delete", body) {
                     Ok(a) => a,
                     Err(s) => return (String::new(), Err(s)),
@@ -617,10 +725,11 @@ impl Flight {
                 let label = a.dataset.clone();
                 let r = async {
                     let e = self.entry(&a.dataset)?;
-                    let keys: Vec<u64> = match a.id {
-                        IdOrIds::One(i) => vec![i.key()],
-                        IdOrIds::Many(v) => v.iter().map(Id::key).collect(),
+                    let ids = match a.id {
+                        IdOrIds::One(i) => vec![i],
+                        IdOrIds::Many(v) => v,
                     };
+                    let keys = ops::keys_of(&e.coll, &ids)?;
                     let n = self
                         .run(Work::Ingest, move || {
                             ops::ingest(&e, 0, || Ok(e.coll.remove(&keys)?))
@@ -643,31 +752,6 @@ impl Flight {
                 }
                 .await;
                 (label, r)
-            }
-            "cluster-status" => {
-                let st = self.st.clone();
-                let r = self
-                    .run(Work::Search, move || {
-                        let cols: Vec<Json> = st
-                            .registry
-                            .all()
-                            .iter()
-                            .map(|e| {
-                                let s = e.coll.stats();
-                                json!({"name": e.name, "rows": s.vectors,
-                                       "segments": s.segments, "active_rows": s.active_vectors})
-                            })
-                            .collect();
-                        Ok(json!({
-                            "status": if st.accepting.load(Ordering::Acquire) { "serving" } else { "shutting_down" },
-                            "mode": "standalone",
-                            "nodes": [{"id": "local", "http": st.http_addr, "flight": st.flight_addr,
-                                       "version": env!("CARGO_PKG_VERSION")}],
-                            "collections": cols,
-                        }))
-                    })
-                    .await;
-                (String::new(), r)
             }
             "list" => {
                 let names: Vec<String> = self
@@ -733,10 +817,125 @@ impl Flight {
     }
 }
 
+/// One query of a search ticket or action: dense, text or hybrid (with
+/// `text_query`), as a batch of [`convert::hits_batch`].
+fn search_batch(
+    e: &Entry,
+    s: &SearchTicket,
+    vector: Vec<f32>,
+) -> ApiResult<arrow_array::RecordBatch> {
+    let space = e.coll.config().space;
+    let pred = ops::bind(&e.coll, filter_of(s.filters.clone()).as_ref())?;
+    let knobs = Knobs {
+        ef: s.ef,
+        nprobe: s.nprobe,
+        refine: s.refine,
+        exact: s.exact,
+    };
+    let with_vectors = wants_vectors(&s.include_vectors);
+    let Some(text) = s.text_query.as_deref().filter(|t| !t.trim().is_empty()) else {
+        let q = ops::json_vector(&space, vector, 0)?;
+        let hits = ops::search(&e.coll, &[q], s.k, &knobs, pred.as_ref())?
+            .pop()
+            .unwrap_or_default();
+        let keys: Vec<u64> = hits.iter().map(|h| h.0).collect();
+        let scores: Vec<f32> = hits.iter().map(|h| h.1).collect();
+        return convert::hits_batch(&e.coll, &keys, scores, Vec::new(), with_vectors);
+    };
+    let q = if vector.is_empty() {
+        None
+    } else {
+        Some(ops::json_vector(&space, vector, 0)?)
+    };
+    let fusion = text::fusion_of(s.fusion.as_deref(), s.alpha, None)?;
+    let hits = text::search(
+        &e.coll,
+        text,
+        q.as_ref(),
+        s.k,
+        fusion,
+        s.depth,
+        &knobs,
+        pred.as_ref(),
+    )?;
+    convert::text_hits_batch(&e.coll, &hits, with_vectors)
+}
+
+/// A batch as one Arrow IPC stream (schema, then the batch).
+fn ipc_bytes(b: &arrow_array::RecordBatch) -> ApiResult<Bytes> {
+    let mut out = Vec::new();
+    let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, &b.schema())
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    w.write(b).map_err(|e| ApiError::Internal(e.to_string()))?;
+    w.finish().map_err(|e| ApiError::Internal(e.to_string()))?;
+    drop(w);
+    Ok(Bytes::from(out))
+}
+
+/// Longbow's `HybridSearch` result: a JSON array of `{ID, Distance, Score,
+/// Metadata}` (Distance: the dense distance, null where the row came from
+/// the text leg only; Score: the fused score, larger is better; without
+/// `text_query` both are the distance).
+fn hybrid_json(e: &Entry, s: &SearchTicket) -> ApiResult<Json> {
+    let space = e.coll.config().space;
+    let pred = ops::bind(&e.coll, filter_of(s.filters.clone()).as_ref())?;
+    let knobs = Knobs {
+        ef: s.ef,
+        nprobe: s.nprobe,
+        refine: s.refine,
+        exact: s.exact,
+    };
+    let rows: Vec<(u64, Json, f32)> = match s.text_query.as_deref().filter(|t| !t.trim().is_empty())
+    {
+        None => {
+            let q = ops::json_vector(&space, s.vector.clone(), 0)?;
+            ops::search(&e.coll, &[q], s.k, &knobs, pred.as_ref())?
+                .pop()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(k, d)| (k, json!(d), d))
+                .collect()
+        }
+        Some(text) => {
+            let q = if s.vector.is_empty() {
+                None
+            } else {
+                Some(ops::json_vector(&space, s.vector.clone(), 0)?)
+            };
+            let fusion = text::fusion_of(s.fusion.as_deref(), s.alpha, None)?;
+            text::search(
+                &e.coll,
+                text,
+                q.as_ref(),
+                s.k,
+                fusion,
+                s.depth,
+                &knobs,
+                pred.as_ref(),
+            )?
+            .into_iter()
+            .map(|h| (h.key, h.dense.map_or(Json::Null, |d| json!(d.1)), h.score))
+            .collect()
+        }
+    };
+    let keys: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    let ids = ops::ids_of(&e.coll, &keys)?;
+    let meta = ops::payload_json(&e.coll, &keys, None)?;
+    Ok(Json::Array(
+        rows.into_iter()
+            .zip(ids)
+            .zip(meta)
+            .map(|(((_, dist, score), id), m)| {
+                json!({"ID": id, "Distance": dist, "Score": score, "Metadata": m.unwrap_or_default()})
+            })
+            .collect(),
+    ))
+}
+
 fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
-    let key = a.id.key();
+    let key = e.coll.key_of(&a.id.to_store())?;
     let q = ops::stored_vector(&e.coll, key)
-        .ok_or_else(|| ApiError::BadRequest(format!("id {key} is not in {:?}", e.name)))?;
+        .ok_or_else(|| ApiError::NotFound(format!("id {} in {:?}", a.id.to_store(), e.name)))?;
     let pred = ops::bind(&e.coll, filter_of(a.filters).as_ref())?;
     let k = ops::check_k(a.k, e.coll.len())?;
     let knobs = Knobs {
@@ -754,8 +953,9 @@ fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
     .unwrap_or_default();
     hits.retain(|h| h.0 != key);
     hits.truncate(k);
+    let keys: Vec<u64> = hits.iter().map(|h| h.0).collect();
     Ok(json!({
-        "ids": hits.iter().map(|h| h.0).collect::<Vec<_>>(),
+        "ids": ops::ids_of(&e.coll, &keys)?,
         "scores": hits.iter().map(|h| h.1).collect::<Vec<_>>(),
     }))
 }

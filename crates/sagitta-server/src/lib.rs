@@ -15,6 +15,8 @@ pub mod error;
 pub mod exec;
 pub mod flight;
 pub mod http;
+pub mod idfilter;
+pub mod longbow;
 pub mod metrics;
 pub mod ops;
 pub mod registry;
@@ -39,6 +41,9 @@ pub struct ServerConfig {
     pub http: SocketAddr,
     /// Flight listen address (port 0: any free port).
     pub flight: SocketAddr,
+    /// More addresses serving the same Flight service (e.g. the control
+    /// port of clients written for Longbow's two ports).
+    pub flight_also: Vec<SocketAddr>,
     /// API keys; none: no authentication, loopback only.
     pub keys: Keys,
     /// Listen on non-loopback addresses without API keys.
@@ -57,6 +62,7 @@ impl ServerConfig {
             data: PathBuf::from("sagitta-data"),
             http: SocketAddr::from(([127, 0, 0, 1], 7080)),
             flight: SocketAddr::from(([127, 0, 0, 1], 7081)),
+            flight_also: Vec::new(),
             keys: Keys::default(),
             allow_unauthenticated_remote: false,
             exec: ExecConfig::default(),
@@ -126,16 +132,18 @@ pub struct Bound {
     pub http: SocketAddr,
     /// Flight address.
     pub flight: SocketAddr,
+    /// The other Flight addresses.
+    pub flight_also: Vec<SocketAddr>,
     state: Arc<State>,
     http_listener: tokio::net::TcpListener,
-    flight_listener: tokio::net::TcpListener,
+    flight_listeners: Vec<tokio::net::TcpListener>,
 }
 
 /// Opens the data directory and binds both sockets (call inside a tokio
 /// runtime).
 pub async fn bind(cfg: ServerConfig) -> Result<Bound, ServeError> {
     if !cfg.keys.enabled() && !cfg.allow_unauthenticated_remote {
-        for a in [cfg.http, cfg.flight] {
+        for &a in [cfg.http, cfg.flight].iter().chain(&cfg.flight_also) {
             if !a.ip().is_loopback() {
                 return Err(ServeError::Unprotected(a));
             }
@@ -158,6 +166,13 @@ pub async fn bind(cfg: ServerConfig) -> Result<Bound, ServeError> {
     };
     let http = local(&http_listener, cfg.http)?;
     let flight = local(&flight_listener, cfg.flight)?;
+    let mut flight_listeners = vec![flight_listener];
+    let mut flight_also = Vec::new();
+    for &a in &cfg.flight_also {
+        let l = bind(a).await?;
+        flight_also.push(local(&l, a)?);
+        flight_listeners.push(l);
+    }
     let metrics = Arc::new(metrics::Metrics::default());
     metrics.start();
     let exec = exec::Exec::new(&cfg.exec, metrics.clone())
@@ -175,9 +190,10 @@ pub async fn bind(cfg: ServerConfig) -> Result<Bound, ServeError> {
     Ok(Bound {
         http,
         flight,
+        flight_also,
         state,
         http_listener,
-        flight_listener,
+        flight_listeners,
     })
 }
 
@@ -210,8 +226,9 @@ impl Bound {
         )
         .max_decoding_message_size(st.max_body)
         .max_encoding_message_size(st.max_body);
-        let incoming = tonic::transport::server::TcpIncoming::from(self.flight_listener)
-            .with_nodelay(Some(true));
+        let incoming = futures::stream::select_all(self.flight_listeners.into_iter().map(|l| {
+            Box::pin(tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)))
+        }));
         let flight_srv = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(svc)

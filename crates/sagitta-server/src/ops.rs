@@ -9,7 +9,7 @@ use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, Vect
 use sagitta_store::filter::Bound;
 use sagitta_store::{
     default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
-    Filter, Payload, Schema,
+    Filter, IdColumn, Payload, Schema,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -46,6 +46,9 @@ pub struct CreateCollection {
     /// `hnsw` (default), `flat` or `ivf_rq`.
     #[serde(default)]
     pub kind: Option<String>,
+    /// Type of the ids: `uint64` (default), `int64` or `string`.
+    #[serde(default)]
+    pub id_type: Option<String>,
     /// HNSW links per node (default 16).
     #[serde(default)]
     pub m: Option<usize>,
@@ -142,6 +145,8 @@ pub struct CollectionInfo {
     pub codes: Option<String>,
     /// Index kind.
     pub kind: String,
+    /// Type of the ids: `uint64`, `int64` or `string`.
+    pub id_type: String,
     /// WAL policy.
     pub durability: String,
     /// Active segment size that triggers a seal, bytes.
@@ -169,41 +174,60 @@ pub struct CollectionList {
     pub collections: Vec<CollectionInfo>,
 }
 
-/// A key: an unsigned 64-bit integer, or a string (hashed to 64 bits; see
-/// docs/SERVER.md).
-#[derive(Debug, Clone, Deserialize, ToSchema)]
+/// An id as the user gives it: an integer or a string. A collection's
+/// ids have one type (`id_type`: uint64, int64 or string; see
+/// docs/SERVER.md) and results carry them in that type.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Id {
-    /// An integer key.
-    Int(u64),
-    /// A string key.
+    /// A non-negative integer.
+    UInt(u64),
+    /// A negative integer (int64 collections).
+    Int(i64),
+    /// A string (string collections; in integer collections, a decimal
+    /// string is read as its number).
     Str(String),
 }
 
 impl Id {
-    /// The 64-bit key.
-    pub fn key(&self) -> u64 {
+    /// As the store takes it.
+    pub fn to_store(&self) -> sagitta_store::Id {
         match self {
-            Id::Int(k) => *k,
-            Id::Str(s) => string_key(s),
+            Id::UInt(u) => sagitta_store::Id::UInt(*u),
+            Id::Int(i) => sagitta_store::Id::Int(*i),
+            Id::Str(s) => sagitta_store::Id::Str(s.clone()),
+        }
+    }
+
+    /// As results carry it.
+    pub fn from_store(id: sagitta_store::Id) -> Id {
+        match id {
+            sagitta_store::Id::UInt(u) => Id::UInt(u),
+            sagitta_store::Id::Int(i) if i >= 0 => Id::UInt(i as u64),
+            sagitta_store::Id::Int(i) => Id::Int(i),
+            sagitta_store::Id::Str(s) => Id::Str(s),
         }
     }
 }
 
-/// The 64-bit key of a string id: FNV-1a over the UTF-8 bytes, then the
-/// splitmix64 finaliser. Stable across versions (it is persisted).
-pub fn string_key(s: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in s.as_bytes() {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h ^= h >> 30;
-    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h ^= h >> 27;
-    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^ (h >> 31)
+/// The keys of `ids` in `coll` (typed errors for ids of the wrong type).
+pub fn keys_of(coll: &Collection, ids: &[Id]) -> ApiResult<Vec<u64>> {
+    let ids: Vec<sagitta_store::Id> = ids.iter().map(Id::to_store).collect();
+    Ok(coll.keys_of(&ids)?)
 }
+
+/// The ids of `keys` as results carry them (the key itself where a string
+/// id is missing, which only a key written before id types can be).
+pub fn ids_of(coll: &Collection, keys: &[u64]) -> ApiResult<Vec<Id>> {
+    Ok(coll
+        .ids_of(keys)?
+        .into_iter()
+        .zip(keys)
+        .map(|(id, &k)| id.map_or(Id::UInt(k), Id::from_store))
+        .collect())
+}
+
+pub use sagitta_store::string_key;
 
 /// Inserts or replaces rows.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -253,8 +277,8 @@ fn yes() -> bool {
 /// A stored row.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Item {
-    /// Key.
-    pub id: u64,
+    /// Id.
+    pub id: Id,
     /// Vector (float metrics: decoded floats; binary: byte values).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub vector: Option<Vec<f32>>,
@@ -270,7 +294,7 @@ pub struct GetResponse {
     /// Rows found, in request order.
     pub items: Vec<Item>,
     /// Keys not found.
-    pub missing: Vec<u64>,
+    pub missing: Vec<Id>,
 }
 
 /// Deletes rows by key or by filter (exactly one of the two).
@@ -377,8 +401,8 @@ fn ten() -> usize {
 /// A neighbour.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Hit {
-    /// Key.
-    pub id: u64,
+    /// Id.
+    pub id: Id,
     /// Distance under the collection's metric (smaller is nearer; cos:
     /// 1 - cosine similarity, ip: negative inner product, l2: squared
     /// Euclidean distance).
@@ -528,6 +552,13 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
     if let Some(s) = req.segment_size {
         cfg.segment_size = s;
     }
+    if let Some(t) = req.id_type.as_deref() {
+        cfg.id_type = sagitta_store::IdType::parse(t).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "id_type: unknown type {t:?} (uint64, int64 or string)"
+            ))
+        })?;
+    }
     if let Some(t) = &req.text_fields {
         cfg.text = text::text_fields(t)?;
     }
@@ -561,6 +592,7 @@ pub fn describe(e: &Entry) -> CollectionInfo {
             .keeps_full()
             .then(|| cfg.built_space().dtype.name().into()),
         kind: cfg.kind.name().into(),
+        id_type: cfg.id_type.name().into(),
         durability: cfg.durability.name(),
         segment_size: cfg.segment_size,
         vectors: s.vectors,
@@ -631,23 +663,44 @@ pub fn ingest<T>(e: &Entry, rows: usize, f: impl FnOnce() -> ApiResult<T>) -> Ap
     r
 }
 
-/// Writes rows (keys, vectors, optional payload) durably.
+/// Writes rows (ids, vectors, optional payload) durably.
 pub fn upsert(
     e: &Entry,
-    keys: &[u64],
+    ids: &IdColumn,
     vectors: &[VectorRef<'_>],
     payload: Option<&Payload>,
 ) -> ApiResult<usize> {
-    if keys.len() != vectors.len() {
+    if ids.len() != vectors.len() {
         return Err(ApiError::BadRequest(format!(
             "{} ids for {} vectors",
-            keys.len(),
+            ids.len(),
             vectors.len()
         )));
     }
-    ingest(e, keys.len(), || {
-        e.coll.upsert_with_payload(keys, vectors, payload)?;
-        Ok(keys.len())
+    ingest(e, ids.len(), || {
+        e.coll.upsert_ids(ids, vectors, payload)?;
+        Ok(ids.len())
+    })
+}
+
+/// The ids of a JSON write as one column (the collection's type decides
+/// how each is read; see [`sagitta_store::IdType::key`]).
+pub fn id_column(coll: &Collection, ids: &[Id]) -> ApiResult<IdColumn> {
+    Ok(match coll.id_type() {
+        sagitta_store::IdType::String => IdColumn::Str(
+            ids.iter()
+                .map(|id| match id {
+                    Id::Str(s) => s.clone(),
+                    Id::UInt(u) => u.to_string(),
+                    Id::Int(i) => i.to_string(),
+                })
+                .collect(),
+        ),
+        sagitta_store::IdType::Int64 => {
+            let keys = keys_of(coll, ids)?;
+            IdColumn::Int(keys.into_iter().map(|k| k as i64).collect())
+        }
+        sagitta_store::IdType::UInt64 => IdColumn::UInt(keys_of(coll, ids)?),
     })
 }
 
@@ -745,7 +798,9 @@ pub fn payload_json(
 ) -> ApiResult<Vec<Option<serde_json::Map<String, Json>>>> {
     let schema = coll.schema();
     let picks: Vec<usize> = match columns {
-        None => (0..schema.len()).collect(),
+        None => (0..schema.len())
+            .filter(|&i| schema.fields()[i].name != sagitta_store::STRING_ID_FIELD)
+            .collect(),
         Some(cols) => cols
             .iter()
             .map(|c| schema.field(c).map(|(i, _)| i))
@@ -818,13 +873,18 @@ pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
         } else {
             Vec::new()
         };
+        let ids = ids_of(coll, &keys)?;
         let hits = hits
             .into_iter()
+            .zip(ids)
             .enumerate()
-            .map(|(i, (id, score))| Hit {
+            .map(|(i, ((key, score), id))| Hit {
                 id,
                 score,
-                vector: req.include_vectors.then(|| vector_json(coll, id)).flatten(),
+                vector: req
+                    .include_vectors
+                    .then(|| vector_json(coll, key))
+                    .flatten(),
                 payload: payloads.get(i).cloned().flatten(),
                 dense_rank: None,
                 dense_distance: None,
@@ -877,11 +937,13 @@ fn run_text_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResponse> {
     } else {
         Vec::new()
     };
+    let ids = ids_of(coll, &keys)?;
     let hits = found
         .into_iter()
+        .zip(ids)
         .enumerate()
-        .map(|(i, h)| Hit {
-            id: h.key,
+        .map(|(i, (h, id))| Hit {
+            id,
             score: h.score,
             vector: req
                 .include_vectors
@@ -905,7 +967,7 @@ pub fn run_get(e: &Entry, req: GetRequest) -> ApiResult<GetResponse> {
         )));
     }
     let coll = &e.coll;
-    let keys: Vec<u64> = req.ids.iter().map(Id::key).collect();
+    let keys = keys_of(coll, &req.ids)?;
     let payloads = if req.include_payload {
         payload_json(coll, &keys, req.columns.as_deref())?
     } else {
@@ -925,11 +987,11 @@ pub fn run_get(e: &Entry, req: GetRequest) -> ApiResult<GetResponse> {
             coll.contains(k)
         };
         if !live {
-            missing.push(k);
+            missing.push(req.ids[i].clone());
             continue;
         }
         items.push(Item {
-            id: k,
+            id: req.ids[i].clone(),
             vector,
             payload: payloads.get(i).cloned().flatten(),
         });
@@ -940,7 +1002,7 @@ pub fn run_get(e: &Entry, req: GetRequest) -> ApiResult<GetResponse> {
 /// Runs an upsert request.
 pub fn run_upsert(e: &Entry, req: UpsertRequest) -> ApiResult<UpsertResponse> {
     if req.vectors.is_empty() && !req.ids.is_empty() && e.coll.config().embed_model.is_some() {
-        let keys: Vec<u64> = req.ids.iter().map(Id::key).collect();
+        let keys = keys_of(&e.coll, &req.ids)?;
         let rows = req.payload.as_deref().unwrap_or_default();
         if rows.len() != keys.len() {
             return Err(ApiError::BadRequest(format!(
@@ -965,7 +1027,7 @@ pub fn run_upsert(e: &Entry, req: UpsertRequest) -> ApiResult<UpsertResponse> {
         )));
     }
     let space = e.coll.config().space;
-    let keys: Vec<u64> = req.ids.iter().map(Id::key).collect();
+    let ids = id_column(&e.coll, &req.ids)?;
     let vectors = req
         .vectors
         .into_iter()
@@ -975,18 +1037,18 @@ pub fn run_upsert(e: &Entry, req: UpsertRequest) -> ApiResult<UpsertResponse> {
     let payload = match &req.payload {
         None => None,
         Some(rows) => {
-            if rows.len() != keys.len() {
+            if rows.len() != ids.len() {
                 return Err(ApiError::BadRequest(format!(
                     "payload: {} rows for {} ids",
                     rows.len(),
-                    keys.len()
+                    ids.len()
                 )));
             }
             Some(Payload::from_json_rows(rows, &e.coll.schema())?)
         }
     };
     let refs: Vec<VectorRef<'_>> = vectors.iter().map(OwnedVector::as_ref).collect();
-    let n = upsert(e, &keys, &refs, payload.as_ref())?;
+    let n = upsert(e, &ids, &refs, payload.as_ref())?;
     Ok(UpsertResponse { upserted: n })
 }
 
@@ -999,7 +1061,7 @@ pub fn run_delete(e: &Entry, req: DeleteRequest) -> ApiResult<DeleteResponse> {
                     "ids: at most {MAX_KEYS} per request"
                 )));
             }
-            let keys: Vec<u64> = ids.iter().map(Id::key).collect();
+            let keys = keys_of(&e.coll, &ids)?;
             ingest(e, 0, || Ok(e.coll.remove(&keys)?))?
         }
         (None, Some(f)) => {
@@ -1028,15 +1090,6 @@ pub fn run_count(e: &Entry, req: CountRequest) -> ApiResult<CountResponse> {
 mod tests {
     #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
     use super::*;
-
-    #[test]
-    fn string_keys_are_stable() {
-        // Persisted as keys: these values must never change (checked
-        // against an independent implementation).
-        assert_eq!(string_key(""), 0xf52a_15e9_a9b5_e89b);
-        assert_eq!(string_key("ISCC:KACYPXW445FTYNJ3"), 0xd53e_d829_0099_f6a8);
-        assert_ne!(string_key("a"), string_key("b"));
-    }
 
     #[test]
     fn k_is_checked_and_clamped() {

@@ -89,6 +89,25 @@ pub enum StoreError {
     /// User error in payload columns or a filter expression.
     #[error(transparent)]
     Payload(#[from] crate::payload::PayloadError),
+    /// User error: an id that is not of the collection's id type.
+    #[error("row {row}: {source}")]
+    InvalidId {
+        /// Row of the write (0 for a single id).
+        row: usize,
+        /// What is wrong.
+        source: crate::ids::IdError,
+    },
+    /// User error: two different string ids with one 64-bit key (in one
+    /// write, or a new id and a stored one). Nothing is written.
+    #[error("string ids {new:?} and {old:?} have the same key {key:#018x}: nothing written")]
+    IdCollision {
+        /// The id being written.
+        new: String,
+        /// The id already holding the key.
+        old: String,
+        /// Their key.
+        key: u64,
+    },
 }
 
 /// Result alias for store operations.

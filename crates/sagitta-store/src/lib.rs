@@ -17,6 +17,7 @@ pub mod bloom;
 pub mod collection;
 mod error;
 pub mod filter;
+pub mod ids;
 pub mod npy;
 pub mod payload;
 pub mod pindex;
@@ -29,6 +30,7 @@ pub use collection::{
 };
 pub use error::{Result, StoreError};
 pub use filter::Filter;
+pub use ids::{string_key, Id, IdColumn, IdError, IdType, STRING_ID_FIELD};
 pub use payload::{Field, FieldType, Payload, PayloadError, Schema, Value};
 pub use sagitta_text::{AnalyzerKind, Bm25, Fusion, TextFieldSpec};
 pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};

@@ -3,6 +3,7 @@
 //! manifests written by older versions still read).
 
 use crate::error::{Result, StoreError};
+use crate::ids::IdType;
 use sagitta_index::{DType, HnswParams, Index, IndexKind, IvfParams, Metric, Space};
 use sagitta_text::{AnalyzerKind, Bm25, TextFieldSpec};
 use serde::{Deserialize, Serialize};
@@ -84,6 +85,10 @@ pub struct CollectionConfig {
     pub durability: Durability,
     /// Key width in bits; only 64 is supported so far.
     pub key_bits: u32,
+    /// The type of the ids users give (see [`crate::ids`]): `uint64`
+    /// (default), `int64`, or `string` (hashed to keys, the string kept in
+    /// the reserved payload column `_id`).
+    pub id_type: IdType,
     /// Compact codes the built HNSW segments traverse the graph with
     /// (`Sq8`, `Sq16` or `F16`), keeping the vectors of `space` (f32) beside
     /// them as full-precision rows: each search re-scores its beam from
@@ -131,6 +136,7 @@ impl CollectionConfig {
             optimizer_threads: 0,
             durability: Durability::Batch,
             key_bits: 64,
+            id_type: IdType::UInt64,
             codes: default_codes(&space),
             text: Vec::new(),
             embed_model: None,
@@ -292,6 +298,10 @@ pub(crate) struct ConfigFile {
     segment_size: u64,
     durability: String,
     key_bits: u32,
+    /// Absent in collections made before id types: `uint64`, or `string`
+    /// where the payload has the `_id` column (see `Collection::open`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) id_type: Option<String>,
     #[serde(default = "default_bits")]
     ivf_bits: u8,
     #[serde(default)]
@@ -359,6 +369,7 @@ impl ConfigFile {
             segment_size: c.segment_size,
             durability: c.durability.name(),
             key_bits: c.key_bits,
+            id_type: Some(c.id_type.name().into()),
             ivf_bits: c.ivf.bits,
             ivf_partitions: c.ivf.partitions,
             ivf_partition_size: c.ivf.partition_size,
@@ -412,6 +423,10 @@ impl ConfigFile {
             optimizer_threads: self.optimizer_threads,
             durability: Durability::parse(&self.durability)?,
             key_bits: self.key_bits,
+            id_type: match &self.id_type {
+                Some(t) => IdType::parse(t)?,
+                None => IdType::UInt64,
+            },
             codes: match &self.codes {
                 Some(c) => Some(DType::parse(c)?),
                 None => None,

@@ -51,6 +51,7 @@ mod commit;
 mod config;
 mod embed;
 mod files;
+mod ids;
 pub(crate) mod optimizer;
 mod part;
 mod search;
@@ -266,7 +267,7 @@ impl Collection {
             OpenMode::ReadOnly => None,
         };
         let manifest = Manifest::read(dir)?;
-        let config = manifest
+        let mut config = manifest
             .config
             .to_config()
             .ok_or_else(|| StoreError::Corrupt {
@@ -316,6 +317,11 @@ impl Collection {
             .and_then(|b| Bloom::open(&dir.join(b)).ok())
             .unwrap_or_else(|| commit::rebuild_bloom(&config, &parts, None));
         let schema = manifest.schema(dir)?;
+        if manifest.config.id_type.is_none() && schema.field(crate::ids::STRING_ID_FIELD).is_ok() {
+            // Written before id types, by a server that kept string ids in
+            // `_id`.
+            config.id_type = crate::ids::IdType::String;
+        }
         let inner = Inner {
             dir: dir.to_path_buf(),
             mode,
