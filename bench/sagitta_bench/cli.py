@@ -246,6 +246,11 @@ def main(argv: list[str] | None = None) -> None:
 
         server.main(args_in[1:])
         return
+    if args_in[:1] == ["longbow"]:
+        from . import longbow
+
+        longbow.main(args_in[1:])
+        return
     ap = argparse.ArgumentParser(prog="sagitta-bench", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="benchmark engines on one dataset")
@@ -302,6 +307,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser(
         "server",
         help="the server over HTTP and Flight: ingest, latency at concurrency 1/4/16, kill -9",
+        add_help=False,
+    )
+    sub.add_parser(
+        "longbow",
+        help="Arrow Flight: sagitta serve beside the peer Longbow (see sagitta_bench.longbow)",
         add_help=False,
     )
     w = sub.add_parser("report", help="rewrite BENCHMARKS.md from the runs in a results dir")
