@@ -23,6 +23,7 @@ from ._sagitta import (
     TextSearchResult,
     __version__,
     isa,
+    string_key,
 )
 from .client import (
     AuthError,
@@ -61,4 +62,5 @@ __all__ = [
     "UnavailableError",
     "__version__",
     "isa",
+    "string_key",
 ]

@@ -42,6 +42,10 @@ class PayloadError(ValueError):
 class LockedError(OSError):
     """Another process has the collection open for writing."""
 
+def string_key(s: str) -> int:
+    """The 64-bit key of a string id (the store's one definition)."""
+    ...
+
 def isa() -> Literal["avx512", "avx2", "neon", "scalar"]:
     """The instruction set the distance kernels use on this machine."""
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from ._sagitta import string_key
+
 __all__ = [
     "AuthError",
     "BadRequestError",
@@ -99,20 +101,14 @@ def _error(status: int, body: bytes, headers: Mapping[str, str]) -> ServerError:
     return err
 
 
-_M64 = (1 << 64) - 1
-
-
-def string_key(s: str) -> int:
-    """The 64-bit key the server gives a string id (FNV-1a over UTF-8,
-    then the splitmix64 finaliser)."""
-    h = 0xCBF29CE484222325
-    for b in s.encode():
-        h = ((h ^ b) * 0x100000001B3) & _M64
-    h ^= h >> 30
-    h = (h * 0xBF58476D1CE4E5B9) & _M64
-    h ^= h >> 27
-    h = (h * 0x94D049BB133111EB) & _M64
-    return h ^ (h >> 31)
+def _id_array(ids: list) -> np.ndarray:
+    """Ids as the server returns them, in the collection's id type: uint64,
+    int64 (when one is negative) or strings (an object array)."""
+    if any(isinstance(i, str) for i in ids):
+        return np.array(ids, dtype=object)
+    if any(i < 0 for i in ids):
+        return np.array(ids, dtype=np.int64)
+    return np.array(ids, dtype=np.uint64)
 
 
 def _json_filter(where: Any) -> Any:
@@ -423,7 +419,7 @@ class RemoteCollection:
                 return np.array([h.get(name, missing) for h in hits], dtype=dtype)
 
             return RemoteTextResult(
-                keys=np.array([h["id"] for h in hits], dtype=np.uint64),
+                keys=_id_array([h["id"] for h in hits]),
                 scores=np.array([h["score"] for h in hits], dtype=np.float32),
                 dense_distances=leg("dense_distance", np.float32, np.nan),
                 dense_ranks=leg("dense_rank", np.int32, -1),
@@ -436,13 +432,16 @@ class RemoteCollection:
         if q.ndim == 1:
             hits = r["hits"]
             return RemoteSearchResult(
-                keys=np.array([h["id"] for h in hits], dtype=np.uint64),
+                keys=_id_array([h["id"] for h in hits]),
                 distances=np.array([h["score"] for h in hits], dtype=np.float32),
                 payload=[h.get("payload", {}) for h in hits] if want_payload else None,
                 vectors=[h.get("vector") for h in hits] if include_vectors else None,
             )
         n = len(r["results"])
-        keys = np.full((n, k), np.iinfo(np.uint64).max, dtype=np.uint64)
+        every = [h["id"] for res in r["results"] for h in res["hits"]]
+        kind = _id_array(every).dtype
+        missing = None if kind == np.dtype(object) else np.iinfo(kind).max
+        keys = np.full((n, k), missing, dtype=kind)
         dists = np.full((n, k), np.inf, dtype=np.float32)
         payload = [] if want_payload else None
         vectors = [] if include_vectors else None
@@ -470,7 +469,7 @@ class RemoteCollection:
         vecs = np.full((len(keys), dim), np.nan, dtype=np.float32)
         rows = []
         for i, k in enumerate(keys):
-            it = found.get(string_key(k) if isinstance(k, str) else k)
+            it = found.get(k)
             if it is not None:
                 vecs[i] = it["vector"]
             rows.append(None if it is None else it.get("payload", {}))

@@ -82,6 +82,9 @@ pub fn store_err(e: StoreError) -> PyErr {
         e @ StoreError::Model(_) => PyOSError::new_err(e.to_string()),
         e @ StoreError::Optimizer(_) => PyOSError::new_err(e.to_string()),
         StoreError::Payload(e) => PayloadError::new_err(e.to_string()),
+        e @ (StoreError::InvalidId { .. }
+        | StoreError::DuplicateId { .. }
+        | StoreError::IdCollision { .. }) => PyValueError::new_err(e.to_string()),
     }
 }
 

@@ -18,6 +18,14 @@ fn isa() -> &'static str {
     sagitta_kernels::isa().name()
 }
 
+/// The 64-bit key of a string id (FNV-1a over UTF-8, then the splitmix64
+/// finaliser): the store's one definition, persisted in every collection
+/// with string ids.
+#[pyfunction]
+fn string_key(s: &str) -> u64 {
+    sagitta_store::string_key(s)
+}
+
 #[pymodule]
 fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -37,5 +45,6 @@ fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NO_KEY", convert::NO_KEY)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(isa, m)?)?;
+    m.add_function(wrap_pyfunction!(string_key, m)?)?;
     Ok(())
 }

@@ -237,7 +237,7 @@ BAD_REQUESTS = [
     ("GET", "/collections/nope", b"", 404, "not found"),
     ("DELETE", "/collections/nope", b"", 404, "not found"),
     ("POST", "/collections/vec/upsert", b'{"ids": [1, 2], "vectors": [[0]]}', 400, "ids"),
-    ("POST", "/collections/vec/upsert", b'{"ids": [-5], "vectors": [[0]]}', 400, "invalid JSON"),
+    ("POST", "/collections/vec/upsert", b'{"ids": [-5], "vectors": [[0]]}', 400, "uint64 id"),
     (
         "POST",
         "/collections/vec/upsert",
@@ -367,7 +367,9 @@ def test_flight_put_get_search_actions(server, data):
         }
     }
     res = client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
-    assert res.schema.names == ["id", "score"]
+    # Ids in the collection's id type (uint64: it was made by
+    # create-collection), the payload beside them.
+    assert res.schema.names == ["id", "score", "cat", "year"]
     assert (
         res.schema.field("id").type == pa.uint64()
         and res.schema.field("score").type == pa.float32()
@@ -417,7 +419,15 @@ def test_flight_string_ids_f16_vectors_and_created_on_first_put(server):
     vecs, rows = c.collection("strs").get(["doc-7"], payload=True)
     x7 = x[7].astype(np.float32)  # cosine collections store unit vectors
     np.testing.assert_allclose(vecs[0], x7 / np.linalg.norm(x7), rtol=2e-3, atol=2e-3)
-    assert rows[0] == {"_id": "doc-7"}
+    assert rows[0] == {}  # the string id is the id, not a payload column
+    # Ids come back as the strings that were put, over both protocols.
+    hits = c.collection("strs").search(x[7].astype(np.float32), k=3)
+    assert hits.keys[0] == "doc-7"
+    ticket = {"search": {"dataset": "strs", "vector": x[7].astype(float).tolist(), "k": 3}}
+    res = client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+    assert res.schema.field("id").type == pa.string() and res["id"][0].as_py() == "doc-7"
+    got = client.do_get(fl.Ticket(json.dumps({"name": "strs"}).encode())).read_all()
+    assert got.schema.names == ["id", "vector"] and sorted(got["id"].to_pylist()) == sorted(ids)
 
 
 def test_flight_put_does_not_recreate_a_collection_dropped_under_it(server):
@@ -446,7 +456,7 @@ BAD_FLIGHT = [
     ({"id": pa.array([1.5]), "vector": "ok"}, "id"),
     ({"vector": "ok"}, "id"),
     ({"id": pa.array([1], pa.int64())}, "vector"),
-    ({"id": pa.array([-1], pa.int64()), "vector": "ok"}, "negative"),
+    ({"id": pa.array([-1], pa.int64()), "vector": "ok"}, "not a valid uint64 id"),
     ({"id": pa.array([1], pa.int64()), "vector": pa.array([[1.0] * D])}, "fixed-size list"),
     ({"id": pa.array([1], pa.int64()), "vector": "short"}, "components"),
     ({"id": pa.array([1], pa.int64()), "vector": "nan"}, "finite"),

@@ -21,6 +21,10 @@ pub enum ApiError {
     /// User error: no collection of this name.
     #[error("collection {0:?} not found")]
     NotFound(String),
+    /// Something other than a collection exists already; the message says
+    /// what.
+    #[error("{0} already exists")]
+    Exists(String),
     /// Something other than a collection is not there (an id, a
     /// namespace); the message says what.
     #[error("{0}")]
@@ -100,6 +104,7 @@ impl ApiError {
             ApiError::BadRequest(_) => Class::Invalid,
             ApiError::TooLarge(_) => Class::TooLarge,
             ApiError::NotFound(_) | ApiError::Missing(_) => Class::NotFound,
+            ApiError::Exists(_) => Class::Conflict,
             ApiError::Unsupported(_) => Class::Unsupported,
             ApiError::Conflict(_) => Class::Conflict,
             ApiError::Unauthenticated => Class::Unauthenticated,
@@ -112,7 +117,8 @@ impl ApiError {
                 | StoreError::Payload(_)
                 | StoreError::Config(_)
                 | StoreError::InvalidText(_)
-                | StoreError::InvalidId { .. } => Class::Invalid,
+                | StoreError::InvalidId { .. }
+                | StoreError::DuplicateId { .. } => Class::Invalid,
                 StoreError::ReadOnly { .. }
                 | StoreError::AlreadyExists { .. }
                 | StoreError::IdCollision { .. } => Class::Conflict,

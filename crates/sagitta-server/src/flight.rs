@@ -934,8 +934,9 @@ fn hybrid_json(e: &Entry, s: &SearchTicket) -> ApiResult<Json> {
 
 fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
     let key = e.coll.key_of(&a.id.to_store())?;
-    let q = ops::stored_vector(&e.coll, key)
-        .ok_or_else(|| ApiError::NotFound(format!("id {} in {:?}", a.id.to_store(), e.name)))?;
+    let q = ops::stored_vector(&e.coll, key).ok_or_else(|| {
+        ApiError::Missing(format!("id {} is not in {:?}", a.id.to_store(), e.name))
+    })?;
     let pred = ops::bind(&e.coll, filter_of(a.filters).as_ref())?;
     let k = ops::check_k(a.k, e.coll.len())?;
     let knobs = Knobs {

@@ -117,7 +117,7 @@ pub fn namespace_action(st: &State, ns: &Namespaces, kind: &str, b: &[u8]) -> Ap
             let n = named()?;
             let mut set = ns.0.lock();
             if set.contains(&n) && !r.overwrite {
-                return Err(ApiError::Conflict(format!("namespace {n}")));
+                return Err(ApiError::Exists(format!("namespace {n:?}")));
             }
             set.insert(n);
             Ok(json!({"status": "created"}))

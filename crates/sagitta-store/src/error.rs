@@ -97,6 +97,14 @@ pub enum StoreError {
         /// What is wrong.
         source: crate::ids::IdError,
     },
+    /// User error: one id given twice in one write. Nothing is written.
+    #[error("row {row}: id {id} is given twice in this write (nothing written)")]
+    DuplicateId {
+        /// The second row with it.
+        row: usize,
+        /// The id.
+        id: String,
+    },
     /// User error: two different string ids with one 64-bit key (in one
     /// write, or a new id and a stored one). Nothing is written.
     #[error("string ids {new:?} and {old:?} have the same key {key:#018x}: nothing written")]

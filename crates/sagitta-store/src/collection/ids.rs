@@ -1,12 +1,11 @@
 //! A collection's ids: writes and lookups by the ids users give, and the
 //! ids of stored keys (see [`crate::ids`] for the mapping).
 
-use super::write::row_err;
 use super::Collection;
 use crate::error::{Result, StoreError};
 use crate::ids::{Id, IdColumn, IdType, STRING_ID_FIELD};
 use crate::payload::{Field, FieldType, Payload, PayloadError, Value};
-use sagitta_index::{IndexError, VectorRef};
+use sagitta_index::VectorRef;
 use std::collections::HashMap;
 
 impl Collection {
@@ -77,7 +76,10 @@ impl Collection {
                     (Id::Str(old), Id::Str(new)) if old != new => {
                         StoreError::IdCollision { new, old, key: k }
                     }
-                    _ => row_err(i, IndexError::DuplicateKey(k)),
+                    (_, id) => StoreError::DuplicateId {
+                        row: i,
+                        id: id.to_string(),
+                    },
                 });
             }
             first.insert(k, i);

@@ -1,0 +1,282 @@
+"""Longbow's clients against the real ``sagitta serve``: Longbow's own Python
+SDK (../shared/longbow-client, unmodified, installed by scripts/python-env)
+and pyarrow.flight with Longbow's tickets and action bodies. The SDK's own
+test suite runs in scripts/longbow-sdk-tests; these tests cover what it
+checks only through ``.compute()`` (filters, payload in results) and what
+it does not check at all (ids as given, actions, bad input)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.flight as fl
+import pytest
+from longbow import LongbowClient
+from server_util import Server
+
+import sagitta
+
+DIM = 16
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(tmp_path_factory.mktemp("lb") / "data")
+    yield s
+    assert s.stop() == 0, s.log()[-2000:]
+
+
+@pytest.fixture(scope="module")
+def sdk(server):
+    c = LongbowClient(uri=server.flight_url, meta_uri=server.flight_url)
+    c.connect()
+    return c
+
+
+def action(server, kind: str, body) -> list:
+    client = fl.FlightClient(server.flight_url)
+    raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+    return [r.body.to_pybytes() for r in client.do_action(fl.Action(kind, raw))]
+
+
+def brute(x: np.ndarray, q: np.ndarray, k: int) -> np.ndarray:
+    xn = x / np.linalg.norm(x, axis=1, keepdims=True)
+    qn = q / np.linalg.norm(q)
+    return np.argsort(-(xn @ qn), kind="stable")[:k]
+
+
+@pytest.fixture(scope="module")
+def docs(sdk):
+    """Inserted as the SDK's users do: a DataFrame with int ids, float64
+    vectors (numpy's default), text and metadata columns; the SDK adds a
+    timestamp column."""
+    rng = np.random.default_rng(11)
+    n = 400
+    x = rng.standard_normal((n, DIM))
+    cats = np.array(["tech", "ai", "db"])[np.arange(n) % 3]
+    df = pd.DataFrame(
+        {
+            "id": np.arange(n, dtype=np.int64) * 10 - 50,  # negative ids too
+            "text": [f"document {i} about {c}" for i, c in enumerate(cats)],
+            "category": cats,
+            "priority": np.arange(n) % 4,
+        }
+    )
+    df["vector"] = list(x)
+    sdk.insert("docs", df)
+    return df, x
+
+
+def test_insert_search_filters_and_payload_as_longbow_users_expect(sdk, docs):
+    df, x = docs
+    ids = df["id"].to_numpy()
+    q = x[7]
+    res = sdk.search("docs", vector=q.tolist(), k=10)
+    # Ids in the type they were put (int64, negative ones included), the
+    # payload columns beside them, results exact against brute force.
+    assert res["id"].dtype == np.int64
+    assert {"category", "priority", "text", "timestamp"} <= set(res.columns)
+    assert res["id"].tolist()[0] == ids[7]
+    got = set(res["id"].tolist())
+    want = set(ids[brute(x, q, 10)].tolist())
+    assert len(got & want) >= 9
+    # Filters in Longbow's list form (ops in any case, AND).
+    res = sdk.search(
+        "docs",
+        vector=q.tolist(),
+        k=10,
+        filters=[
+            {"field": "category", "op": "Eq", "value": "tech"},
+            {"field": "priority", "op": "eq", "value": 1},
+        ],
+    )
+    assert len(res) == 10
+    assert (res["category"] == "tech").all() and (res["priority"] == 1).all()
+    none = sdk.search(
+        "docs", vector=q.tolist(), k=5, filters=[{"field": "category", "op": "eq", "value": "x"}]
+    )
+    assert len(none) == 0
+    # include_vectors adds the stored vector (unit length: cosine).
+    res = sdk.search("docs", vector=q.tolist(), k=3, include_vectors=True)
+    v = np.asarray(res["vector"].iloc[0], np.float32)
+    np.testing.assert_allclose(v, x[7] / np.linalg.norm(x[7]), rtol=1e-5, atol=1e-6)
+
+
+def test_search_by_id_delete_download_and_info_keep_the_ids(sdk, docs, server):
+    df, x = docs
+    ids = df["id"].to_numpy()
+    r = sdk.search_by_id("docs", int(ids[7]), k=5)
+    assert len(r["ids"]) == 5 and int(ids[7]) not in r["ids"]
+    assert all(isinstance(i, int) for i in r["ids"])
+    # Longbow's SDK sends ids as strings in `delete`; they are read as the
+    # collection's int64 ids.
+    sdk.delete("docs", ids=[int(ids[0]), int(ids[1])])
+    t = sdk.download_arrow("docs")
+    assert t.num_rows == len(ids) - 2
+    assert t.schema.field("id").type == pa.int64()
+    assert set(t["id"].to_pylist()) == set(ids[2:].tolist())
+    # Conditions on `id` in a download ticket, with values as strings.
+    t = sdk.download_arrow("docs", filter=[{"field": "id", "op": "lt", "value": "0"}])
+    assert sorted(t["id"].to_pylist()) == sorted(i for i in ids[2:] if i < 0)
+    t = sdk.download_arrow(
+        "docs",
+        filter=[
+            {"field": "id", "op": "ge", "value": 100},
+            {"field": "category", "op": "eq", "value": "ai"},
+        ],
+    )
+    assert t.num_rows > 0 and all(i >= 100 for i in t["id"].to_pylist())
+    assert set(t["category"].to_pylist()) == {"ai"}
+    info = sdk.get_info("docs")
+    assert info["total_records"] == len(ids) - 2
+    # HTTP answers with the same ids.
+    hits = sagitta.Client(server.url).collection("docs").search(x[9].astype(np.float32), k=1)
+    assert hits.keys[0] == ids[9]
+
+
+def test_string_ids_round_trip_every_path(sdk, server):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((50, DIM)).astype(np.float32)
+    names = [f"pkg-{i}" for i in range(50)]
+    table = pa.table(
+        {
+            "id": pa.array(names),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), DIM),
+            "section": pa.array(["main"] * 25 + ["contrib"] * 25),
+        }
+    )
+    sdk.insert("pkgs", table)
+    res = sdk.search("pkgs", vector=x[3].tolist(), k=3)
+    assert res["id"].tolist()[0] == "pkg-3"
+    r = sdk.search_by_id("pkgs", "pkg-3", k=2)
+    assert len(r["ids"]) == 2 and all(i.startswith("pkg-") for i in r["ids"])
+    sdk.delete("pkgs", ids=["pkg-0"])
+    t = sdk.download_arrow("pkgs")
+    assert t.schema.names == ["id", "vector", "section"]
+    assert sorted(t["id"].to_pylist()) == sorted(names[1:])
+    t = sdk.download_arrow("pkgs", filter=[{"field": "id", "op": "in", "value": ["pkg-4", "x"]}])
+    assert t["id"].to_pylist() == ["pkg-4"]
+    # The HTTP API takes and returns the same strings.
+    c = sagitta.Client(server.url).collection("pkgs")
+    assert c.info()["id_type"] == "string"
+    vec = c.get(["pkg-5", "nope"])
+    assert np.isfinite(vec[0]).all() and np.isnan(vec[1]).all()
+    # Integers put into a string collection are their decimal strings.
+    sdk.insert(
+        "pkgs",
+        pa.table(
+            {
+                "id": pa.array([77], pa.int64()),
+                "vector": pa.FixedSizeListArray.from_arrays(pa.array(x[0]), DIM),
+                "section": pa.array(["main"]),
+            }
+        ),
+    )
+    assert "77" in sdk.download_arrow("pkgs")["id"].to_pylist()
+
+
+def test_node_actions_answer_as_longbow_does(server, docs):
+    st = json.loads(action(server, "cluster-status", b"")[0])
+    assert st["count"] == 1 and st["members"][0]["Addr"] == server.flight_addr
+    assert st["members"][0]["Status"] == 0 and st["self"]["ID"]
+    ready = json.loads(action(server, "check_readiness", {"dataset": "docs"})[0])
+    assert ready["status"] == "READY"
+    assert json.loads(action(server, "check_readiness", {"dataset": "no"})[0])["status"] == (
+        "NOT_FOUND"
+    )
+    assert json.loads(action(server, "MeshIdentity", b"")[0])["GRPCAddr"] == server.flight_addr
+    assert len(json.loads(action(server, "MeshStatus", b"")[0])) == 1
+    assert json.loads(action(server, "DiscoveryStatus", b"")[0])["peers"] == []
+    # Namespaces (in memory, as in Longbow).
+    action(server, "CreateNamespace", {"name": "team-a"})
+    with pytest.raises(pa.ArrowException, match="already exists"):
+        action(server, "CreateNamespace", {"name": "team-a"})
+    ns = json.loads(action(server, "ListNamespaces", b"")[0])
+    assert {"default", "team-a"} <= set(ns["namespaces"])
+    total = json.loads(action(server, "GetTotalNamespaceCount", b"")[0])["count"]
+    assert total == ns["count"]
+    count = json.loads(action(server, "GetNamespaceDatasetCount", {"name": "default"})[0])
+    assert count["count"] >= 1
+    action(server, "DeleteNamespace", {"name": "team-a"})
+    with pytest.raises(pa.ArrowKeyError, match="not found"):
+        action(server, "GetNamespaceDatasetCount", {"name": "team-a"})
+    assert json.loads(action(server, "ForceSnapshot", b"")[0])["status"] == "ok"
+
+
+def test_search_actions(server, docs):
+    df, x = docs
+    body = {"dataset": "docs", "vectors": [x[5].tolist(), x[6].tolist()], "k": 4}
+    bodies = action(server, "VectorSearch", body)
+    assert len(bodies) == 2
+    first = pa.ipc.open_stream(bodies[0]).read_all()
+    assert first["id"][0].as_py() == df["id"][5] and first.num_rows == 4
+    hyb = json.loads(
+        action(
+            server,
+            "HybridSearch",
+            {"dataset": "docs", "vector": x[5].tolist(), "k": 3, "alpha": 1.0},
+        )[0]
+    )
+    assert hyb[0]["ID"] == df["id"][5] and set(hyb[0]) == {"ID", "Distance", "Score", "Metadata"}
+    assert hyb[0]["Metadata"]["category"] == df["category"][5]
+
+
+# pyarrow raises INVALID_ARGUMENT as ArrowInvalid, NOT_FOUND as
+# ArrowKeyError, UNIMPLEMENTED as ArrowNotImplementedError.
+BAD = [
+    ("nosuch-action", b"{}", pa.ArrowInvalid, "unknown action"),
+    ("VectorSearchByID", b"{not json", pa.ArrowInvalid, "invalid JSON"),
+    ("VectorSearchByID", b'{"dataset": "nope", "id": 1}', pa.ArrowKeyError, "not found"),
+    ("VectorSearchByID", b'{"dataset": "docs", "id": "abc"}', pa.ArrowInvalid, "int64"),
+    (
+        "VectorSearchByID",
+        b'{"dataset": "docs", "id": 123456789}',
+        pa.ArrowKeyError,
+        "id 123456789 is not in",
+    ),
+    ("delete", b'{"dataset": "docs"}', pa.ArrowInvalid, "id"),
+    ("add-edge", b'{"dataset": "docs"}', pa.ArrowNotImplementedError, "no graph"),
+]
+
+
+@pytest.mark.parametrize("kind,body,exc,fragment", BAD)
+def test_bad_actions_get_clear_errors(server, docs, kind, body, exc, fragment):
+    with pytest.raises(exc, match=fragment):
+        action(server, kind, body)
+
+
+def test_bad_puts_write_nothing(server, docs):
+    client = fl.FlightClient(server.flight_url)
+    before = client.get_flight_info(fl.FlightDescriptor.for_path("docs")).total_records
+    vec = pa.FixedSizeListArray.from_arrays(pa.array(np.zeros(2 * DIM, np.float32)), DIM)
+    # Duplicate ids in one batch.
+    t = pa.table({"id": pa.array([5000, 5000], pa.int64()), "vector": vec})
+    with pytest.raises(pa.ArrowInvalid, match="given twice"):
+        w, _r = client.do_put(fl.FlightDescriptor.for_path("docs"), t.schema)
+        w.write_table(t)
+        w.close()
+    # Null rows in the vector column.
+    nulls = pa.FixedSizeListArray.from_arrays(
+        pa.array(np.zeros(2 * DIM, np.float32)), DIM, mask=pa.array([False, True])
+    )
+    t = pa.table({"id": pa.array([6000, 6001], pa.int64()), "vector": nulls})
+    with pytest.raises(pa.ArrowInvalid, match="null"):
+        w, _r = client.do_put(fl.FlightDescriptor.for_path("docs"), t.schema)
+        w.write_table(t)
+        w.close()
+    # A ticket that is not JSON, and an unknown dataset.
+    with pytest.raises(pa.ArrowInvalid, match="invalid JSON"):
+        client.do_get(fl.Ticket(b"docs")).read_all()
+    with pytest.raises(pa.ArrowKeyError, match="not found"):
+        client.do_get(fl.Ticket(b'{"name": "nope"}')).read_all()
+    after = client.get_flight_info(fl.FlightDescriptor.for_path("docs")).total_records
+    assert after == before
+
+
+def test_string_key_is_the_stores():
+    # Persisted in every string-id collection: these values never change.
+    assert sagitta.string_key("") == 0xF52A15E9A9B5E89B
+    assert sagitta.string_key("ISCC:KACYPXW445FTYNJ3") == 0xD53ED8290099F6A8
