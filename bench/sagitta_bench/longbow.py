@@ -75,6 +75,7 @@ REPO = Path(__file__).resolve().parents[2]
 SAGITTA_BIN = REPO / "target" / "release" / "sagitta"
 LONGBOW_SH = REPO.parent / "shared" / "peers" / "longbow.sh"
 LONGBOW_MIRROR = Path("/work/.mirror/23skdu+longbow/repo")
+LONGBOW_PEER_HOME = os.environ.get("LONGBOW_PEER_HOME", "/tmp/longbow")
 CATEGORIES = ("amber", "blue", "green", "red")
 K = 10
 ENGINES = ("sagitta", "longbow")
@@ -317,6 +318,12 @@ class SagittaServer:
     def rss(self) -> dict:
         return proc_rss(self.pid)
 
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def log_tail(self) -> str:
+        return tail_of_log(self.log_path)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -332,6 +339,7 @@ class SagittaServer:
 def longbow_env() -> dict:
     env = dict(os.environ)
     env.setdefault("LONGBOW_MIRROR", str(LONGBOW_MIRROR))
+    env["LONGBOW_PEER_KEEP"] = "1"  # the node's log is read after stop; the dir removed here
     return env
 
 
@@ -353,8 +361,7 @@ class LongbowServer:
         self.metrics_url, self.pid, self.dir = fields["metrics"], int(fields["pid"]), fields["dir"]
 
     def describe(self) -> dict:
-        home = Path(os.environ.get("LONGBOW_PEER_HOME", "/tmp/longbow"))
-        commit = (home / "bin" / "longbow.commit").read_text().strip()
+        commit = Path(LONGBOW_PEER_HOME, "bin", "longbow.commit").read_text().strip()
         return {"commit": commit, "data": self.data_uri, "meta": self.meta_uri}
 
     def prepare(self, dataset: str, dims: int) -> dict:
@@ -411,8 +418,26 @@ class LongbowServer:
     def rss(self) -> dict:
         return proc_rss(self.pid)
 
+    def alive(self) -> bool:
+        try:
+            state = Path(f"/proc/{self.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+            return state != "Z" and os.readlink(f"/proc/{self.pid}/exe").startswith(
+                str(Path(LONGBOW_PEER_HOME, "bin", "longbow"))
+            )
+        except (OSError, IndexError):
+            return False
+
+    def log_tail(self) -> str:
+        return tail_of_log(Path(self.dir) / "longbow.log")
+
     def stop(self) -> None:
         subprocess.run(["bash", str(LONGBOW_SH), "stop"], env=longbow_env(), timeout=120)
+        runs = Path(LONGBOW_PEER_HOME, "runs").resolve()
+        node = Path(self.dir).resolve()
+        if node.parent == runs:  # the node directory longbow.sh made for this run
+            import shutil
+
+            shutil.rmtree(node, ignore_errors=True)
 
 
 # ------------------------------------------------------------------ flight
@@ -641,16 +666,38 @@ def load_data(rows: int, n_queries: int) -> dict:
     }
 
 
-def guarded(results: dict, engine: str, op: str, fn) -> dict | None:
-    """Runs ``fn()``; an exception becomes ``error: <message>`` in that row."""
+def guarded(results: dict, engine: str, op: str, fn, srv=None, dead=None) -> dict | None:
+    """Runs ``fn()``; an exception becomes ``error: <message>`` in that row.
+    With ``srv`` and ``dead``: a server found not running is noted in
+    ``dead`` (engine -> the operation during which it exited) and skipped."""
+    if srv is not None and dead is not None and engine in dead:
+        results.setdefault(op, {})[engine] = (
+            f"error: skipped, the server process exited during {dead[engine]}"
+        )
+        return None
     try:
         r = fn()
     except Exception as e:  # any engine failure is a result, not a crash
         results.setdefault(op, {})[engine] = f"error: {error_text(e)}"
         print(f"  {engine:8} {op}: error: {error_text(e)}", flush=True)
-        return None
-    results.setdefault(op, {})[engine] = strip(r)
+        r = None
+    else:
+        results.setdefault(op, {})[engine] = strip(r)
+    if srv is not None and dead is not None and not srv.alive():
+        dead[engine] = op
+        print(f"  {engine:8} the server process exited during {op}", flush=True)
     return r
+
+
+def tail_of_log(path: Path, limit: int = 4000) -> str:
+    """A Go panic / fatal error and what follows it, else the last lines."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    start = next((i for i, x in enumerate(lines) if re.match(r"(panic|fatal error)[: ]", x)), None)
+    pick = lines[start : start + 40] if start is not None else lines[-15:]
+    return "\n".join(x[:600] for x in pick)[-limit:]
 
 
 def searches(srv, eng: str, dataset: str, d: dict, conc: int, kind: str, cap_s: float) -> dict:
@@ -773,6 +820,11 @@ def run(args, argv: list[str]) -> dict:
     servers: dict = {}
     info: dict = {}
     tmp = Path(tempfile.mkdtemp(prefix="longbow-bench-", dir=args.tmp))
+    dead: dict = {}  # engine -> the operation during which its server exited
+
+    def g(eng: str, op: str, fn):
+        return guarded(results, eng, op, fn, servers[eng], dead)
+
     try:
         for eng in args.engines:
             cls = SagittaServer if eng == "sagitta" else LongbowServer
@@ -791,16 +843,11 @@ def run(args, argv: list[str]) -> dict:
         # 1. DoPut, then indexing, one engine after the other.
         for eng in live:
             srv = servers[eng]
-            info[eng]["prepare"] = guarded(
-                results, eng, "prepare", lambda srv=srv: srv.prepare(dataset, dims)
-            )
-            r = guarded(
-                results, eng, "doput", lambda srv=srv: do_put(srv, dataset, table, args.batch)
-            )
+            info[eng]["prepare"] = g(eng, "prepare", lambda srv=srv: srv.prepare(dataset, dims))
+            r = g(eng, "doput", lambda srv=srv: do_put(srv, dataset, table, args.batch))
             if r is not None:
                 print(f"  {eng:8} doput: {r['mb_per_s']:.1f} MB/s ({r['seconds']:.1f} s)")
-                w = guarded(
-                    results,
+                w = g(
                     eng,
                     "indexed",
                     lambda srv=srv: srv.wait_indexed(dataset, args.cap_index),
@@ -814,9 +861,7 @@ def run(args, argv: list[str]) -> dict:
         reps: dict = {e: [] for e in live}
         for rep in range(args.download_reps):
             for eng in rotate(live, rep):
-                r = guarded(
-                    results, eng, "download", lambda e=eng: download(servers[e], {"name": dataset})
-                )
+                r = g(eng, "download", lambda e=eng: download(servers[e], {"name": dataset}))
                 if r is not None:
                     r.pop("_table")
                     reps[eng].append(r)
@@ -843,7 +888,7 @@ def run(args, argv: list[str]) -> dict:
                 r["expected_rows"] = int(np.sum(category_of(np.arange(args.rows)) == CATEGORIES[0]))
                 return r
 
-            guarded(results, eng, "download_filtered", dl_filtered)
+            g(eng, "download_filtered", dl_filtered)
 
         # 3-5. Searches: each kind at each concurrency, engines taking turns.
         kinds = ["search", "filtered"] + (["hybrid"] if hybrid else [])
@@ -852,8 +897,7 @@ def run(args, argv: list[str]) -> dict:
             for conc in args.concurrency:
                 op = f"{kind}_c{conc}"
                 for eng in rotate(live, step):
-                    r = guarded(
-                        results,
+                    r = g(
                         eng,
                         op,
                         lambda e=eng, k=kind, c=conc: searches(
@@ -875,8 +919,7 @@ def run(args, argv: list[str]) -> dict:
         for form in ("str", "int"):
             op = f"search_by_id_{form}"
             for eng in rotate(live, step):
-                r = guarded(
-                    results,
+                r = g(
                     eng,
                     op,
                     lambda e=eng, f=form: search_by_id(servers[e], e, dataset, d, args.cap_op, f),
@@ -894,8 +937,7 @@ def run(args, argv: list[str]) -> dict:
         for form, del_ids in del_sets.items():
             op = f"delete_{form}"
             for eng in rotate(live, step):
-                r = guarded(
-                    results,
+                r = g(
                     eng,
                     op,
                     lambda e=eng, ids=del_ids, f=form: deletes(
@@ -922,12 +964,15 @@ def run(args, argv: list[str]) -> dict:
                     },
                 }
 
-            guarded(results, eng, "rows_after_delete", left)
+            g(eng, "rows_after_delete", left)
         for eng in live:
             info[eng]["rss_end"] = servers[eng].rss()
     finally:
         for eng, srv in servers.items():
             try:
+                if eng in dead or not srv.alive():
+                    info[eng]["exited_during"] = dead.get(eng, "the run")
+                    info[eng]["log_tail"] = srv.log_tail()  # before stop removes it
                 srv.stop()
             except Exception as e:
                 print(f"{eng}: stop failed: {error_text(e)}", flush=True)
@@ -1076,6 +1121,13 @@ def markdown(run: dict) -> str:
                 notes.append(f"- {e} {op}: first answer `{r['first_answer']}`")
             if isinstance(r, dict) and op == "download":
                 notes.append(f"- {e} download schema `{r['schema']}`")
+    for eng in engines:
+        s = run["servers"].get(eng, {})
+        if s.get("exited_during"):
+            lines.append(
+                f"\n{eng}'s server process exited during {s['exited_during']}; its log's "
+                "panic (or last lines):\n\n```\n" + (s.get("log_tail") or "(empty)") + "\n```"
+            )
     if notes:
         lines.append("\nWhat came back (first request of each operation):\n")
         seen = set()
