@@ -415,45 +415,109 @@ pub fn text_hits_batch(
     hits_batch(coll, &keys, scores, legs, with_vectors)
 }
 
-/// Rows `keys` of a collection as a batch laid out by `schema` (from
-/// [`row_schema`]; payload columns the schema lacks are left out, columns
-/// added since are null). Keys that vanished in between are skipped.
-pub fn rows_batch(coll: &Collection, schema: &SchemaRef, keys: &[u64]) -> ApiResult<RecordBatch> {
+/// A scan batch as a record batch laid out by `schema` (from
+/// [`row_schema`], taken when the scan started), keeping only the rows
+/// whose id passes `keep`; `None` when none does.
+pub fn scan_batch(
+    coll: &Collection,
+    schema: &SchemaRef,
+    scan_schema: &sagitta_store::Schema,
+    b: sagitta_store::ScanBatch,
+    keep: impl Fn(&Id) -> bool,
+) -> ApiResult<Option<RecordBatch>> {
     let space = coll.config().space;
     let vb = space.vector_bytes();
-    let mut live = Vec::with_capacity(keys.len());
-    let mut floats: Vec<f32> = Vec::new();
-    let mut bytes: Vec<u8> = Vec::new();
-    for &k in keys {
-        let Some(raw) = coll.get_raw(k) else { continue };
-        live.push(k);
-        if space.dtype == DType::B1 {
-            bytes.extend_from_slice(&raw[..vb]);
-        } else if let Some(v) = space.decode_floats(&raw) {
-            floats.extend_from_slice(&v);
-        }
+    let t = coll.id_type();
+    let sid = scan_schema.field(STRING_ID_COLUMN).ok().map(|(i, _)| i);
+    let ids: Vec<Id> = b
+        .keys
+        .iter()
+        .zip(&b.rows)
+        .map(|(&k, r)| match (t.int_id(k), sid.and_then(|i| r.get(i))) {
+            (Some(id), _) => id,
+            (None, Some(sagitta_store::Value::Str(s))) => Id::Str(s.clone()),
+            (None, _) => Id::Str(k.to_string()),
+        })
+        .collect();
+    let picks: Vec<usize> = (0..ids.len()).filter(|&i| keep(&ids[i])).collect();
+    if picks.is_empty() {
+        return Ok(None);
     }
+    let id_col: ArrayRef = match t {
+        IdType::UInt64 => Arc::new(UInt64Array::from_iter_values(
+            picks.iter().map(|&i| b.keys[i]),
+        )),
+        IdType::Int64 => Arc::new(Int64Array::from_iter_values(
+            picks.iter().map(|&i| b.keys[i] as i64),
+        )),
+        IdType::String => Arc::new(StringArray::from_iter_values(picks.iter().map(
+            |&i| match &ids[i] {
+                Id::Str(s) => s.clone(),
+                id => id.to_string(),
+            },
+        ))),
+    };
     let vfield = vector_field(&space);
     let DataType::FixedSizeList(item, size) = vfield.data_type().clone() else {
         return Err(ApiError::Internal("vector field type".into()));
     };
     let values: ArrayRef = if space.dtype == DType::B1 {
+        let mut bytes = Vec::with_capacity(picks.len() * vb);
+        for &i in &picks {
+            bytes.extend_from_slice(&b.vectors[i * vb..(i + 1) * vb]);
+        }
         Arc::new(UInt8Array::from(bytes))
     } else {
+        let mut floats = Vec::with_capacity(picks.len() * space.dims);
+        for &i in &picks {
+            floats.extend(
+                space
+                    .decode_floats(&b.vectors[i * vb..(i + 1) * vb])
+                    .unwrap_or_default(),
+            );
+        }
         Arc::new(Float32Array::from(floats))
     };
     let vectors = FixedSizeListArray::try_new(item, size, values, None)
         .map_err(|e| ApiError::Internal(e.to_string()))?;
-    let names: Vec<String> = schema
-        .fields()
+    // Payload columns by name: the scan's schema may have grown since
+    // `schema` was taken (those columns are left out).
+    let names: Vec<&String> = schema.fields().iter().skip(2).map(|f| f.name()).collect();
+    let at: Vec<Option<usize>> = names
         .iter()
-        .skip(2)
-        .map(|f| f.name().clone())
+        .map(|n| scan_schema.field(n).ok().map(|(i, _)| i))
         .collect();
-    let payload = coll.payload_table(&live, Some(&names))?;
-    let mut cols: Vec<ArrayRef> = vec![id_array(coll, &live)?, Arc::new(vectors)];
+    let out_fields: Vec<sagitta_store::Field> = names
+        .iter()
+        .zip(&at)
+        .map(|(n, a)| sagitta_store::Field {
+            name: (*n).clone(),
+            ty: a
+                .and_then(|i| scan_schema.fields().get(i))
+                .map_or(sagitta_store::FieldType::String, |f| f.ty),
+        })
+        .collect();
+    let rows: Vec<Vec<sagitta_store::Value>> = picks
+        .iter()
+        .map(|&i| {
+            at.iter()
+                .map(|a| {
+                    a.and_then(|c| b.rows[i].get(c).cloned())
+                        .unwrap_or(sagitta_store::Value::Null)
+                })
+                .collect()
+        })
+        .collect();
+    let out_schema = sagitta_store::Schema::new(out_fields)?;
+    let payload = sagitta_store::payload::to_record_batch(
+        &out_schema,
+        rows.iter().map(|r| Some(r.as_slice())),
+    )?;
+    let mut cols: Vec<ArrayRef> = vec![id_col, Arc::new(vectors)];
     cols.extend(payload.columns().iter().cloned());
-    RecordBatch::try_new(schema.clone(), cols).map_err(|e| ApiError::Internal(e.to_string()))
+    RecordBatch::try_new(schema.clone(), cols)
+        .map(Some)
+        .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
 #[cfg(test)]

@@ -547,39 +547,45 @@ impl Flight {
         Ok(n)
     }
 
+    /// Streams a collection's rows from the store's scan, one batch of
+    /// up to [`SCAN_BATCH`] rows at a time (each read on the search pool
+    /// when the client asks for it: a slow client holds a snapshot, not
+    /// the rows).
     async fn scan(&self, name: String, filter: Option<Json>) -> Result<Stream<FlightData>, Status> {
         let e = self.entry(&name)?;
         let e2 = e.clone();
-        let (schema, keys) = self
+        let (schema, scan, on_id) = self
             .run(Work::Search, move || {
                 let (filter, on_id) = idfilter::split(filter)?;
                 let pred = ops::bind(&e2.coll, filter.as_ref())?;
-                let mut keys = e2.coll.keys_where(pred.as_ref())?;
-                if !on_id.is_empty() {
-                    let ids = e2.coll.ids_of(&keys)?;
-                    let mut i = 0;
-                    keys.retain(|_| {
-                        let keep = ids[i]
-                            .as_ref()
-                            .is_some_and(|id| on_id.iter().all(|c| c.test(id)));
-                        i += 1;
-                        keep
-                    });
-                }
-                Ok((convert::row_schema(&e2.coll), keys))
+                let schema = convert::row_schema(&e2.coll);
+                let scan = e2.coll.scan(pred.as_ref(), SCAN_BATCH)?;
+                Ok((schema, scan, on_id))
             })
             .await?;
-        let chunks: Vec<Vec<u64>> = keys.chunks(SCAN_BATCH).map(<[u64]>::to_vec).collect();
-        let exec_st = self.st.clone();
+        let on_id = Arc::new(on_id);
+        let st = self.st.clone();
         let schema2 = schema.clone();
-        let batches = stream::iter(chunks).then(move |chunk| {
-            let e = e.clone();
-            let schema = schema2.clone();
-            let st = exec_st.clone();
+        let batches = stream::try_unfold(Some(scan), move |scan| {
+            let (e, st, schema, on_id) = (e.clone(), st.clone(), schema2.clone(), on_id.clone());
             async move {
+                let Some(scan) = scan else {
+                    return Ok(None);
+                };
                 st.exec
                     .run(Work::Search, move || {
-                        convert::rows_batch(&e.coll, &schema, &chunk)
+                        let mut scan = scan;
+                        loop {
+                            let Some(b) = scan.next().transpose()? else {
+                                return Ok(None);
+                            };
+                            let keep = |id: &sagitta_store::Id| on_id.iter().all(|c| c.test(id));
+                            if let Some(rb) =
+                                convert::scan_batch(&e.coll, &schema, scan.schema(), b, keep)?
+                            {
+                                return Ok(Some((rb, Some(scan))));
+                            }
+                        }
                     })
                     .await
                     .map_err(|err| FlightError::Tonic(Box::new(err.to_status())))

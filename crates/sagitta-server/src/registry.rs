@@ -61,7 +61,7 @@ impl Registry {
         let mut cols = BTreeMap::new();
         let mut names: Vec<String> = std::fs::read_dir(root)?
             .filter_map(|e| e.ok())
-            .filter(|e| e.path().join("MANIFEST").exists())
+            .filter(|e| Collection::exists(&e.path()))
             .filter_map(|e| e.file_name().to_str().map(str::to_owned))
             .filter(|n| validate_name(n).is_ok())
             .collect();

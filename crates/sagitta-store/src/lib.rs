@@ -26,7 +26,7 @@ pub mod wal;
 
 pub use collection::{
     default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
-    OpenMode, TextHit, TextSearch,
+    OpenMode, Scan, ScanBatch, TextHit, TextSearch,
 };
 pub use error::{Result, StoreError};
 pub use filter::Filter;

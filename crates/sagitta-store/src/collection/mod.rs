@@ -54,7 +54,9 @@ mod files;
 mod ids;
 pub(crate) mod optimizer;
 mod part;
+mod scan;
 mod search;
+pub use scan::{Scan, ScanBatch};
 mod text;
 mod write;
 
@@ -234,6 +236,12 @@ impl Collection {
         }
         m.write(dir)?;
         Collection::open(dir, OpenMode::ReadWrite)
+    }
+
+    /// Whether `dir` holds a collection (it has a manifest; whether that
+    /// manifest is readable is for [`Collection::open`] to say).
+    pub fn exists(dir: &Path) -> bool {
+        dir.join(MANIFEST).is_file()
     }
 
     /// Opens the collection in `dir`: reads the manifest, maps the sealed
