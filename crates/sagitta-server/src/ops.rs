@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use utoipa::ToSchema;
 
 /// Largest k a search may ask for.
-pub const MAX_K: usize = 10_000;
+pub use sagitta_store::limits::MAX_K;
 /// Most queries in one batch search.
 pub const MAX_BATCH_QUERIES: usize = 1024;
 /// Most keys in one get or delete request.
@@ -705,17 +705,10 @@ pub fn id_column(coll: &Collection, ids: &[Id]) -> ApiResult<IdColumn> {
 }
 
 /// Checks k and clamps it to the rows there are (a k larger than the
-/// collection returns every row).
+/// collection returns every row): the store's limits
+/// ([`sagitta_store::limits`]), the same for every front end.
 pub fn check_k(k: usize, len: usize) -> ApiResult<usize> {
-    if k == 0 {
-        return Err(ApiError::BadRequest("k must be at least 1".into()));
-    }
-    if k > MAX_K {
-        return Err(ApiError::BadRequest(format!(
-            "k = {k} is larger than the maximum {MAX_K}"
-        )));
-    }
-    Ok(k.min(len))
+    Ok(sagitta_store::limits::check_k(k, len).map_err(sagitta_store::StoreError::from)?)
 }
 
 /// Search knobs shared by both protocols.
@@ -739,21 +732,7 @@ pub fn search(
     knobs: &Knobs,
     pred: Option<&Bound>,
 ) -> ApiResult<Vec<Vec<(u64, f32)>>> {
-    let k = check_k(k, coll.len())?;
-    if k == 0 {
-        return Ok(vec![Vec::new(); queries.len()]);
-    }
-    for (name, v) in [
-        ("ef", knobs.ef),
-        ("nprobe", knobs.nprobe),
-        ("refine", knobs.refine),
-    ] {
-        if v.is_some_and(|v| v == 0 || v > 100_000) {
-            return Err(ApiError::BadRequest(format!(
-                "{name} must be in 1..=100000"
-            )));
-        }
-    }
+    // k and the knobs are checked by the store.
     let refs: Vec<VectorRef<'_>> = queries.iter().map(OwnedVector::as_ref).collect();
     let opts = CollectionSearch {
         ef: knobs.ef,

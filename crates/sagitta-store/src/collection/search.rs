@@ -10,9 +10,7 @@ use crate::error::{Result, StoreError};
 use crate::filter::Bound;
 use crate::payload::{self, Field, Row, Schema, Value};
 use rayon::prelude::*;
-use sagitta_index::{
-    check_k, Bitset, GraphView, IndexError, IndexRead, Neighbor, SearchOptions, VectorRef,
-};
+use sagitta_index::{Bitset, GraphView, IndexError, IndexRead, Neighbor, SearchOptions, VectorRef};
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -303,7 +301,11 @@ impl Collection {
         opts: &CollectionSearch<'_>,
     ) -> Result<Vec<Vec<Neighbor>>> {
         let st = self.inner.snapshot();
-        check_k(k, st.live())?;
+        let k = crate::limits::check_k(k, st.live())?;
+        crate::limits::check_knobs(opts.ef, opts.nprobe, opts.refine)?;
+        if k == 0 {
+            return Ok(vec![Vec::new(); queries.len()]);
+        }
         // Parts with nothing to return are dropped up front, so a query
         // only fans out over threads when two or more parts can answer.
         let segs: Vec<Seg<'_>> = self

@@ -9,7 +9,7 @@ use super::search::Seg;
 use super::{Collection, CollectionSearch};
 use crate::error::{Result, StoreError};
 use parking_lot::RwLockReadGuard;
-use sagitta_index::{check_k, GraphView, VectorRef};
+use sagitta_index::{GraphView, VectorRef};
 use sagitta_text::{
     fuse, Accumulator, FieldRead, Fused, Fusion, MemText, TextQuery, TextSection, MAX_TEXT_BYTES,
 };
@@ -143,7 +143,8 @@ impl Collection {
     /// when a vector is given or the collection embeds the text.
     pub fn search_text(&self, s: &TextSearch<'_>) -> Result<Vec<TextHit>> {
         check_text(s.text)?;
-        check_k(s.k, self.inner.snapshot().live())?;
+        crate::limits::check_k(s.k, usize::MAX)?;
+        crate::limits::check_knobs(s.opts.ef, s.opts.nprobe, s.opts.refine)?;
         let fusion = s.fusion.unwrap_or(DEFAULT_FUSION);
         if let Fusion::Alpha { alpha } = fusion {
             if !(0.0..=1.0).contains(&alpha) {
