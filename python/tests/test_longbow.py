@@ -280,3 +280,58 @@ def test_string_key_is_the_stores():
     # Persisted in every string-id collection: these values never change.
     assert sagitta.string_key("") == 0xF52A15E9A9B5E89B
     assert sagitta.string_key("ISCC:KACYPXW445FTYNJ3") == 0xD53ED8290099F6A8
+
+
+PUTTER = """
+import sys, json, numpy as np, pyarrow as pa, pyarrow.flight as fl
+url, name, dim = sys.argv[1], sys.argv[2], int(sys.argv[3])
+c = fl.FlightClient(url)
+schema = pa.schema([("id", pa.int64()), ("vector", pa.list_(pa.float32(), dim))])
+w, r = c.do_put(fl.FlightDescriptor.for_path(name), schema)
+for b in range(10_000):
+    ids = np.arange(b * 100, (b + 1) * 100, dtype=np.int64)
+    x = np.repeat(ids[:, None].astype(np.float32), dim, axis=1) + 1
+    v = pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), dim)
+    w.write_batch(pa.record_batch([pa.array(ids), v], schema=schema))
+    print(json.loads(r.read().to_pybytes())["total"], flush=True)
+"""
+
+
+def test_a_put_cut_off_keeps_what_was_acknowledged_and_no_half_batch(server, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "putter.py"
+    script.write_text(PUTTER)
+    p = subprocess.Popen(
+        [sys.executable, str(script), server.flight_url, "cutoff", str(DIM)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    acked = 0
+    while acked < 1000:
+        acked = int(p.stdout.readline())
+    p.kill()  # mid-stream, from the server's point of view
+    p.wait()
+    client = fl.FlightClient(server.flight_url)
+    t = client.do_get(fl.Ticket(b'{"name": "cutoff"}')).read_all()
+    ids = np.sort(t["id"].to_numpy())
+    # Everything acknowledged is there; batches are all or nothing.
+    assert len(ids) >= acked and len(ids) % 100 == 0
+    np.testing.assert_array_equal(ids, np.arange(len(ids)))
+    x = np.stack(t["vector"].to_numpy(zero_copy_only=False))
+    order = np.argsort(t["id"].to_numpy())
+    # Cosine rows are stored unit length: every component equal.
+    np.testing.assert_allclose(x[order], np.full_like(x, 1 / np.sqrt(DIM)), rtol=1e-5)
+
+
+def test_a_client_leaving_a_download_early_costs_nothing(server, docs):
+    client = fl.FlightClient(server.flight_url)
+    for _ in range(3):
+        reader = client.do_get(fl.Ticket(b'{"name": "docs"}'))
+        first = reader.read_chunk()
+        assert first.data.num_rows > 0
+        reader.cancel()
+    # The server goes on answering, with every row.
+    t = client.do_get(fl.Ticket(b'{"name": "docs"}')).read_all()
+    assert t.num_rows == client.get_flight_info(fl.FlightDescriptor.for_path("docs")).total_records
