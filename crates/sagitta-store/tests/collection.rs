@@ -203,8 +203,13 @@ fn add_semantics_and_errors() {
     assert!(c
         .search(&[VectorRef::F32(&q)], 0, &Default::default())
         .is_err());
+    // k beyond the live rows returns every live row; beyond MAX_K it is an error
+    let all = &c
+        .search(&[VectorRef::F32(&q)], 500, &Default::default())
+        .unwrap()[0];
+    assert_eq!(all.len(), 122);
     assert!(c
-        .search(&[VectorRef::F32(&q)], 123, &Default::default())
+        .search(&[VectorRef::F32(&q)], 10_001, &Default::default())
         .is_err());
     // filters and radius
     let allowed = [3u64, 77, 110, 9999];
