@@ -55,11 +55,33 @@ impl MemField {
     /// (a second call for the same slot is ignored); text with no terms
     /// adds nothing.
     pub fn add(&mut self, slot: u32, text: &str) {
-        let i = slot as usize;
-        if self.doc_len.get(i).is_some_and(|&l| l > 0) {
+        if self.has(slot) {
             return;
         }
         let counts = self.analyzer.term_counts(text);
+        self.add_counts(slot, counts);
+    }
+
+    /// Whether `slot` already has a document.
+    fn has(&self, slot: u32) -> bool {
+        self.doc_len.get(slot as usize).is_some_and(|&l| l > 0)
+    }
+
+    /// The analysed form of `text` ([`Analyzer::term_counts`] with this
+    /// field's analyzer): what [`MemField::add_counts`] takes. Needs only
+    /// a shared reference, so a batch is analysed in parallel before the
+    /// index is locked for writing.
+    pub fn analyze(&self, text: &str) -> Vec<(String, u32)> {
+        self.analyzer.term_counts(text)
+    }
+
+    /// Indexes analysed `counts` (from [`MemField::analyze`]) as the
+    /// document of `slot`; the same rules as [`MemField::add`].
+    pub fn add_counts(&mut self, slot: u32, counts: Vec<(String, u32)>) {
+        if self.has(slot) {
+            return;
+        }
+        let i = slot as usize;
         let len: u32 = counts.iter().map(|(_, n)| n).sum();
         if len == 0 {
             return;
@@ -71,11 +93,15 @@ impl MemField {
         self.docs += 1;
         self.total_len += u64::from(len);
         for (term, n) in counts {
-            let next = self.postings.len() as u32;
-            let id = *self.terms.entry(term.into_boxed_str()).or_insert(next);
-            if id == next {
-                self.postings.push(Vec::new());
-            }
+            let id = match self.terms.get(term.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = self.postings.len() as u32;
+                    self.terms.insert(term.into_boxed_str(), id);
+                    self.postings.push(Vec::new());
+                    id
+                }
+            };
             self.postings[id as usize].push((slot, n));
         }
     }
@@ -156,6 +182,21 @@ impl MemText {
     pub fn add(&mut self, field: usize, slot: u32, text: &str) {
         if let Some(f) = self.fields.get_mut(field) {
             f.add(slot, text);
+        }
+    }
+
+    /// Field `field`'s analysis of `text` (empty for a field it lacks).
+    pub fn analyze(&self, field: usize, text: &str) -> Vec<(String, u32)> {
+        self.fields
+            .get(field)
+            .map(|f| f.analyze(text))
+            .unwrap_or_default()
+    }
+
+    /// Indexes analysed `counts` as field `field`'s document for `slot`.
+    pub fn add_counts(&mut self, field: usize, slot: u32, counts: Vec<(String, u32)>) {
+        if let Some(f) = self.fields.get_mut(field) {
+            f.add_counts(slot, counts);
         }
     }
 

@@ -161,3 +161,35 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn analysed_apart_then_added_equals_add() {
+    // What the write path does: analyse a batch in parallel under a shared
+    // reference (here in reverse order), then add in slot order.
+    let direct = mem();
+    let mut split = MemText::new(&specs());
+    let analysed: Vec<(u32, usize, Vec<(String, u32)>)> = DOCS
+        .iter()
+        .enumerate()
+        .rev()
+        .flat_map(|(slot, (t, b))| {
+            [
+                (slot as u32, 0, split.analyze(0, t)),
+                (slot as u32, 1, split.analyze(1, b)),
+            ]
+        })
+        .collect();
+    let mut analysed = analysed;
+    analysed.sort_by_key(|&(slot, fi, _)| (slot, fi));
+    for (slot, fi, counts) in analysed {
+        split.add_counts(fi, slot, counts);
+    }
+    // A slot is indexed once: a second document for it is ignored.
+    split.add_counts(0, 0, split.analyze(0, "python python python"));
+    // An unknown field analyses to nothing and adds nothing.
+    assert!(split.analyze(9, "python").is_empty());
+    split.add_counts(9, 0, vec![("python".into(), 1)]);
+    let n = DOCS.len() as u32;
+    assert_eq!(encode(&direct, n).unwrap(), encode(&split, n).unwrap());
+    assert_eq!(split.fields()[0].docs(), direct.fields()[0].docs());
+}

@@ -6,6 +6,7 @@
 use crate::filter::{Bound, FilterCache};
 use crate::payload::{Row, Schema, Value};
 use parking_lot::RwLock;
+use rayon::prelude::*;
 use sagitta_index::Bitset;
 use sagitta_text::{MemText, TextFieldSpec};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -38,15 +39,39 @@ impl ActiveRows {
     }
 
     /// Indexes the text fields of `row` (laid out by `schema`) as `slot`'s.
-    pub fn index_text(&self, schema: &Schema, slot: u32, row: &[Value]) {
+    ///
+    /// `docs` holds (slot, row) pairs. The texts are analysed in parallel
+    /// (the current rayon pool) under a shared lock, so searches go on,
+    /// then added under the write lock in order.
+    pub fn index_text(&self, schema: &Schema, docs: &[(u32, &[Value])]) {
         let Some((mem, names)) = &self.text else {
             return;
         };
+        let cols: Vec<(usize, usize)> = names
+            .iter()
+            .enumerate()
+            .filter_map(|(fi, name)| schema.index_of(name).map(|c| (fi, c)))
+            .collect();
+        if cols.is_empty() || docs.is_empty() {
+            return;
+        }
+        type Analysed = (u32, usize, Vec<(String, u32)>);
+        let analysed: Vec<Analysed> = {
+            let mem = mem.read();
+            docs.par_iter()
+                .with_min_len(32)
+                .flat_map_iter(|&(slot, row)| {
+                    let mem = &*mem;
+                    cols.iter().filter_map(move |&(fi, c)| match row.get(c) {
+                        Some(Value::Str(s)) => Some((slot, fi, mem.analyze(fi, s))),
+                        _ => None,
+                    })
+                })
+                .collect()
+        };
         let mut mem = mem.write();
-        for (fi, name) in names.iter().enumerate() {
-            if let Some(Value::Str(s)) = schema.index_of(name).and_then(|i| row.get(i)) {
-                mem.add(fi, slot, s);
-            }
+        for (slot, fi, counts) in analysed {
+            mem.add_counts(fi, slot, counts);
         }
     }
 

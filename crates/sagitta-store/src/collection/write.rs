@@ -358,17 +358,23 @@ impl Inner {
         state.active.upsert_encoded_batch(keys, stored, 0)?;
         if let Some(rows) = rows {
             let schema = state.rows.text.as_ref().map(|_| self.schema.read().clone());
-            let mut slots = state.rows.rows.write();
-            slots.resize(state.active.slot_count(), None);
-            for (k, r) in keys.iter().zip(rows) {
-                if let Some(slot) = state.active.slot_of(*k) {
-                    if let Some(x) = slots.get_mut(slot as usize) {
-                        *x = (!r.is_empty()).then(|| r.clone());
-                    }
-                    if let Some(schema) = &schema {
-                        state.rows.index_text(schema, slot, r);
+            let mut docs: Vec<(u32, &[Value])> = Vec::new();
+            {
+                let mut slots = state.rows.rows.write();
+                slots.resize(state.active.slot_count(), None);
+                for (k, r) in keys.iter().zip(rows) {
+                    if let Some(slot) = state.active.slot_of(*k) {
+                        if let Some(x) = slots.get_mut(slot as usize) {
+                            *x = (!r.is_empty()).then(|| r.clone());
+                        }
+                        if schema.is_some() {
+                            docs.push((slot, r));
+                        }
                     }
                 }
+            }
+            if let Some(schema) = &schema {
+                state.rows.index_text(schema, &docs);
             }
         }
         // Writes are serialised (writer lock, or replay): every slot
