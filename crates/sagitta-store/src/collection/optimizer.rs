@@ -349,9 +349,15 @@ fn lower_priority() {
     #[cfg(target_os = "linux")]
     unsafe {
         let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+        libc::setpriority(libc::PRIO_PROCESS, tid, BACKGROUND_NICE);
     }
 }
+
+/// The nice value of the background threads (flush, optimize, build):
+/// the lowest, below the server's ingest threads (nice 10), so searches
+/// come first, then acknowledged writes, then background work; not
+/// SCHED_IDLE, so a build still progresses under a saturating load.
+const BACKGROUND_NICE: libc::c_int = 19;
 
 fn sync_loop(c: &Inner, every: Duration) {
     let mut seen = 0;
