@@ -168,7 +168,8 @@ fn analysed_apart_then_added_equals_add() {
     // reference (here in reverse order), then add in slot order.
     let direct = mem();
     let mut split = MemText::new(&specs());
-    let analysed: Vec<(u32, usize, Vec<(String, u32)>)> = DOCS
+    type Analysed = (u32, usize, Vec<(String, u32)>);
+    let mut analysed: Vec<Analysed> = DOCS
         .iter()
         .enumerate()
         .rev()
@@ -179,7 +180,6 @@ fn analysed_apart_then_added_equals_add() {
             ]
         })
         .collect();
-    let mut analysed = analysed;
     analysed.sort_by_key(|&(slot, fi, _)| (slot, fi));
     for (slot, fi, counts) in analysed {
         split.add_counts(fi, slot, counts);
