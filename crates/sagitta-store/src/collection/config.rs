@@ -78,7 +78,7 @@ pub struct CollectionConfig {
     /// (0: never; `optimize()` still does).
     pub idle_seal_ms: u64,
     /// Threads of the background index builds (0: one per core). They run
-    /// at a lower CPU priority (nice +10), so foreground searches and
+    /// at the lowest CPU priority (nice +19), so foreground searches and
     /// writes take the cores first, and builds wait while writes arrive.
     pub optimizer_threads: usize,
     /// WAL fsync policy.
