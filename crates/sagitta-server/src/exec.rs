@@ -1,8 +1,8 @@
 //! Where request work runs: compute never runs on the I/O runtime.
 //!
-//! * Searches run on a bounded rayon pool of their own; a search that
-//!   finds no other search queued or running runs at once on the I/O
-//!   thread that received it (no hand-off: measured 50-100 µs less at
+//! * Searches run on a bounded rayon pool of their own; a single-query
+//!   search that finds no other search queued or running runs at once on
+//!   the I/O thread that received it (no hand-off: measured 50-100 µs less at
 //!   concurrency 1 on this 2-core machine).
 //! * Ingest (WAL append + fsync + index insert, sealing) runs on a second
 //!   pool whose threads run at a lower CPU priority (nice +10), so a
@@ -53,6 +53,11 @@ impl Default for ExecConfig {
 pub enum Work {
     /// Reads: search, get, count, scan.
     Search,
+    /// A read of one query vector without a text leg (a search ticket,
+    /// search by id, a single-vector HTTP search that is not exact):
+    /// small and latency-bound, so it may run on the I/O thread when the
+    /// search pool is idle. Counted with the searches.
+    Lookup,
     /// Writes: upsert, delete, create.
     Ingest,
 }
@@ -60,7 +65,7 @@ pub enum Work {
 impl Work {
     fn name(self) -> &'static str {
         match self {
-            Work::Search => "search",
+            Work::Search | Work::Lookup => "search",
             Work::Ingest => "ingest",
         }
     }
@@ -156,7 +161,7 @@ impl Exec {
 
     fn pool(&self, work: Work) -> &Pool {
         match work {
-            Work::Search => &self.search,
+            Work::Search | Work::Lookup => &self.search,
             Work::Ingest => &self.ingest,
         }
     }
@@ -176,13 +181,21 @@ impl Exec {
             return Err(ApiError::Busy(work.name()));
         }
         let guard = PendingGuard(p.pending.clone());
-        if work == Work::Search && was == 0 {
+        if work == Work::Lookup && was == 0 {
             // The search pool is idle: run on the I/O thread that received
             // the request instead of handing it over and back (two thread
-            // wake-ups). At most one search at a time does this, so one
-            // I/O thread is busy for one search while the others serve.
+            // wake-ups). Only single-query reads do this, one at a time,
+            // so one I/O thread is busy for one short search while the
+            // others serve. An answer later than the timeout is refused
+            // as the pool's would be.
             let _guard = guard;
-            return catch(work, AssertUnwindSafe(f));
+            let t0 = Instant::now();
+            let r = catch(work, AssertUnwindSafe(f));
+            if t0.elapsed() > self.timeout {
+                self.metrics.rejected("timeout");
+                return Err(ApiError::Timeout(self.timeout.as_millis() as u64));
+            }
+            return r;
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let deadline = Instant::now() + self.timeout;

@@ -603,8 +603,10 @@ impl Flight {
 
     async fn search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
         let e = self.entry(&s.dataset)?;
+        let small = s.vectors.is_empty() && s.text_query.is_none() && !s.exact;
+        let work = if small { Work::Lookup } else { Work::Search };
         let batch = self
-            .run(Work::Search, move || {
+            .run(work, move || {
                 if !s.vectors.is_empty() {
                     return Err(ApiError::BadRequest(
                         "a search ticket takes one `vector`; the VectorSearch action takes `vectors`"
@@ -754,7 +756,7 @@ impl Flight {
                 let label = a.dataset.clone();
                 let r = async {
                     let e = self.entry(&a.dataset)?;
-                    self.run(Work::Search, move || search_by_id(&e, a)).await
+                    self.run(Work::Lookup, move || search_by_id(&e, a)).await
                 }
                 .await;
                 (label, r)

@@ -304,10 +304,9 @@ async fn search(
     ApiJson(req): ApiJson<SearchRequest>,
 ) -> ApiResult<Json<SearchResult>> {
     let e = st.registry.get(&name)?;
-    on_pool(&st, Work::Search, move || {
-        ops::run_search(&e, req).map(Json)
-    })
-    .await
+    let small = req.vectors.is_none() && req.text.is_none() && !req.exact;
+    let work = if small { Work::Lookup } else { Work::Search };
+    on_pool(&st, work, move || ops::run_search(&e, req).map(Json)).await
 }
 
 /// The kNN vote: the labels (a payload column) of the k nearest rows of
