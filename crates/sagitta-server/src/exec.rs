@@ -63,6 +63,16 @@ pub enum Work {
 }
 
 impl Work {
+    /// The kind of a search request: [`Work::Lookup`] for one query vector
+    /// with no text leg and not exact, else [`Work::Search`].
+    pub fn search(one_query: bool, text: bool, exact: bool) -> Work {
+        if one_query && !text && !exact {
+            Work::Lookup
+        } else {
+            Work::Search
+        }
+    }
+
     fn name(self) -> &'static str {
         match self {
             Work::Search | Work::Lookup => "search",

@@ -603,8 +603,7 @@ impl Flight {
 
     async fn search(&self, s: SearchTicket) -> Result<Stream<FlightData>, Status> {
         let e = self.entry(&s.dataset)?;
-        let small = s.vectors.is_empty() && s.text_query.is_none() && !s.exact;
-        let work = if small { Work::Lookup } else { Work::Search };
+        let work = Work::search(s.vectors.is_empty(), s.text_query.is_some(), s.exact);
         let batch = self
             .run(work, move || {
                 if !s.vectors.is_empty() {

@@ -304,8 +304,7 @@ async fn search(
     ApiJson(req): ApiJson<SearchRequest>,
 ) -> ApiResult<Json<SearchResult>> {
     let e = st.registry.get(&name)?;
-    let small = req.vectors.is_none() && req.text.is_none() && !req.exact;
-    let work = if small { Work::Lookup } else { Work::Search };
+    let work = Work::search(req.vectors.is_none(), req.text.is_some(), req.exact);
     on_pool(&st, work, move || ops::run_search(&e, req).map(Json)).await
 }
 
