@@ -511,7 +511,7 @@ impl PyCollection {
         let c = self.coll()?;
         let keys = convert::keys(keys, "keys")?;
         let found: Vec<Option<Vec<u8>>> =
-            py.detach(|| keys.keys.iter().map(|&k| c.get_raw(k)).collect());
+            py.detach(|| c.get_raw_many(&keys.keys));
         let vectors = decode_rows(py, c.config().space, found, keys.single)?;
         if !payload && columns.is_none() {
             return Ok(vectors);
@@ -532,7 +532,7 @@ impl PyCollection {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.coll()?;
         let keys = convert::keys(keys, "keys")?;
-        let hits: Vec<bool> = py.detach(|| keys.keys.iter().map(|&k| c.contains(k)).collect());
+        let hits: Vec<bool> = py.detach(|| c.contains_many(&keys.keys));
         if keys.single {
             Ok(pyo3::types::PyBool::new(py, hits[0]).to_owned().into_any())
         } else {

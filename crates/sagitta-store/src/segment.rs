@@ -943,6 +943,45 @@ impl Segment {
         words(self.bytes(self.key_index))
     }
 
+    /// The live slots of many keys in one pass over the sorted key index:
+    /// `keys` must be sorted ascending; `found(i, slot)` is called for
+    /// each `keys[i]` that is live here. Each key is found by galloping
+    /// forward from the previous one, so a batch costs
+    /// O(n log(len / n)) reads in key order instead of n independent
+    /// binary searches.
+    pub fn slots_of_sorted(&self, keys: &[u64], mut found: impl FnMut(usize, u32)) {
+        let recs = self.key_records();
+        let n = recs.len() / 2;
+        let mut lo = 0usize;
+        for (i, &key) in keys.iter().enumerate() {
+            if lo >= n {
+                break;
+            }
+            // Gallop: the first record >= key lies in (lo + step/2, lo + step].
+            let mut step = 1usize;
+            while lo + step < n && recs[2 * (lo + step)] < key {
+                step *= 2;
+            }
+            let mut a = lo + step / 2;
+            let mut b = (lo + step + 1).min(n);
+            while a < b {
+                let mid = (a + b) / 2;
+                if recs[2 * mid] < key {
+                    a = mid + 1;
+                } else {
+                    b = mid;
+                }
+            }
+            lo = a;
+            if lo < n && recs[2 * lo] == key {
+                let slot = (recs[2 * lo + 1] & 0xFFFF_FFFF) as u32;
+                if self.is_live(slot) {
+                    found(i, slot);
+                }
+            }
+        }
+    }
+
     fn with_scratch<R>(&self, f: impl FnOnce(&mut SearchScratch) -> R) -> R {
         let mut s = self.scratch.lock().pop().unwrap_or_default();
         let r = f(&mut s);

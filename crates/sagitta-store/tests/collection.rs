@@ -110,9 +110,41 @@ fn twenty_segments_match_the_flat_oracle_and_survive_reopen() {
                 .collect();
             assert_eq!(search_keys(c, &q, 10, true), want);
         }
+        // A batch (segment by segment) answers as the queries one by one,
+        // exact and approximate.
+        let qs: Vec<Vec<f32>> = (0..40u64).map(|i| vector(6_000_000 + i, dims)).collect();
+        let refs: Vec<VectorRef<'_>> = qs.iter().map(|q| VectorRef::F32(q)).collect();
+        for exact in [true, false] {
+            let opts = CollectionSearch {
+                exact,
+                ..Default::default()
+            };
+            let batch = c.search(&refs, 10, &opts).unwrap();
+            for (q, hits) in qs.iter().zip(&batch) {
+                let one = c.search(&[VectorRef::F32(q)], 10, &opts).unwrap();
+                assert_eq!(hits, &one[0]);
+                if exact {
+                    let keys: Vec<u64> = hits.iter().map(|n| n.key).collect();
+                    assert_eq!(keys, search_keys(c, q, 10, true));
+                }
+            }
+        }
         assert!(del
             .iter()
             .all(|&k| !c.contains(k) && c.get_raw(k).is_none()));
+        // Batch lookups (sorted and joined per part) agree with one-key
+        // lookups: live, replaced, deleted and never-written keys, shuffled
+        // and repeated, long and short batches.
+        let mut probe: Vec<u64> = (0..2100u64).chain([7, 7, 3, u64::MAX]).collect();
+        probe.sort_by_key(|k| k.wrapping_mul(0x9E37_79B9_7F4A_7C15));
+        for batch in [&probe[..], &probe[..5]] {
+            let want: Vec<bool> = batch.iter().map(|&k| c.contains(k)).collect();
+            assert_eq!(c.contains_many(batch), want);
+            let want: Vec<Option<Vec<u8>>> = batch.iter().map(|&k| c.get_raw(k)).collect();
+            assert_eq!(c.get_raw_many(batch), want);
+            let live_in: Vec<bool> = batch.iter().map(|k| live.binary_search(k).is_ok()).collect();
+            assert_eq!(c.contains_many(batch), live_in);
+        }
         let got = c.get_raw(up[3]).unwrap();
         let want: Vec<u8> = vector(up[3] + 1_000_000, dims)
             .iter()

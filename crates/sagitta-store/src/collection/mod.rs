@@ -52,6 +52,7 @@ mod config;
 mod embed;
 mod files;
 mod ids;
+mod lookup;
 pub(crate) mod optimizer;
 mod part;
 mod scan;

@@ -166,14 +166,18 @@ impl Part {
     /// [`Part::walk_live`]), its first `bytes` bytes; `None` when the part
     /// does not hold it.
     pub fn row_of(&self, key: u64, bytes: usize) -> Option<Vec<u8>> {
-        let get = |g: &dyn GraphView| {
-            let slot = self.read().slot_of(key)?;
+        let slot = self.read().slot_of(key)?;
+        Some(self.with_view(|g| {
             let row = g.full(slot).unwrap_or_else(|| g.vector(slot));
-            Some(row[..bytes.min(row.len())].to_vec())
-        };
+            row[..bytes.min(row.len())].to_vec()
+        }))
+    }
+
+    /// `f` of this part's rows as a graph view.
+    pub fn with_view<R>(&self, f: impl FnOnce(&dyn GraphView) -> R) -> R {
         match &self.body {
-            Body::Sealed { seg, .. } => get(seg),
-            Body::Frozen { index, .. } => get(&index.view()),
+            Body::Sealed { seg, .. } => f(seg),
+            Body::Frozen { index, .. } => f(&index.view()),
         }
     }
 

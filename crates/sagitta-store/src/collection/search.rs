@@ -1,14 +1,14 @@
 //! Reads: kNN search over every part (parallel over parts for one query,
 //! over queries for a batch) merged by (distance, key); filters turned
-//! into per-part bitmaps; counts, key scans, lookups, payload rows and
-//! lazy iteration.
+//! into per-part bitmaps; counts, key scans, payload tables and lazy
+//! iteration (lookups by key are in `lookup.rs`).
 
 use super::part::{Body, Dead, Part};
 use super::write::row_err;
 use super::{Collection, Inner, State};
 use crate::error::{Result, StoreError};
 use crate::filter::Bound;
-use crate::payload::{self, Field, Row, Schema, Value};
+use crate::payload::{self, Field, Schema, Value};
 use rayon::prelude::*;
 use sagitta_index::{Bitset, GraphView, IndexError, IndexRead, Neighbor, SearchOptions, VectorRef};
 use std::collections::HashSet;
@@ -186,35 +186,6 @@ impl Collection {
         Ok(out)
     }
 
-    /// The payload rows of `keys` (laid out by [`Collection::schema`]);
-    /// `None` for a key that is not live, an empty row for a key without
-    /// payload.
-    pub fn payload_rows(&self, keys: &[u64]) -> Result<Vec<Option<Row>>> {
-        let c = &*self.inner;
-        let st = c.snapshot();
-        let schema = c.schema.read().clone();
-        let bloom = c.bloom.read();
-        let mut out = Vec::with_capacity(keys.len());
-        for &k in keys {
-            if !bloom.may_contain(k) {
-                out.push(None);
-                continue;
-            }
-            if let Some(slot) = st.active.slot_of(k) {
-                out.push(Some(st.rows.get(slot).unwrap_or_default()));
-                continue;
-            }
-            match st.holder(k) {
-                None => out.push(None),
-                Some(s) => match s.read().slot_of(k) {
-                    Some(slot) => out.push(Some(s.payload_row(&schema, slot)?)),
-                    None => out.push(Some(Row::default())),
-                },
-            }
-        }
-        Ok(out)
-    }
-
     /// The payload of `keys` as an Arrow record batch, one row per key
     /// (all null where a key is missing), restricted to `columns` when
     /// given (an unknown column is [`crate::PayloadError::UnknownField`]).
@@ -268,30 +239,6 @@ impl Collection {
         self.len() == 0
     }
 
-    /// Whether `key` is live: bloom filter, then the mutable part, then
-    /// the immutable parts.
-    pub fn contains(&self, key: u64) -> bool {
-        if !self.inner.bloom.read().may_contain(key) {
-            return false;
-        }
-        let st = self.inner.snapshot();
-        st.active.contains(key) || st.holder(key).is_some()
-    }
-
-    /// The stored bytes of `key`'s vector, in the collection's space
-    /// (`config().space`; built segments with graph codes give their
-    /// full-precision row).
-    pub fn get_raw(&self, key: u64) -> Option<Vec<u8>> {
-        if !self.inner.bloom.read().may_contain(key) {
-            return None;
-        }
-        let st = self.inner.snapshot();
-        let vb = self.inner.config.space.vector_bytes();
-        st.active
-            .get_raw(key)
-            .or_else(|| st.holder(key).and_then(|p| p.row_of(key, vb)))
-    }
-
     /// The k nearest live vectors to each query, over every part (in
     /// parallel), merged by distance with ties broken by key.
     pub fn search(
@@ -314,77 +261,142 @@ impl Collection {
             .into_iter()
             .filter(|s| s.live > 0 && s.allowed != Some(0))
             .collect();
-        let one = |q: VectorRef<'_>, parallel: bool| -> Result<Vec<Neighbor>> {
-            let per_seg = |s: &Seg<'_>| {
-                let kk = k
-                    .min(s.live)
-                    .min(s.seg.len())
-                    .min(s.allowed.unwrap_or(usize::MAX));
-                if kk == 0 {
-                    return Ok(Vec::new());
-                }
-                let o = SearchOptions {
-                    ef: opts.ef,
-                    filter: s.filter(),
-                    exact: opts.exact,
-                    nprobe: opts.nprobe,
-                    refine: opts.refine,
-                };
-                let found = s.seg.search(q, kk, &o)?;
-                if found.len() < kk && !opts.exact && s.combined.is_some() {
-                    // A filtered walk (or probe) that came back short while
-                    // enough vectors match: scan the allowed slots exactly,
-                    // so a search never returns fewer than k matches when
-                    // k exist.
-                    return s.seg.search(q, kk, &SearchOptions { exact: true, ..o });
-                }
-                Ok(found)
+        let per_seg = |s: &Seg<'_>, q: VectorRef<'_>| -> Result<Vec<Neighbor>> {
+            let kk = k
+                .min(s.live)
+                .min(s.seg.len())
+                .min(s.allowed.unwrap_or(usize::MAX));
+            if kk == 0 {
+                return Ok(Vec::new());
+            }
+            let o = SearchOptions {
+                ef: opts.ef,
+                filter: s.filter(),
+                exact: opts.exact,
+                nprobe: opts.nprobe,
+                refine: opts.refine,
             };
-            let mut all: Vec<Neighbor> = if segs.len() == 1 {
-                per_seg(&segs[0])?
-            } else if parallel {
-                let parts: Vec<Vec<Neighbor>> = segs
-                    .par_iter()
-                    .map(per_seg)
-                    .collect::<Result<_, IndexError>>()?;
-                parts.into_iter().flatten().collect()
-            } else {
-                let mut all = Vec::with_capacity(k * segs.len());
-                for s in &segs {
-                    all.extend(per_seg(s)?);
-                }
-                all
-            };
-            if segs.len() > 1 {
-                all.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
-                let mut seen = HashSet::with_capacity(k * 2);
-                all.retain(|n| seen.insert(n.key));
+            let found = s.seg.search(q, kk, &o)?;
+            if found.len() < kk && !opts.exact && s.combined.is_some() {
+                // A filtered walk (or probe) that came back short while
+                // enough vectors match: scan the allowed slots exactly,
+                // so a search never returns fewer than k matches when
+                // k exist.
+                return Ok(s.seg.search(q, kk, &SearchOptions { exact: true, ..o })?);
+            }
+            Ok(found)
+        };
+        let finish = |mut all: Vec<Neighbor>, merged: bool| -> Vec<Neighbor> {
+            if merged {
+                all.sort_unstable_by(|a, b| {
+                    a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key))
+                });
+                dedup_keys(&mut all, k);
             }
             if let Some(r) = opts.radius {
                 all.retain(|n| n.distance <= r);
             }
             all.truncate(k);
-            Ok(all)
+            all
+        };
+        let at_row = |i: usize, e: StoreError| match e {
+            StoreError::Index(
+                e @ (IndexError::Dimensions { .. }
+                | IndexError::NotFinite { .. }
+                | IndexError::WrongInputKind { .. }
+                | IndexError::Kernel(_)),
+            ) => row_err(i, e),
+            e => e,
         };
         if queries.len() == 1 {
-            Ok(vec![one(queries[0], segs.len() > 1)?])
-        } else {
-            queries
+            let q = queries[0];
+            let all: Vec<Neighbor> = match segs.len() {
+                0 => Vec::new(),
+                1 => per_seg(&segs[0], q)?,
+                _ => {
+                    let parts: Vec<Vec<Neighbor>> = segs
+                        .par_iter()
+                        .map(|s| per_seg(s, q))
+                        .collect::<Result<_>>()?;
+                    parts.into_iter().flatten().collect()
+                }
+            };
+            return Ok(vec![finish(all, segs.len() > 1)]);
+        }
+        if segs.len() <= 1 {
+            return queries
                 .par_iter()
                 .enumerate()
-                .map(|(i, q)| {
-                    one(*q, false).map_err(|e| match e {
-                        StoreError::Index(
-                            e @ (IndexError::Dimensions { .. }
-                            | IndexError::NotFinite { .. }
-                            | IndexError::WrongInputKind { .. }
-                            | IndexError::Kernel(_)),
-                        ) => row_err(i, e),
-                        e => e,
-                    })
+                .map(|(i, &q)| match segs.first() {
+                    None => Ok(Vec::new()),
+                    Some(s) => per_seg(s, q).map_err(|e| at_row(i, e)),
                 })
-                .collect()
+                .collect();
         }
+        self.search_segment_major(queries, &segs, &per_seg, &finish, &at_row)
+    }
+
+    /// A batch over several parts, segment by segment: each task searches
+    /// one part for a run of queries, so that part's graph and codes stay
+    /// in cache across the run; tasks run in parallel (over parts and
+    /// runs), then each query's hits are merged.
+    fn search_segment_major(
+        &self,
+        queries: &[VectorRef<'_>],
+        segs: &[Seg<'_>],
+        per_seg: &(dyn Fn(&Seg<'_>, VectorRef<'_>) -> Result<Vec<Neighbor>> + Sync),
+        finish: &(dyn Fn(Vec<Neighbor>, bool) -> Vec<Neighbor> + Sync),
+        at_row: &(dyn Fn(usize, StoreError) -> StoreError + Sync),
+    ) -> Result<Vec<Vec<Neighbor>>> {
+        let nq = queries.len();
+        // Runs long enough to reuse a part's cache lines, short enough to
+        // give every thread work when there are few parts.
+        let threads = rayon::current_num_threads().max(1);
+        let per_part = (threads * 4).div_ceil(segs.len()).max(1);
+        let run = nq.div_ceil(per_part).clamp(8, 256);
+        let runs = nq.div_ceil(run);
+        let tasks: Vec<(usize, usize)> = (0..segs.len())
+            .flat_map(|s| (0..runs).map(move |r| (s, r)))
+            .collect();
+        let found: Vec<std::result::Result<Vec<Vec<Neighbor>>, (usize, StoreError)>> = tasks
+            .par_iter()
+            .map(|&(s, r)| {
+                let lo = r * run;
+                let hi = (lo + run).min(nq);
+                (lo..hi)
+                    .map(|i| per_seg(&segs[s], queries[i]).map_err(|e| (i, e)))
+                    .collect()
+            })
+            .collect();
+        let mut hits: Vec<Vec<Vec<Neighbor>>> = Vec::with_capacity(tasks.len());
+        let mut first_err: Option<(usize, StoreError)> = None;
+        for f in found {
+            match f {
+                Ok(h) => hits.push(h),
+                Err((i, e)) => {
+                    if first_err.as_ref().is_none_or(|(j, _)| i < *j) {
+                        first_err = Some((i, e));
+                    }
+                    hits.push(Vec::new());
+                }
+            }
+        }
+        if let Some((i, e)) = first_err {
+            return Err(at_row(i, e));
+        }
+        // hits[s * runs + r][i - r * run] holds part s's hits for query i.
+        Ok((0..nq)
+            .into_par_iter()
+            .map(|i| {
+                let (r, j) = (i / run, i % run);
+                let n: usize = (0..segs.len()).map(|s| hits[s * runs + r][j].len()).sum();
+                let mut all = Vec::with_capacity(n);
+                for s in 0..segs.len() {
+                    all.extend_from_slice(&hits[s * runs + r][j]);
+                }
+                finish(all, true)
+            })
+            .collect())
     }
 
     /// Every live key, part by part, without loading the vectors.
@@ -421,6 +433,28 @@ impl Collection {
             vb,
         });
         active_iter.chain(parts_iter)
+    }
+}
+
+/// Keeps the first (nearest) hit of each key among the sorted `all`,
+/// stopping at `k` kept; short lists are checked in place, without a set.
+fn dedup_keys(all: &mut Vec<Neighbor>, k: usize) {
+    if all.len() <= 64 {
+        let mut kept = 0;
+        for i in 0..all.len() {
+            if kept == k {
+                break;
+            }
+            let n = all[i];
+            if !all[..kept].iter().any(|m| m.key == n.key) {
+                all[kept] = n;
+                kept += 1;
+            }
+        }
+        all.truncate(kept);
+    } else {
+        let mut seen = HashSet::with_capacity(k * 2);
+        all.retain(|n| seen.insert(n.key));
     }
 }
 

@@ -1,0 +1,181 @@
+//! Lookups by key: `contains`, stored vectors and payload rows, one key or
+//! a batch. A batch is routed in one pass per part instead of one probe
+//! of every part per key: the bloom filter drops absent keys, the mutable
+//! part answers from its hash map, and the rest, sorted once, are joined
+//! against each sealed segment's sorted key index (newest part first,
+//! each key leaving the batch once found), so the cost of a present key
+//! does not grow with the number of segments it is not in.
+
+use super::{Collection, State};
+use crate::bloom::Bloom;
+use crate::error::Result;
+use crate::payload::Row;
+use sagitta_index::{GraphView, IndexRead};
+
+/// Where a live key is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loc {
+    /// Not live.
+    Missing,
+    /// In the mutable part.
+    Active,
+    /// In `parts[part]` at `slot`.
+    Part { part: usize, slot: u32 },
+}
+
+/// Batches at least this long are sorted and joined against the parts;
+/// shorter ones probe each part per key (a sort is not worth it).
+const JOIN_MIN: usize = 16;
+
+impl State {
+    /// Where each of `keys` is live.
+    fn locate(&self, bloom: &Bloom, keys: &[u64]) -> Vec<Loc> {
+        let mut out = vec![Loc::Missing; keys.len()];
+        let mut pending: Vec<(u64, u32)> = Vec::new();
+        for (i, &k) in keys.iter().enumerate() {
+            if !bloom.may_contain(k) {
+                continue;
+            }
+            if self.active.contains(k) {
+                out[i] = Loc::Active;
+            } else if !self.parts.is_empty() {
+                pending.push((k, i as u32));
+            }
+        }
+        if pending.is_empty() {
+            return out;
+        }
+        if pending.len() < JOIN_MIN {
+            for &(k, i) in &pending {
+                out[i as usize] = self.locate_one(k);
+            }
+            return out;
+        }
+        pending.sort_unstable();
+        let mut sorted: Vec<u64> = pending.iter().map(|p| p.0).collect();
+        // Newest part first: a key replaced later is dead in older parts.
+        for (pi, part) in self.parts.iter().enumerate().rev() {
+            if pending.is_empty() {
+                break;
+            }
+            let dead = part.dead();
+            let mut hit = vec![false; pending.len()];
+            let mut mark = |j: usize, slot: u32| {
+                let (k, i) = pending[j];
+                if !dead.keys.contains(&k) {
+                    out[i as usize] = Loc::Part { part: pi, slot };
+                    hit[j] = true;
+                }
+            };
+            match part.segment() {
+                Some(seg) => seg.slots_of_sorted(&sorted, &mut mark),
+                None => {
+                    let read = part.read();
+                    for (j, &k) in sorted.iter().enumerate() {
+                        if let Some(slot) = read.slot_of(k) {
+                            mark(j, slot);
+                        }
+                    }
+                }
+            }
+            if hit.iter().any(|&h| h) {
+                let mut j = 0;
+                pending.retain(|_| {
+                    j += 1;
+                    !hit[j - 1]
+                });
+                sorted = pending.iter().map(|p| p.0).collect();
+            }
+        }
+        out
+    }
+
+    /// [`State::locate`] of one key that is not in the mutable part.
+    fn locate_one(&self, key: u64) -> Loc {
+        for (pi, part) in self.parts.iter().enumerate().rev() {
+            if let Some(slot) = part.read().slot_of(key) {
+                if !part.dead().keys.contains(&key) {
+                    return Loc::Part { part: pi, slot };
+                }
+            }
+        }
+        Loc::Missing
+    }
+}
+
+impl Collection {
+    /// Whether `key` is live: bloom filter, then the mutable part, then
+    /// the immutable parts.
+    pub fn contains(&self, key: u64) -> bool {
+        if !self.inner.bloom.read().may_contain(key) {
+            return false;
+        }
+        let st = self.inner.snapshot();
+        st.active.contains(key) || st.holder(key).is_some()
+    }
+
+    /// [`Collection::contains`] of each key, routed in one pass per part.
+    pub fn contains_many(&self, keys: &[u64]) -> Vec<bool> {
+        let st = self.inner.snapshot();
+        let locs = st.locate(&self.inner.bloom.read(), keys);
+        locs.into_iter().map(|l| l != Loc::Missing).collect()
+    }
+
+    /// The stored bytes of `key`'s vector, in the collection's space
+    /// (`config().space`; built segments with graph codes give their
+    /// full-precision row).
+    pub fn get_raw(&self, key: u64) -> Option<Vec<u8>> {
+        if !self.inner.bloom.read().may_contain(key) {
+            return None;
+        }
+        let st = self.inner.snapshot();
+        let vb = self.inner.config.space.vector_bytes();
+        st.active
+            .get_raw(key)
+            .or_else(|| st.holder(key).and_then(|p| p.row_of(key, vb)))
+    }
+
+    /// [`Collection::get_raw`] of each key, routed in one pass per part.
+    pub fn get_raw_many(&self, keys: &[u64]) -> Vec<Option<Vec<u8>>> {
+        let st = self.inner.snapshot();
+        let vb = self.inner.config.space.vector_bytes();
+        let locs = st.locate(&self.inner.bloom.read(), keys);
+        locs.into_iter()
+            .zip(keys)
+            .map(|(loc, &k)| match loc {
+                Loc::Missing => None,
+                Loc::Active => st.active.get_raw(k),
+                Loc::Part { part, slot } => {
+                    let row = |g: &dyn GraphView| {
+                        let r = g.full(slot).unwrap_or_else(|| g.vector(slot));
+                        r[..vb.min(r.len())].to_vec()
+                    };
+                    Some(st.parts[part].with_view(row))
+                }
+            })
+            .collect()
+    }
+
+    /// The payload rows of `keys` (laid out by [`Collection::schema`]);
+    /// `None` for a key that is not live, an empty row for a key without
+    /// payload.
+    pub fn payload_rows(&self, keys: &[u64]) -> Result<Vec<Option<Row>>> {
+        let c = &*self.inner;
+        let st = c.snapshot();
+        let schema = c.schema.read().clone();
+        let locs = st.locate(&c.bloom.read(), keys);
+        locs.into_iter()
+            .zip(keys)
+            .map(|(loc, &k)| match loc {
+                Loc::Missing => Ok(None),
+                Loc::Active => Ok(Some(
+                    st.active
+                        .slot_of(k)
+                        .and_then(|slot| st.rows.get(slot))
+                        .unwrap_or_default(),
+                )),
+                Loc::Part { part, slot } => st.parts[part].payload_row(&schema, slot).map(Some),
+            })
+            .collect()
+    }
+}
