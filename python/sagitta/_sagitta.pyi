@@ -256,6 +256,11 @@ class Collection:
     @staticmethod
     def open(path: PathLike, *, read_only: bool = False) -> Collection:
         """Opens a collection (one writer, any number of readers)."""
+    @staticmethod
+    def metadata(path: PathLike) -> dict[str, Any]:
+        """The manifest's config and segment figures, without opening."""
+    def rebuild_bloom(self) -> int:
+        """Rebuilds the bloom filter over every live key; returns their number."""
     def add(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> None:
         """Adds new keys; the batch is validated whole first."""
     def add_once(self, keys: KeyLike | KeysLike, vectors: VectorsLike) -> int:
@@ -361,6 +366,15 @@ class Collection:
     @property
     def codes(self) -> str | None:
         """Compact codes of the built graph segments, or None."""
+    @property
+    def connectivity(self) -> int:
+        """HNSW graph degree."""
+    @property
+    def expansion_add(self) -> int:
+        """HNSW build beam width."""
+    @property
+    def expansion_search(self) -> int:
+        """Default HNSW search beam width."""
     @property
     def read_only(self) -> bool:
         """Whether opened read-only."""

@@ -221,6 +221,41 @@ impl PyCollection {
         })
     }
 
+    /// What the manifest in ``path`` says, without opening the collection
+    /// (no lock, no mapping, no log replay): ``ndim``, ``metric``,
+    /// ``dtype``, ``kind``, ``connectivity``, ``expansion_add``,
+    /// ``expansion_search``, ``key_bits``, ``segments`` and
+    /// ``sealed_vectors`` (rows still in the write-ahead log are not
+    /// counted), ``format``, ``generation``.
+    #[staticmethod]
+    fn metadata<'py>(py: Python<'py>, path: PathBuf) -> PyResult<Bound<'py, PyDict>> {
+        let m = py
+            .detach(|| Collection::metadata(&path))
+            .map_err(store_err)?;
+        let d = PyDict::new(py);
+        let c = &m.config;
+        d.set_item("ndim", c.space.dims)?;
+        d.set_item("metric", c.space.metric.name())?;
+        d.set_item("dtype", c.space.dtype.name())?;
+        d.set_item("kind", c.kind.name())?;
+        d.set_item("connectivity", c.hnsw.m)?;
+        d.set_item("expansion_add", c.hnsw.ef_construction)?;
+        d.set_item("expansion_search", c.hnsw.ef_search)?;
+        d.set_item("key_bits", c.key_bits)?;
+        d.set_item("segments", m.segments)?;
+        d.set_item("sealed_vectors", m.sealed_vectors)?;
+        d.set_item("format", m.format)?;
+        d.set_item("generation", m.generation)?;
+        Ok(d)
+    }
+
+    /// Rebuilds the bloom filter over every live key (written with the
+    /// next commit); returns the number of keys.
+    fn rebuild_bloom(&self, py: Python<'_>) -> PyResult<usize> {
+        let c = self.coll()?;
+        Ok(py.detach(|| c.rebuild_bloom()))
+    }
+
     /// Adds new keys (same input forms as :meth:`Index.add`). The batch is
     /// validated whole first; a bad row or a key already present raises
     /// ``ValueError`` and nothing is written.
@@ -682,6 +717,25 @@ impl PyCollection {
     #[getter]
     fn ndim(&self) -> PyResult<usize> {
         Ok(self.coll()?.config().space.dims)
+    }
+
+    /// HNSW graph degree of the built segments.
+    #[getter]
+    fn connectivity(&self) -> PyResult<usize> {
+        Ok(self.coll()?.config().hnsw.m)
+    }
+
+    /// HNSW beam width while building segments.
+    #[getter]
+    fn expansion_add(&self) -> PyResult<usize> {
+        Ok(self.coll()?.config().hnsw.ef_construction)
+    }
+
+    /// Default HNSW beam width of a search (``expansion=`` overrides it
+    /// per call).
+    #[getter]
+    fn expansion_search(&self) -> PyResult<usize> {
+        Ok(self.coll()?.config().hnsw.ef_search)
     }
 
     /// Metric name.

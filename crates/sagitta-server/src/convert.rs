@@ -360,8 +360,7 @@ fn vectors_of(coll: &Collection, keys: &[u64]) -> ApiResult<(Field, ArrayRef)> {
     let mut valid = Vec::with_capacity(keys.len());
     let mut floats: Vec<f32> = Vec::new();
     let mut bytes: Vec<u8> = Vec::new();
-    for &k in keys {
-        let raw = coll.get_raw(k);
+    for raw in coll.get_raw_many(keys) {
         valid.push(raw.is_some());
         match (raw, space.dtype == DType::B1) {
             (Some(r), true) => bytes.extend_from_slice(&r[..vb]),

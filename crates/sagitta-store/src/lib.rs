@@ -26,7 +26,7 @@ pub mod segment;
 pub mod wal;
 
 pub use collection::{
-    default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
+    default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch, CollectionStats, Durability,
     OpenMode, Scan, ScanBatch, TextHit, TextSearch,
 };
 pub use error::{Result, StoreError};

@@ -123,6 +123,24 @@ pub(crate) struct Writer {
     next_seq: u64,
 }
 
+/// A collection's manifest, read without opening it
+/// ([`Collection::metadata`]).
+#[derive(Debug, Clone)]
+pub struct CollectionMetadata {
+    /// The configuration it was created with.
+    pub config: CollectionConfig,
+    /// Manifest format version.
+    pub format: u32,
+    /// Commits so far.
+    pub generation: u64,
+    /// Sealed segment files.
+    pub segments: usize,
+    /// Live vectors in the sealed segments at the last commit.
+    pub sealed_vectors: u64,
+    /// Every logged write up to this sequence number is in the segments.
+    pub wal_seq: u64,
+}
+
 /// How to open a collection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpenMode {
@@ -270,6 +288,30 @@ impl Collection {
         }
     }
 
+    /// What the manifest in `dir` says, without opening the collection
+    /// (no lock, no mapping, no replay): the config, the sealed segments
+    /// and the vectors they held when last committed (the rows still in
+    /// the logs are not counted).
+    pub fn metadata(dir: &Path) -> Result<CollectionMetadata> {
+        let manifest = Manifest::read(dir)?;
+        let config = manifest
+            .config
+            .to_config()
+            .ok_or_else(|| StoreError::Corrupt {
+                file: dir.join(MANIFEST),
+                offset: 0,
+                reason: "invalid config in manifest".into(),
+            })?;
+        Ok(CollectionMetadata {
+            config,
+            format: manifest.format,
+            generation: manifest.generation,
+            segments: manifest.segments.len(),
+            sealed_vectors: manifest.segments.iter().map(|s| s.vectors).sum(),
+            wal_seq: manifest.wal_seq,
+        })
+    }
+
     fn open_once(dir: &Path, mode: OpenMode) -> Result<Collection> {
         let lock = match mode {
             OpenMode::ReadWrite => Some(take_lock(dir)?),
@@ -394,6 +436,18 @@ impl Collection {
             w.wal.sync()?;
         }
         Ok(())
+    }
+
+    /// Rebuilds the bloom filter from the live keys of every part (under
+    /// the writer lock, so no key written meanwhile is missed); it is
+    /// written with the next commit. Returns the keys it holds.
+    pub fn rebuild_bloom(&self) -> usize {
+        let c = &*self.inner;
+        let _w = c.writer.lock();
+        let st = c.snapshot();
+        let b = commit::rebuild_bloom(&c.config, &st.parts, Some(&st.active));
+        *c.bloom.write() = b;
+        st.live()
     }
 
     /// Freezes the mutable part now (if it holds anything) and writes it

@@ -1,0 +1,737 @@
+"""iscc-usearch's ``ShardedIndex`` surface over :class:`sagitta.Collection`.
+
+Code written against ``iscc_usearch.ShardedIndex`` / ``ShardedNphdIndex``
+runs on Sagitta by changing the import::
+
+    from sagitta.compat.iscc import ShardedIndex, ShardedNphdIndex
+
+The directory holds a Sagitta collection (write-ahead log, sealed
+memory-mapped segments, bloom filter, tombstones), not usearch shard
+files: open an existing iscc-usearch directory with iscc-usearch and
+re-add its rows. Every method maps onto one collection call; the map and
+the places where Sagitta deliberately differs are in
+``docs/ISCC_USEARCH.md``. In short:
+
+- ``add`` of a key already present raises ``ValueError`` and writes
+  nothing (iscc-usearch skips it silently, or stores a second copy when
+  the first is in an older shard); ``add_once`` and ``upsert`` behave as
+  there.
+- ``add(None, ...)`` returns keys that are not in use (iscc-usearch counts
+  from the active shard's length and can hand out existing keys).
+- Every uint64 key works, ``2**63`` and up included, with the bloom
+  filter (iscc-usearch raises ``OverflowError`` after storing the vector).
+- Writes are durable when acknowledged (per the collection's durability);
+  ``save()`` forces an fsync. One writer per directory (a lock file).
+- ``multi=True`` and 128-bit keys are not supported yet (they raise
+  ``NotImplementedError``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._sagitta import Collection
+
+__all__ = [
+    "BatchMatches",
+    "Match",
+    "Matches",
+    "ShardedIndex",
+    "ShardedIndex128",
+    "ShardedNphdIndex",
+    "ShardedNphdIndex128",
+]
+
+_METRICS = {
+    "cos": "cos",
+    "cosine": "cos",
+    "l2sq": "l2",
+    "l2": "l2",
+    "euclidean": "l2",
+    "ip": "ip",
+    "dot": "ip",
+    "hamming": "hamming",
+    "nphd": "nphd",
+}
+_DTYPES = {
+    "f32": "f32",
+    "float32": "f32",
+    "f16": "f16",
+    "float16": "f16",
+    "i8": "i8",
+    "int8": "i8",
+    "b1": "b1",
+    "b1x8": "b1",
+}
+
+
+def _name(x: Any) -> str:
+    """A metric or scalar kind as a lower-case name (strings, or usearch's
+    ``MetricKind`` / ``ScalarKind`` members)."""
+    return str(getattr(x, "name", x)).lower()
+
+
+def _metric(x: Any) -> str:
+    try:
+        return _METRICS[_name(x)]
+    except KeyError:
+        raise ValueError(f"unsupported metric {x!r}") from None
+
+
+def _dtype(x: Any) -> str:
+    try:
+        return _DTYPES[_name(x)]
+    except KeyError:
+        raise ValueError(f"unsupported dtype {x!r}") from None
+
+
+def _is_single_key(keys: Any) -> bool:
+    return isinstance(keys, (int, np.integer)) and not isinstance(keys, bool)
+
+
+def _key_array(keys: Any) -> np.ndarray:
+    """Keys as a 1-D uint64 array (negative or oversized keys refused)."""
+    if _is_single_key(keys):
+        keys = [int(keys)]
+    arr = np.asarray(keys)
+    if arr.dtype == np.uint64:
+        return arr.reshape(-1)
+    if arr.dtype.kind not in "iu" and arr.size:
+        raise TypeError(f"keys must be integers, got {arr.dtype}")
+    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**64):
+        raise ValueError("keys must be in [0, 2**64)")
+    return arr.astype(np.uint64).reshape(-1)
+
+
+class Match:
+    """One hit: ``key`` and ``distance``."""
+
+    __slots__ = ("distance", "key")
+
+    def __init__(self, key: int, distance: float) -> None:
+        self.key = key
+        self.distance = distance
+
+    def to_tuple(self) -> tuple[int, float]:
+        return (self.key, self.distance)
+
+    def __repr__(self) -> str:
+        return f"Match(key={self.key}, distance={self.distance})"
+
+
+class Matches:
+    """The hits of one query (as usearch's ``Matches``)."""
+
+    def __init__(self, keys: np.ndarray, distances: np.ndarray) -> None:
+        self.keys = keys
+        self.distances = distances
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def __getitem__(self, i: int) -> Match:
+        return Match(int(self.keys[i]), float(self.distances[i]))
+
+    def __iter__(self) -> Iterator[Match]:
+        return (self[i] for i in range(len(self)))
+
+    def to_list(self) -> list[tuple[int, float]]:
+        return [(int(k), float(d)) for k, d in zip(self.keys, self.distances)]
+
+    def __repr__(self) -> str:
+        return f"Matches({len(self)})"
+
+
+class BatchMatches:
+    """The hits of a batch (as usearch's ``BatchMatches``): ``keys`` and
+    ``distances`` of shape (queries, count), ``counts`` valid hits per
+    query; empty slots hold key 0 and distance ``inf``."""
+
+    def __init__(self, keys: np.ndarray, distances: np.ndarray, counts: np.ndarray) -> None:
+        self.keys = keys
+        self.distances = distances
+        self.counts = counts
+
+    def __len__(self) -> int:
+        return len(self.counts)
+
+    def __getitem__(self, i: int) -> Matches:
+        n = int(self.counts[i])
+        return Matches(self.keys[i, :n], self.distances[i, :n])
+
+    def __iter__(self) -> Iterator[Matches]:
+        return (self[i] for i in range(len(self)))
+
+    def to_list(self) -> list[list[tuple[int, float]]]:
+        return [m.to_list() for m in self]
+
+    def __repr__(self) -> str:
+        return f"BatchMatches({len(self)})"
+
+
+class _LazyView:
+    """A live, lazy sequence over the collection (nothing is loaded until
+    read; positions follow the collection's part order)."""
+
+    def __init__(self, index: ShardedIndex) -> None:
+        self._index = index
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def _iter(self) -> Iterator[Any]:
+        raise NotImplementedError
+
+    def _pack(self, items: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def __iter__(self) -> Iterator[Any]:
+        return self._iter()
+
+    def __getitem__(self, i: int | slice) -> Any:
+        n = len(self)
+        if isinstance(i, slice):
+            start, stop, step = i.indices(n)
+            if step < 0:
+                return self._pack(list(itertools.islice(self._iter(), n))[i])
+            return self._pack(list(itertools.islice(self._iter(), start, stop, step)))
+        j = int(i)
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(f"index {i} out of range for {n} items")
+        return next(itertools.islice(self._iter(), j, None))
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = self._pack(list(self._iter()))
+        return np.asarray(out, dtype=dtype)
+
+
+class _Keys(_LazyView):
+    def _iter(self) -> Iterator[int]:
+        return iter(self._index._c.keys())
+
+    def _pack(self, items: list[Any]) -> np.ndarray:
+        return np.array(items, dtype=np.uint64)
+
+
+class _Vectors(_LazyView):
+    def _iter(self) -> Iterator[Any]:
+        out = self._index._out
+        return (out(v) for _, v in self._index._c.items())
+
+    def _pack(self, items: list[Any]) -> Any:
+        if self._index._nphd:
+            return items
+        return np.stack(items) if items else np.empty((0, self._index.ndim), np.float32)
+
+
+class ShardedIndex:
+    """iscc-usearch's ``ShardedIndex`` on a Sagitta collection in ``path``.
+
+    ``shard_size`` bounds merged segments (``max_segment_size``);
+    ``bloom_filter``, ``background_rotation`` and ``max_pending_rotations``
+    are accepted and have no effect (the bloom filter is always kept, and
+    sealing and indexing always run in the background, rows searchable
+    from the moment they are written).
+    """
+
+    _nphd = False
+
+    def __init__(
+        self,
+        *,
+        path: str | os.PathLike[str],
+        ndim: int | None = None,
+        metric: Any = "cos",
+        dtype: Any = None,
+        connectivity: int | None = None,
+        expansion_add: int | None = None,
+        expansion_search: int | None = None,
+        multi: bool = False,
+        shard_size: int = 1024**3,
+        bloom_filter: bool = True,
+        read_only: bool = False,
+        background_rotation: bool = False,
+        max_pending_rotations: int = 2,
+    ) -> None:
+        if multi:
+            raise NotImplementedError("multi=True (several vectors per key) is not supported")
+        self._path = Path(path)
+        self._dirty = 0
+        self._ef: int | None = None
+        if (self._path / "MANIFEST").is_file():
+            self._c = Collection.open(self._path, read_only=read_only)
+        elif read_only:
+            raise ValueError(f"no index in {self._path} to open read-only")
+        else:
+            if ndim is None:
+                raise ValueError("ndim is required to create an index")
+            kw: dict[str, Any] = {
+                "ndim": int(ndim),
+                "metric": _metric(metric),
+                "segment_size": min(64 << 20, int(shard_size)),
+                "max_segment_size": int(shard_size),
+            }
+            if dtype is not None:
+                kw["dtype"] = _dtype(dtype)
+            if connectivity is not None:
+                kw["connectivity"] = int(connectivity)
+            if expansion_add is not None:
+                kw["expansion_add"] = int(expansion_add)
+            if expansion_search is not None:
+                kw["expansion_search"] = int(expansion_search)
+            self._c = Collection.create(self._path, **kw)
+        self._shard_size = int(shard_size)
+
+    # -- conversions (the NPHD class overrides these) ----------------------
+
+    def _vectors_in(self, vectors: Any, n: int) -> Any:
+        v = np.asarray(vectors)
+        if v.ndim == 1:
+            v = v.reshape(1, -1)
+        if len(v) != n:
+            raise ValueError(f"{n} keys for {len(v)} vectors")
+        return v
+
+    def _queries_in(self, vectors: Any) -> tuple[Any, bool]:
+        q = np.asarray(vectors)
+        return (q.reshape(1, -1), True) if q.ndim == 1 else (q, len(q) == 1)
+
+    def _out(self, v: Any) -> Any:
+        return v
+
+    # -- writes --------------------------------------------------------------
+
+    def _fresh_keys(self, n: int) -> np.ndarray:
+        """``n`` keys not in use, from the live count up."""
+        out: list[np.ndarray] = []
+        start, need = len(self._c), n
+        while need:
+            cand = np.arange(start, start + need, dtype=np.uint64)
+            free = cand[~self._c.contains(cand)]
+            out.append(free)
+            need -= len(free)
+            start += len(cand)
+        return np.concatenate(out) if out else np.empty(0, np.uint64)
+
+    def add(
+        self,
+        keys: Any,
+        vectors: Any,
+        *,
+        copy: bool = True,
+        threads: int = 0,
+        log: Any = False,
+        progress: Any = None,
+    ) -> np.ndarray:
+        """Adds new keys (``None``: fresh keys, returned). A key already
+        present raises ``ValueError`` and nothing is written."""
+        if keys is None:
+            n = 1 if self._single_vector(vectors) else len(vectors)
+            k = self._fresh_keys(n)
+        else:
+            k = _key_array(keys)
+        self._c.add(k, self._vectors_in(vectors, len(k)))
+        self._dirty += len(k)
+        return k
+
+    def _single_vector(self, vectors: Any) -> bool:
+        return np.asarray(vectors).ndim == 1
+
+    def add_once(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray | None:
+        """Adds the keys not present yet (first occurrence in the batch
+        wins); returns them (``None`` for a single key already present)."""
+        if keys is None:
+            raise ValueError("add_once needs keys")
+        single = _is_single_key(keys)
+        k = _key_array(keys)
+        v = self._vectors_in(vectors, len(k))
+        _, first = np.unique(k, return_index=True)
+        pick = np.zeros(len(k), bool)
+        pick[first] = True
+        pick &= ~self._c.contains(k)
+        if not pick.any():
+            return None if single else np.empty(0, np.uint64)
+        idx = np.flatnonzero(pick)
+        self._c.add(k[idx], self._take(v, idx))
+        self._dirty += len(idx)
+        return k[idx]
+
+    def _take(self, v: Any, idx: np.ndarray) -> Any:
+        return v[idx]
+
+    def upsert(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray:
+        """Inserts or replaces (last occurrence in the batch wins)."""
+        if keys is None:
+            raise ValueError("upsert needs keys")
+        k = _key_array(keys)
+        v = self._vectors_in(vectors, len(k))
+        _, last_rev = np.unique(k[::-1], return_index=True)
+        idx = np.sort(len(k) - 1 - last_rev)
+        if len(idx) < len(k):
+            k, v = k[idx], self._take(v, idx)
+        self._c.upsert(k, v)
+        self._dirty += len(k)
+        return k
+
+    def remove(self, keys: Any, *, compact: bool = False, **kw: Any) -> int:
+        """Deletes keys (missing ones are ignored); returns how many."""
+        n = self._c.remove(_key_array(keys))
+        self._dirty += n
+        if compact:
+            self._c.compact()
+        return n
+
+    def __delitem__(self, key: Any) -> None:
+        self.remove(key)
+
+    def compact(self) -> int:
+        """Rewrites segments holding deleted rows; returns how many
+        deleted rows were dropped."""
+        dead = int(self._c.stats()["tombstones"])
+        self._c.compact()
+        return dead
+
+    def reset(self) -> None:
+        """Deletes every vector (durably: unlike iscc-usearch, the rows do
+        not come back when the directory is opened again)."""
+        keys = np.fromiter(self._c.keys(), dtype=np.uint64, count=len(self._c))
+        if len(keys):
+            self._dirty += self._c.remove(keys)
+
+    def clear(self) -> None:
+        """As :meth:`reset`."""
+        self.reset()
+
+    # -- reads ---------------------------------------------------------------
+
+    def search(
+        self,
+        vectors: Any,
+        count: int = 10,
+        *,
+        radius: float = math.inf,
+        threads: int = 0,
+        exact: bool = False,
+        log: Any = False,
+        progress: Any = None,
+    ) -> Matches | BatchMatches:
+        """The ``count`` nearest: ``Matches`` for one query (1-D, or 2-D
+        with one row), else ``BatchMatches``."""
+        if count < 1:
+            raise ValueError("count must be at least 1")
+        q, single = self._queries_in(vectors)
+        r = self._c.search(
+            q,
+            int(count),
+            radius=None if math.isinf(radius) else float(radius),
+            exact=exact,
+            expansion=self._ef,
+            threads=threads or None,
+        )
+        keys = np.atleast_2d(np.asarray(r.keys))
+        dist = np.atleast_2d(np.asarray(r.distances, dtype=np.float32))
+        counts = np.atleast_1d(np.asarray(r.counts, dtype=np.int64))
+        if single:
+            n = int(counts[0])
+            return Matches(keys[0, :n].copy(), dist[0, :n].copy())
+        nq = len(counts)
+        out_k = np.zeros((nq, count), np.uint64)
+        out_d = np.full((nq, count), np.inf, np.float32)
+        w = min(count, keys.shape[1]) if keys.ndim == 2 else 0
+        valid = np.arange(w)[None, :] < counts[:, None]
+        out_k[:, :w] = np.where(valid, keys[:, :w], 0)
+        out_d[:, :w] = np.where(valid, dist[:, :w], np.inf)
+        return BatchMatches(out_k, out_d, counts)
+
+    def get(self, keys: Any, dtype: Any = None) -> Any:
+        """A vector (or ``None``) for one key; a list for many."""
+        single = _is_single_key(keys)
+        got = self._c.get(_key_array(keys))
+        rows = [None if v is None else self._cast(self._out(v), dtype) for v in got]
+        return rows[0] if single else rows
+
+    @staticmethod
+    def _cast(v: Any, dtype: Any) -> Any:
+        return v if dtype is None else np.asarray(v).astype(dtype)
+
+    def __getitem__(self, key: Any) -> Any:
+        v = self.get(key)
+        if v is None:
+            raise KeyError(key)
+        return v
+
+    def contains(self, keys: Any) -> Any:
+        """A bool for one key; a bool array for many."""
+        hits = self._c.contains(_key_array(keys))
+        return bool(hits[0]) if _is_single_key(keys) else hits
+
+    def __contains__(self, key: Any) -> bool:
+        return _is_single_key(key) and 0 <= int(key) < 2**64 and bool(self.contains(key))
+
+    def count(self, keys: Any) -> Any:
+        """Vectors stored under each key (0 or 1)."""
+        c = self._c.contains(_key_array(keys)).astype(np.uint64)
+        return int(c[0]) if _is_single_key(keys) else c
+
+    @property
+    def keys(self) -> _Keys:
+        """Live keys, a lazy view (``len``, iteration, indexing, slicing,
+        ``np.asarray``)."""
+        return _Keys(self)
+
+    @property
+    def vectors(self) -> _Vectors:
+        """Live vectors in the order of :attr:`keys`, a lazy view."""
+        return _Vectors(self)
+
+    def __len__(self) -> int:
+        return len(self._c)
+
+    @property
+    def size(self) -> int:
+        return len(self._c)
+
+    # -- lifecycle -------------------------------------------------------------
+
+    @property
+    def dirty(self) -> int:
+        """Keys added or removed since the last :meth:`save`."""
+        return 0 if self._c.read_only else self._dirty
+
+    def save(self, path_or_buffer: Any = None, progress: Any = None) -> None:
+        """Makes every write durable now (fsync); ``path_or_buffer`` is
+        refused as in iscc-usearch (the directory is the index)."""
+        if path_or_buffer is not None:
+            raise TypeError("save() takes no path: the index lives in its directory")
+        if not self._c.read_only:
+            self._c.flush()
+        self._dirty = 0
+
+    def rebuild_bloom(self, save: bool = True, log_progress: bool = True) -> int:
+        """Rebuilds the bloom filter over every live key; returns their
+        number."""
+        return self._c.rebuild_bloom()
+
+    def drain_rotations(self, timeout: float | None = None) -> None:
+        """Nothing to wait for: rows are searchable once written, sealing
+        and indexing go on in the background."""
+
+    def close(self) -> None:
+        """Seals the tail (nothing to replay at the next open) and releases
+        the directory."""
+        self._c.close()
+
+    def __enter__(self) -> ShardedIndex:
+        return self
+
+    def __exit__(self, *args: object) -> None:
+        self.close()
+
+    @staticmethod
+    def metadata(path: str | os.PathLike[str]) -> dict[str, Any] | None:
+        """The index's settings and sealed row count, read from its
+        manifest without opening it; ``None`` when ``path`` holds none."""
+        if not (Path(path) / "MANIFEST").is_file():
+            return None
+        return Collection.metadata(path)
+
+    def stats(self) -> dict[str, Any]:
+        s = self._c.stats()
+        return {
+            "total_vectors": len(self._c),
+            "dimensions": self.ndim,
+            "metric": self.metric,
+            "dtype": self.dtype,
+            "connectivity": self.connectivity,
+            "view_shards": s["segments"],
+            "active_shard_vectors": s["active_vectors"],
+            "shard_size": self._shard_size,
+            "dirty": self.dirty,
+            "tombstones": s["tombstones"],
+            "bloom_filter": True,
+            "memory_usage": s["bytes_in_memory"],
+            "path": str(self._path),
+            "read_only": self.read_only,
+        }
+
+    # -- properties ------------------------------------------------------------
+
+    @property
+    def ndim(self) -> int:
+        return self._c.ndim
+
+    @property
+    def metric(self) -> str:
+        return self._c.metric
+
+    @property
+    def dtype(self) -> str:
+        return self._c.dtype
+
+    @property
+    def multi(self) -> bool:
+        return False
+
+    @property
+    def connectivity(self) -> int:
+        return self._c.connectivity
+
+    @property
+    def expansion_add(self) -> int:
+        return self._c.expansion_add
+
+    @property
+    def expansion_search(self) -> int:
+        return self._ef if self._ef is not None else self._c.expansion_search
+
+    @expansion_search.setter
+    def expansion_search(self, value: int) -> None:
+        if int(value) < 1:
+            raise ValueError("expansion_search must be at least 1")
+        self._ef = int(value)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def read_only(self) -> bool:
+        return self._c.read_only
+
+    @property
+    def shard_count(self) -> int:
+        return int(self._c.stats()["segments"])
+
+    @property
+    def tombstone_count(self) -> int:
+        return int(self._c.stats()["tombstones"])
+
+    @property
+    def memory_usage(self) -> int:
+        return int(self._c.stats()["bytes_in_memory"])
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({len(self)} vectors in {self.shard_count} segments, "
+            f"ndim={self.ndim}, path={self._path})"
+        )
+
+    def _unsupported(self, *args: Any, **kw: Any) -> Any:
+        raise NotImplementedError("not supported (as in iscc-usearch)")
+
+    rename = join = cluster = pairwise_distance = copy = _unsupported
+
+
+def _code_bytes(v: Any) -> bytes:
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return bytes(v)
+    a = np.asarray(v)
+    if a.dtype != np.uint8 or a.ndim != 1:
+        raise TypeError("a code is bytes or a 1-D uint8 array")
+    return a.tobytes()
+
+
+class ShardedNphdIndex(ShardedIndex):
+    """iscc-usearch's ``ShardedNphdIndex``: variable-length binary codes
+    (packed uint8 arrays or ``bytes``, up to ``max_dim`` bits) under the
+    normalized prefix Hamming distance. A code longer than ``max_dim``
+    bits raises ``ValueError`` (iscc-usearch truncates it silently)."""
+
+    _nphd = True
+
+    def __init__(
+        self,
+        *,
+        max_dim: int | None = None,
+        path: str | os.PathLike[str],
+        shard_size: int = 1024**3,
+        connectivity: int | None = None,
+        expansion_add: int | None = None,
+        expansion_search: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        for ignored in ("ndim", "metric", "dtype"):
+            kwargs.pop(ignored, None)
+        super().__init__(
+            path=path,
+            ndim=max_dim,
+            metric="nphd",
+            shard_size=shard_size,
+            connectivity=connectivity,
+            expansion_add=expansion_add,
+            expansion_search=expansion_search,
+            **kwargs,
+        )
+
+    def _single_vector(self, vectors: Any) -> bool:
+        if isinstance(vectors, (bytes, bytearray, memoryview)):
+            return True
+        return isinstance(vectors, np.ndarray) and vectors.ndim == 1
+
+    def _codes(self, vectors: Any) -> list[bytes]:
+        if self._single_vector(vectors):
+            return [_code_bytes(vectors)]
+        if isinstance(vectors, np.ndarray) and vectors.ndim == 2:
+            return [r.tobytes() for r in np.ascontiguousarray(vectors, dtype=np.uint8)]
+        return [_code_bytes(v) for v in vectors]
+
+    def _vectors_in(self, vectors: Any, n: int) -> Any:
+        codes = self._codes(vectors)
+        if len(codes) != n:
+            raise ValueError(f"{n} keys for {len(codes)} codes")
+        return codes
+
+    def _take(self, v: Any, idx: np.ndarray) -> Any:
+        return [v[i] for i in idx]
+
+    def _queries_in(self, vectors: Any) -> tuple[Any, bool]:
+        codes = self._codes(vectors)
+        single = self._single_vector(vectors) or len(codes) == 1
+        return codes, single
+
+    def _out(self, v: Any) -> Any:
+        return np.frombuffer(v, dtype=np.uint8).copy()
+
+    @property
+    def max_dim(self) -> int:
+        """Longest code, in bits."""
+        return self._c.ndim
+
+    @property
+    def max_bytes(self) -> int:
+        return self._c.ndim // 8
+
+    @property
+    def ndim(self) -> int:
+        """``max_dim + 8``, as iscc-usearch reports it (its rows carry a
+        length byte)."""
+        return self._c.ndim + 8
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({len(self)} vectors in {self.shard_count} segments, "
+            f"max_dim={self.max_dim}, path={self._path})"
+        )
+
+
+class ShardedIndex128(ShardedIndex):
+    """128-bit keys: not supported yet."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise NotImplementedError("128-bit keys are not supported yet")
+
+
+class ShardedNphdIndex128(ShardedNphdIndex):
+    """128-bit keys: not supported yet."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        raise NotImplementedError("128-bit keys are not supported yet")
