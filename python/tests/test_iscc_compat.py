@@ -1,0 +1,192 @@
+"""Parity of sagitta.compat.iscc with iscc-usearch's ShardedIndex surface:
+every method of the map in docs/ISCC_USEARCH.md is called, answers are
+checked against a brute-force oracle, and the documented differences
+(duplicate keys refused, keys >= 2**63, durable reset) are asserted."""
+
+import math
+
+import numpy as np
+import pytest
+
+from sagitta.compat.iscc import (
+    BatchMatches,
+    Matches,
+    ShardedIndex,
+    ShardedIndex128,
+    ShardedNphdIndex,
+    ShardedNphdIndex128,
+)
+
+
+def small(path, **kw):
+    # ~200 rows per segment, so a few thousand rows span many segments.
+    size = 200 * (16 * 4 + 16 + 132)
+    return ShardedIndex(path=path, ndim=16, metric="l2sq", dtype="f32", shard_size=size, **kw)
+
+
+def oracle(base_keys, base, q, k):
+    d = ((base - q) ** 2).sum(1)
+    order = np.lexsort((base_keys, d))[:k]
+    return base_keys[order]
+
+
+def test_sharded_index_every_method(tmp_path, rng):
+    path = tmp_path / "idx"
+    idx = small(path, connectivity=12, expansion_add=64, expansion_search=48)
+    assert (idx.connectivity, idx.expansion_add, idx.expansion_search) == (12, 64, 48)
+    assert ShardedIndex.metadata(tmp_path / "nothing") is None
+    base = rng.standard_normal((3000, 16)).astype(np.float32)
+    keys = np.arange(1000, 4000, dtype=np.uint64)
+    for lo in range(0, 3000, 500):
+        out = idx.add(keys[lo : lo + 500], base[lo : lo + 500])
+        assert out.dtype == np.uint64 and len(out) == 500
+    idx._c.optimize()
+    assert idx.shard_count >= 5, idx.stats()
+    assert len(idx) == idx.size == 3000 and idx.dirty == 3000
+
+    # search: single -> Matches, batch -> BatchMatches, against the oracle
+    m = idx.search(base[7], 5, exact=True)
+    assert isinstance(m, Matches) and len(m) == 5
+    assert list(m.keys) == list(oracle(keys, base, base[7], 5))
+    assert m[0].key == 1007 and m.to_list()[0][0] == 1007
+    qs = rng.standard_normal((50, 16)).astype(np.float32)
+    bm = idx.search(qs, 10, exact=True)
+    assert isinstance(bm, BatchMatches) and bm.keys.shape == (50, 10) and len(bm) == 50
+    for i in range(50):
+        assert list(bm[i].keys) == list(oracle(keys, base, qs[i], 10))
+    approx = idx.search(qs, 10)
+    hits = sum(len(set(approx.keys[i]) & set(bm.keys[i])) for i in range(50))
+    assert hits / 500 >= 0.9
+    assert isinstance(idx.search(qs[:1], 3), Matches)
+    near = idx.search(base[7], 10, radius=1e-6)
+    assert list(near.keys) == [1007]
+    with pytest.raises(ValueError):
+        idx.search(base[0], 0)
+    idx.expansion_search = 200
+    assert idx.expansion_search == 200
+
+    # lookups: single and batch, present and absent
+    np.testing.assert_array_equal(idx.get(1005), base[5])
+    got = idx.get([1005, 1, 3999])
+    assert got[1] is None
+    np.testing.assert_array_equal(got[2], base[2999])
+    np.testing.assert_array_equal(idx[1005], base[5])
+    with pytest.raises(KeyError):
+        idx[1]
+    assert idx.contains(1005) is True and idx.contains(1) is False
+    probe = np.concatenate([keys[::7], np.arange(5000, 5100, dtype=np.uint64)])
+    np.testing.assert_array_equal(idx.contains(probe), np.isin(probe, keys))
+    assert 1005 in idx and 1 not in idx and "x" not in idx
+    assert idx.count(1005) == 1 and list(idx.count([1005, 1])) == [1, 0]
+    assert idx.get(1005, dtype=np.float64).dtype == np.float64
+
+    # lazy views
+    assert len(idx.keys) == 3000
+    assert sorted(int(k) for k in idx.keys) == list(range(1000, 4000))
+    ks = np.asarray(idx.keys)
+    assert ks.dtype == np.uint64 and sorted(ks.tolist()) == list(range(1000, 4000))
+    assert idx.keys[-1] == ks[-1] and list(idx.keys[10:13]) == list(ks[10:13])
+    vs = idx.vectors[10:13]
+    assert vs.shape == (3, 16)
+    for k, v in zip(ks[10:13], vs):
+        np.testing.assert_array_equal(v, base[int(k) - 1000])
+    np.testing.assert_array_equal(idx.vectors[0], base[int(ks[0]) - 1000])
+
+    # writes: duplicates refused whole, add_once, upsert, auto keys, removal
+    with pytest.raises(ValueError, match="already exists"):
+        idx.add([9000, 1005], base[:2])
+    assert 9000 not in idx
+    added = idx.add_once([1005, 9000, 9000], base[:3])
+    assert list(added) == [9000] and idx.add_once(9000, base[0]) is None
+    np.testing.assert_array_equal(idx.get(9000), base[1])
+    out = idx.upsert([1005, 1005, 9001], base[:3])
+    assert sorted(out.tolist()) == [1005, 9001]
+    np.testing.assert_array_equal(idx.get(1005), base[1])
+    auto = idx.add(None, base[:3])
+    assert len(set(auto.tolist())) == 3 and not np.isin(auto, keys).any()
+    big = 2**64 - 2
+    idx.add(big, base[0])
+    assert big in idx and idx.contains([big])[0]
+    before = len(idx)
+    assert idx.remove([1006, 1, 1007]) == 2
+    del idx[1008]
+    assert len(idx) == before - 3 and 1006 not in idx and 1008 not in idx
+    assert idx.tombstone_count > 0
+    assert idx.compact() > 0 and idx.tombstone_count == 0
+    assert 1006 not in idx and len(idx) == before - 3
+    assert idx.rebuild_bloom() == len(idx)
+    assert np.isin(probe, keys).sum() - 3 <= idx.contains(probe).sum()
+
+    # lifecycle
+    assert idx.dirty > 0
+    idx.save()
+    assert idx.dirty == 0
+    with pytest.raises(TypeError):
+        idx.save(tmp_path / "elsewhere")
+    idx.drain_rotations()
+    st = idx.stats()
+    assert st["total_vectors"] == len(idx) and st["dimensions"] == 16
+    for name in ("rename", "join", "cluster", "pairwise_distance", "copy"):
+        with pytest.raises(NotImplementedError):
+            getattr(idx, name)()
+    n = len(idx)
+    idx.close()
+    meta = ShardedIndex.metadata(path)
+    assert meta["ndim"] == 16 and meta["sealed_vectors"] == n and meta["connectivity"] == 12
+    with ShardedIndex(path=path, read_only=True) as ro:
+        assert len(ro) == n and ro.read_only and ro.dirty == 0
+        assert list(ro.search(base[9], 1, exact=True).keys) == [1009]
+        with pytest.raises(Exception, match="read-only"):
+            ro.add(77, base[0])
+    with ShardedIndex(path=path) as rw:
+        assert len(rw) == n
+        rw.reset()
+        assert len(rw) == 0
+    with ShardedIndex(path=path) as again:
+        assert len(again) == 0  # reset is durable
+        again.add([1], base[:1])
+        again.clear()
+        assert len(again) == 0
+
+
+def test_nphd_variable_length_codes(tmp_path):
+    idx = ShardedNphdIndex(path=tmp_path / "n", max_dim=256, ndim=999, metric="cos")
+    assert (idx.max_dim, idx.max_bytes, idx.ndim) == (256, 32, 264)
+    a = np.full(8, 0xAA, np.uint8)
+    b = np.array([0xAB] * 8 + [0xFF] * 8, np.uint8)
+    c = bytes([0xAA] * 32)
+    assert list(idx.add(1, a)) == [1]
+    assert list(idx.add([2, 3], [b, c])) == [2, 3]
+    assert list(idx.add([4, 5], np.full((2, 16), 0x55, np.uint8))) == [4, 5]
+    m = idx.search(a, 3, exact=True)
+    assert sorted(m.keys[:2].tolist()) == [1, 3] and m.distances[0] == 0.0
+    assert math.isclose(m.distances[2], 0.125)
+    bm = idx.search([a, b], 2, exact=True)
+    assert bm.keys.shape == (2, 2) and bm.keys[1, 0] == 2
+    np.testing.assert_array_equal(idx.get(2), b)
+    got = idx.get([1, 99])
+    np.testing.assert_array_equal(got[0], a)
+    assert got[1] is None
+    assert sorted(len(v) for v in idx.vectors) == [8, 16, 16, 16, 32]
+    idx.upsert([1], [np.zeros(4, np.uint8)])
+    np.testing.assert_array_equal(idx.get(1), np.zeros(4, np.uint8))
+    with pytest.raises(ValueError):
+        idx.add(6, np.zeros(40, np.uint8))  # longer than max_dim bits
+    assert 6 not in idx
+    idx.close()
+    with ShardedNphdIndex(path=tmp_path / "n") as again:
+        assert again.max_dim == 256 and len(again) == 5
+
+
+def test_refused_options(tmp_path):
+    with pytest.raises(NotImplementedError):
+        ShardedIndex(path=tmp_path / "m", ndim=4, multi=True)
+    for cls in (ShardedIndex128, ShardedNphdIndex128):
+        with pytest.raises(NotImplementedError):
+            cls(path=tmp_path / "k", ndim=4)
+    with pytest.raises(ValueError):
+        ShardedIndex(path=tmp_path / "none", read_only=True)
+    with pytest.raises(ValueError):
+        ShardedIndex(path=tmp_path / "noddim")
+    with pytest.raises(ValueError):
+        ShardedIndex(path=tmp_path / "badmetric", ndim=4, metric="manhattan")
