@@ -454,10 +454,13 @@ class ShardedIndex:
 
     def get(self, keys: Any, dtype: Any = None) -> Any:
         """A vector (or ``None``) for one key; a list for many."""
-        single = _is_single_key(keys)
+        if _is_single_key(keys):
+            if not 0 <= int(keys) < 2**64:
+                return None
+            v = self._c.get(int(keys))
+            return None if v is None else self._cast(self._out(v), dtype)
         got = self._c.get(_key_array(keys))
-        rows = [None if v is None else self._cast(self._out(v), dtype) for v in got]
-        return rows[0] if single else rows
+        return [None if v is None else self._cast(self._out(v), dtype) for v in got]
 
     @staticmethod
     def _cast(v: Any, dtype: Any) -> Any:
@@ -471,16 +474,18 @@ class ShardedIndex:
 
     def contains(self, keys: Any) -> Any:
         """A bool for one key; a bool array for many."""
-        hits = self._c.contains(_key_array(keys))
-        return bool(hits[0]) if _is_single_key(keys) else hits
+        if _is_single_key(keys):
+            return int(keys) in self._c
+        return self._c.contains(_key_array(keys))
 
     def __contains__(self, key: Any) -> bool:
-        return _is_single_key(key) and 0 <= int(key) < 2**64 and bool(self.contains(key))
+        return _is_single_key(key) and int(key) in self._c
 
     def count(self, keys: Any) -> Any:
         """Vectors stored under each key (0 or 1)."""
-        c = self._c.contains(_key_array(keys)).astype(np.uint64)
-        return int(c[0]) if _is_single_key(keys) else c
+        if _is_single_key(keys):
+            return int(int(keys) in self._c)
+        return self._c.contains(_key_array(keys)).astype(np.uint64)
 
     @property
     def keys(self) -> _Keys:

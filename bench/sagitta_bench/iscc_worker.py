@@ -1,0 +1,168 @@
+"""One engine's side of the iscc-usearch comparison (run by ``iscc.py`` in
+the engine's own environment; needs only numpy and the engine).
+
+    python iscc_worker.py ENGINE SPEC.json  ->  JSON results on stdout
+
+ENGINE is ``iscc`` (``iscc_usearch``) or ``sagitta`` (``sagitta.compat.iscc``):
+the same ShardedIndex calls drive both. SPEC names the data files (codes,
+lengths for NPHD, queries, ground truth), the directory, the number of
+segments to lay the rows out in, and the repeats."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def classes(engine: str):
+    if engine == "iscc":
+        from loguru import logger
+
+        logger.remove()
+        from iscc_usearch import ShardedIndex, ShardedNphdIndex
+    else:
+        from sagitta.compat.iscc import ShardedIndex, ShardedNphdIndex
+    return ShardedIndex, ShardedNphdIndex
+
+
+def timed(fn, repeats: int) -> dict:
+    """Median, min and max seconds of ``repeats`` calls of ``fn``."""
+    t = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        t.append(time.perf_counter() - t0)
+    return {"median": statistics.median(t), "min": min(t), "max": max(t)}
+
+
+def main() -> None:
+    engine, spec_path = sys.argv[1], sys.argv[2]
+    spec = json.loads(Path(spec_path).read_text())
+    sharded, nphd_cls = classes(engine)
+    nphd = spec["metric"] == "nphd"
+    base = np.load(spec["base"], mmap_mode="r")
+    queries = np.load(spec["queries"])
+    n = len(base)
+    if nphd:
+        blens = np.load(spec["base_len"])
+        qlens = np.load(spec["queries_len"])
+        rows = [bytes(base[i, : blens[i]]) for i in range(n)]
+        qs = [np.frombuffer(bytes(queries[i, : qlens[i]]), np.uint8) for i in range(len(queries))]
+    else:
+        rows = np.ascontiguousarray(base)
+        qs = queries
+    keys = np.arange(n, dtype=np.uint64) * np.uint64(spec.get("key_stride", 1))
+    path = Path(spec["dir"]) / engine
+    shutil.rmtree(path, ignore_errors=True)
+    segs = spec["segments"]
+    per = -(-n // segs)
+    bpv = spec["bytes_per_row"]
+
+    def make(read_only=False, first=False):
+        kw = {"path": path, "read_only": read_only}
+        if first:
+            if engine == "iscc":
+                kw["shard_size"] = 1  # rotate after every add call: one shard per batch
+            else:
+                kw["shard_size"] = int(per * bpv * 1.5)  # no two batches merge
+            kw.update(connectivity=16, expansion_add=128, expansion_search=64)
+            if nphd:
+                return nphd_cls(max_dim=spec["max_dim"], **kw)
+            return sharded(ndim=spec["ndim"], metric="hamming", dtype="b1", **kw)
+        return (nphd_cls if nphd else sharded)(**kw)
+
+    out: dict = {"engine": engine, "rows": n, "segments_asked": segs}
+    # add: every row written and indexed, then closed (both engines build
+    # their graphs; Sagitta's optimizer is waited for).
+    t0 = time.perf_counter()
+    idx = make(first=True)
+    for s in range(segs):
+        lo, hi = s * per, min(n, (s + 1) * per)
+        idx.add(keys[lo:hi], rows[lo:hi])
+        if engine == "sagitta":
+            idx._c.seal()  # one segment per batch, as iscc's shard per add
+    if engine == "sagitta":
+        idx._c.optimize()
+    idx.close()
+    out["add_s"] = time.perf_counter() - t0
+    reps = spec["repeats"]
+
+    def reopen():
+        r = make(read_only=True)
+        assert r.contains(int(keys[0]))
+        r.close()
+
+    out["open_sealed_s"] = timed(reopen, reps)
+    ro = make(read_only=True)
+    out["segments"] = ro.shard_count
+    assert len(ro) == n, (len(ro), n)
+    rng = np.random.default_rng(1)
+    present = keys[rng.integers(0, n, 100_000)]
+    absent = (np.arange(100_000, dtype=np.uint64) * np.uint64(7919)) + keys[-1] + np.uint64(1)
+    for name, ks in (("present", present), ("absent", absent)):
+        one = [int(k) for k in ks[:1000]]
+        out[f"contains_{name}_1_s"] = timed(lambda one=one: [ro.contains(k) for k in one], reps)
+        out[f"contains_{name}_1_s"] = {
+            k: v / len(one) for k, v in out[f"contains_{name}_1_s"].items()
+        }
+        out[f"contains_{name}_100_s"] = timed(lambda ks=ks: ro.contains(ks[:100]), reps)
+        out[f"contains_{name}_100k_s"] = timed(lambda ks=ks: ro.contains(ks), reps)
+        got = ro.contains(ks)
+        assert bool(np.all(got)) == (name == "present") and bool(np.any(got)) == (name == "present")
+    out["get_100_s"] = timed(lambda: ro.get(present[:100]), reps)
+    one = [int(k) for k in present[:1000]]
+    g = timed(lambda: [ro.get(k) for k in one], reps)
+    out["get_1_s"] = {k: v / len(one) for k, v in g.items()}
+
+    # search: one at a time, and a batch of every query, with recall@10
+    # against the exact oracle, tie-aware (a hit at the 10th distance counts).
+    k = 10
+    gt_dist = np.load(spec["gt_dist"])[:, k - 1]
+    single = qs[: spec["single_queries"]]
+    s1 = timed(lambda: [ro.search(q, k) for q in single], reps)
+    out["search_1_s"] = {kk: v / len(single) for kk, v in s1.items()}
+    batch_q = qs if nphd else np.ascontiguousarray(qs)
+    res = [None]
+
+    def batch():
+        res[0] = ro.search(batch_q, k)
+
+    out["search_batch_s"] = timed(batch, reps)
+    bm = res[0]
+    hits = 0
+    stride = np.uint64(spec.get("key_stride", 1))
+    for i in range(len(qs)):
+        got = np.asarray(bm.keys[i][: int(bm.counts[i])], dtype=np.uint64) // stride
+        # distances recomputed from the returned rows, not taken on trust
+        if nphd:
+            q = qs[i]
+            d = []
+            for r in got:
+                m = min(len(q), int(blens[r]))
+                x = np.bitwise_count(base[r, :m] ^ q[:m]).sum()
+                d.append(x / (8.0 * m))
+            d = np.asarray(d)
+        else:
+            d = np.bitwise_count(base[np.sort(got)] ^ qs[i]).sum(axis=1)
+        hits += int(np.sum(d <= gt_dist[i] + 1e-9))
+    out["recall_at_10"] = min(1.0, hits / (k * len(qs)))
+    out["batch_queries"] = len(qs)
+    ro.close()
+
+    # reopen after an unsealed tail: 10k more rows written, then closed.
+    w = make()
+    tail = min(10_000, n)
+    w.add(keys[:tail] + keys[-1] + np.uint64(1), rows[:tail])
+    w.close()
+    out["open_after_tail_s"] = timed(reopen, reps)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
