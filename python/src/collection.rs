@@ -545,8 +545,7 @@ impl PyCollection {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.coll()?;
         let keys = convert::keys(keys, "keys")?;
-        let found: Vec<Option<Vec<u8>>> =
-            py.detach(|| c.get_raw_many(&keys.keys));
+        let found: Vec<Option<Vec<u8>>> = py.detach(|| c.get_raw_many(&keys.keys));
         let vectors = decode_rows(py, c.config().space, found, keys.single)?;
         if !payload && columns.is_none() {
             return Ok(vectors);

@@ -26,8 +26,8 @@ pub mod segment;
 pub mod wal;
 
 pub use collection::{
-    default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch, CollectionStats, Durability,
-    OpenMode, Scan, ScanBatch, TextHit, TextSearch,
+    default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch,
+    CollectionStats, Durability, OpenMode, Scan, ScanBatch, TextHit, TextSearch,
 };
 pub use error::{Result, StoreError};
 pub use filter::Filter;

@@ -142,7 +142,10 @@ fn twenty_segments_match_the_flat_oracle_and_survive_reopen() {
             assert_eq!(c.contains_many(batch), want);
             let want: Vec<Option<Vec<u8>>> = batch.iter().map(|&k| c.get_raw(k)).collect();
             assert_eq!(c.get_raw_many(batch), want);
-            let live_in: Vec<bool> = batch.iter().map(|k| live.binary_search(k).is_ok()).collect();
+            let live_in: Vec<bool> = batch
+                .iter()
+                .map(|k| live.binary_search(k).is_ok())
+                .collect();
             assert_eq!(c.contains_many(batch), live_in);
         }
         let got = c.get_raw(up[3]).unwrap();

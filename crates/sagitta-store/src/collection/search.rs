@@ -358,7 +358,7 @@ impl Collection {
         let tasks: Vec<(usize, usize)> = (0..segs.len())
             .flat_map(|s| (0..runs).map(move |r| (s, r)))
             .collect();
-        let found: Vec<std::result::Result<Vec<Vec<Neighbor>>, (usize, StoreError)>> = tasks
+        let found: Vec<RunHits> = tasks
             .par_iter()
             .map(|&(s, r)| {
                 let lo = r * run;
@@ -435,6 +435,9 @@ impl Collection {
         active_iter.chain(parts_iter)
     }
 }
+
+/// One task's hits (per query of its run), or the first failing query.
+type RunHits = std::result::Result<Vec<Vec<Neighbor>>, (usize, StoreError)>;
 
 /// Keeps the first (nearest) hit of each key among the sorted `all`,
 /// stopping at `k` kept; short lists are checked in place, without a set.
