@@ -123,6 +123,18 @@ pub(crate) struct Writer {
     next_seq: u64,
 }
 
+/// The config a manifest records, or why it cannot be one.
+fn manifest_config(dir: &Path, manifest: &Manifest) -> Result<CollectionConfig> {
+    manifest
+        .config
+        .to_config()
+        .ok_or_else(|| StoreError::Corrupt {
+            file: dir.join(MANIFEST),
+            offset: 0,
+            reason: "invalid config in manifest".into(),
+        })
+}
+
 /// A collection's manifest, read without opening it
 /// ([`Collection::metadata`]).
 #[derive(Debug, Clone)]
@@ -294,14 +306,7 @@ impl Collection {
     /// the logs are not counted).
     pub fn metadata(dir: &Path) -> Result<CollectionMetadata> {
         let manifest = Manifest::read(dir)?;
-        let config = manifest
-            .config
-            .to_config()
-            .ok_or_else(|| StoreError::Corrupt {
-                file: dir.join(MANIFEST),
-                offset: 0,
-                reason: "invalid config in manifest".into(),
-            })?;
+        let config = manifest_config(dir, &manifest)?;
         Ok(CollectionMetadata {
             config,
             format: manifest.format,
@@ -318,14 +323,7 @@ impl Collection {
             OpenMode::ReadOnly => None,
         };
         let manifest = Manifest::read(dir)?;
-        let mut config = manifest
-            .config
-            .to_config()
-            .ok_or_else(|| StoreError::Corrupt {
-                file: dir.join(MANIFEST),
-                offset: 0,
-                reason: "invalid config in manifest".into(),
-            })?;
+        let mut config = manifest_config(dir, &manifest)?;
         if let Some(m) = &config.embed_model {
             embed::check_model(m, config.space.dims)?;
         }
