@@ -27,11 +27,11 @@ pub mod wal;
 
 pub use collection::{
     default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch,
-    CollectionStats, Durability, OpenMode, Scan, ScanBatch, TextHit, TextSearch,
+    CollectionStats, Durability, IdWrite, OpenMode, Scan, ScanBatch, TextHit, TextSearch,
 };
 pub use error::{Result, StoreError};
 pub use filter::Filter;
-pub use ids::{string_key, Id, IdColumn, IdError, IdType, STRING_ID_FIELD};
+pub use ids::{parse_u128, string_key, u128_key, Id, IdColumn, IdError, IdType, STRING_ID_FIELD};
 pub use payload::{Field, FieldType, Payload, PayloadError, Schema, Value};
 pub use sagitta_text::{AnalyzerKind, Bm25, Fusion, TextFieldSpec};
 pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};

@@ -349,6 +349,19 @@ pub struct Payload {
 }
 
 impl Payload {
+    /// The rows `rows` of this payload, in that order.
+    pub fn select(&self, rows: &[usize]) -> Payload {
+        Payload {
+            fields: self.fields.clone(),
+            columns: self
+                .columns
+                .iter()
+                .map(|c| rows.iter().map(|&r| c[r].clone()).collect())
+                .collect(),
+            rows: rows.len(),
+        }
+    }
+
     /// Checks value types, NaN and row count.
     pub fn validate(&self, rows: usize) -> Result<(), PayloadError> {
         if self.rows != rows {

@@ -83,7 +83,8 @@ pub struct CollectionConfig {
     pub optimizer_threads: usize,
     /// WAL fsync policy.
     pub durability: Durability,
-    /// Key width in bits; only 64 is supported so far.
+    /// Key width in bits: 64, or 128 with `id_type` uint128 (see
+    /// [`CollectionConfig::with_key_bits`]).
     pub key_bits: u32,
     /// The type of the ids users give (see [`crate::ids`]): `uint64`
     /// (default), `int64`, or `string` (hashed to keys, the string kept in
@@ -144,6 +145,19 @@ impl CollectionConfig {
         }
     }
 
+    /// These settings with `bits`-wide keys: 128 sets the id type to
+    /// uint128 (ids up to 2^128 - 1), 64 leaves it (or resets uint128 to
+    /// uint64). Other widths are refused when the collection is created.
+    pub fn with_key_bits(mut self, bits: u32) -> Self {
+        self.key_bits = bits;
+        if bits == 128 {
+            self.id_type = IdType::UInt128;
+        } else if self.id_type == IdType::UInt128 {
+            self.id_type = IdType::UInt64;
+        }
+        self
+    }
+
     /// The full-text fields.
     pub fn text_fields(&self) -> Vec<TextFieldSpec> {
         self.text.clone()
@@ -167,10 +181,11 @@ impl CollectionConfig {
     }
 
     pub(crate) fn validate(&self) -> Result<()> {
-        if self.key_bits != 64 {
+        if self.key_bits != self.id_type.key_bits() {
             return Err(StoreError::Config(format!(
-                "key_bits = {}: only 64-bit keys are supported so far",
-                self.key_bits
+                "key_bits = {} with {} ids: 128-bit keys are the uint128 id type, \
+                 64-bit keys the others",
+                self.key_bits, self.id_type
             )));
         }
         if self.segment_size < 4096 {

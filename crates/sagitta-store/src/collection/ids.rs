@@ -4,7 +4,7 @@
 use super::Collection;
 use crate::error::{Result, StoreError};
 use crate::ids::{Id, IdColumn, IdType, STRING_ID_FIELD};
-use crate::payload::{Field, FieldType, Payload, PayloadError, Value};
+use crate::payload::{Field, Payload, PayloadError, Value};
 use sagitta_index::VectorRef;
 use std::collections::HashMap;
 
@@ -34,11 +34,12 @@ impl Collection {
             .collect()
     }
 
-    /// The ids of `keys`: the key itself for integer ids; for string ids
-    /// the stored string (`None` for a key that is not live).
+    /// The ids of `keys`: the key itself for integer ids; for hashed ids
+    /// (string, 128-bit) the id kept with the row (`None` for a key that is
+    /// not live).
     pub fn ids_of(&self, keys: &[u64]) -> Result<Vec<Option<Id>>> {
         let t = self.id_type();
-        if t != IdType::String {
+        if !t.hashed() {
             return Ok(keys.iter().map(|&k| t.int_id(k)).collect());
         }
         let Ok((col, _)) = self.inner.schema.read().field(STRING_ID_FIELD) else {
@@ -47,99 +48,174 @@ impl Collection {
         Ok(self
             .payload_rows(keys)?
             .into_iter()
-            .map(|r| match r.as_deref().and_then(|r| r.get(col)) {
-                Some(Value::Str(s)) => Some(Id::Str(s.clone())),
-                _ => None,
+            .zip(keys)
+            .map(|(r, &k)| r.and_then(|r| t.id_of(k, r.get(col))))
+            .collect())
+    }
+
+    /// The key of each of `ids` where that id is live (`None` where it is
+    /// not): for hashed ids the id kept with the row is checked, so an id
+    /// never answers for another id with its key.
+    pub fn live_keys(&self, ids: &[Id]) -> Result<Vec<Option<u64>>> {
+        let t = self.id_type();
+        let keys = self.keys_of(ids)?;
+        if !t.hashed() {
+            let live = self.contains_many(&keys);
+            return Ok(keys
+                .into_iter()
+                .zip(live)
+                .map(|(k, l)| l.then_some(k))
+                .collect());
+        }
+        let stored = self.ids_of(&keys)?;
+        Ok(ids
+            .iter()
+            .zip(keys)
+            .zip(stored)
+            .map(|((id, k), old)| {
+                let want = t.canonical(id).ok()?;
+                (old? == want).then_some(k)
             })
             .collect())
     }
 
-    /// Inserts or replaces rows by the ids users give: checked against the
-    /// collection's id type, an id repeated within the write refused, and
-    /// for string ids the strings kept (column `_id`) and a second string
-    /// with the key of a stored one refused ([`StoreError::IdCollision`]).
-    /// Nothing is written on an error. Returns the keys written.
+    /// Inserts or replaces rows by the ids users give (see
+    /// [`Collection::write_ids`] with [`IdWrite::Upsert`]).
     pub fn upsert_ids(
         &self,
         ids: &IdColumn,
         vectors: &[VectorRef<'_>],
         payload: Option<&Payload>,
     ) -> Result<Vec<u64>> {
+        self.write_ids(ids, vectors, payload, IdWrite::Upsert)
+    }
+
+    /// Writes rows by the ids users give: checked against the collection's
+    /// id type, an id repeated within the write refused, and for hashed ids
+    /// (string, 128-bit) the id kept (column `_id`) and a second id with
+    /// the key of a stored one refused ([`StoreError::IdCollision`]).
+    /// `mode` says what happens to ids already present. Nothing is written
+    /// on an error. Returns the keys written.
+    pub fn write_ids(
+        &self,
+        ids: &IdColumn,
+        vectors: &[VectorRef<'_>],
+        payload: Option<&Payload>,
+        mode: IdWrite,
+    ) -> Result<Vec<u64>> {
         let t = self.id_type();
-        let keys = ids
-            .keys(t)
-            .map_err(|(row, source)| StoreError::InvalidId { row, source })?;
+        if ids.len() != vectors.len() {
+            return Err(StoreError::Config(format!(
+                "{} ids for {} vectors",
+                ids.len(),
+                vectors.len()
+            )));
+        }
+        if let Some(p) = payload {
+            // Caught here, not only by the schema: `_id` is reserved.
+            reserved(p)?;
+        }
+        let canon: Vec<Id> = (0..ids.len())
+            .map(|row| {
+                t.canonical(&ids.get(row))
+                    .map_err(|source| StoreError::InvalidId { row, source })
+            })
+            .collect::<Result<_>>()?;
+        let keys: Vec<u64> = canon
+            .iter()
+            .map(|id| t.key(id).expect("canonical ids have keys"))
+            .collect();
         let mut first: HashMap<u64, usize> = HashMap::with_capacity(keys.len());
         for (i, &k) in keys.iter().enumerate() {
             if let Some(&j) = first.get(&k) {
-                return Err(match (ids.get(j), ids.get(i)) {
-                    (Id::Str(old), Id::Str(new)) if old != new => {
-                        StoreError::IdCollision { new, old, key: k }
+                return Err(if canon[j] != canon[i] {
+                    StoreError::IdCollision {
+                        new: canon[i].text(),
+                        old: canon[j].text(),
+                        key: k,
                     }
-                    (_, id) => StoreError::DuplicateId {
+                } else {
+                    StoreError::DuplicateId {
                         row: i,
-                        id: id.to_string(),
-                    },
+                        id: canon[i].to_string(),
+                    }
                 });
             }
             first.insert(k, i);
         }
-        if t != IdType::String {
-            if let Some(p) = payload {
-                // Caught here, not only by the schema: `_id` is reserved.
-                reserved(p)?;
-            }
-            self.upsert_with_payload(&keys, vectors, payload)?;
-            return Ok(keys);
-        }
-        let IdColumn::Str(strings) = ids else {
-            // Integers given to a string collection: their decimal strings.
-            let strings: Vec<String> = (0..ids.len())
-                .map(|i| match ids.get(i) {
-                    Id::Str(s) => s,
-                    id => id.to_string(),
-                })
-                .collect();
-            return self.upsert_ids(&IdColumn::Str(strings), vectors, payload);
-        };
-        // Stored strings under the same keys must be these strings.
-        let present: Vec<usize> = (0..keys.len())
-            .filter(|&i| self.contains(keys[i]))
-            .collect();
-        if !present.is_empty() {
+        // Which ids are present, and (hashed) that stored ids under these
+        // keys are these ids.
+        let live = self.contains_many(&keys);
+        let present: Vec<usize> = (0..keys.len()).filter(|&i| live[i]).collect();
+        if t.hashed() && !present.is_empty() {
             let pk: Vec<u64> = present.iter().map(|&i| keys[i]).collect();
-            let old = self.ids_of(&pk)?;
-            for (&i, old) in present.iter().zip(old) {
-                if let Some(Id::Str(old)) = old {
-                    if old != strings[i] {
-                        return Err(StoreError::IdCollision {
-                            new: strings[i].clone(),
-                            old,
-                            key: keys[i],
-                        });
-                    }
+            for (&i, old) in present.iter().zip(self.ids_of(&pk)?) {
+                if let Some(old) = old.filter(|old| *old != canon[i]) {
+                    return Err(StoreError::IdCollision {
+                        new: canon[i].text(),
+                        old: old.text(),
+                        key: keys[i],
+                    });
                 }
             }
         }
-        let mut p = match payload {
-            Some(p) => {
-                reserved(p)?;
-                p.clone()
+        let keep: Vec<usize> = match mode {
+            IdWrite::Upsert => (0..keys.len()).collect(),
+            IdWrite::Add => {
+                if let Some(&i) = present.first() {
+                    return Err(StoreError::DuplicateId {
+                        row: i,
+                        id: canon[i].to_string(),
+                    });
+                }
+                (0..keys.len()).collect()
             }
+            IdWrite::AddOnce => (0..keys.len()).filter(|&i| !live[i]).collect(),
+        };
+        if keep.is_empty() {
+            return Ok(Vec::new());
+        }
+        let all = keep.len() == keys.len();
+        let keys: Vec<u64> = keep.iter().map(|&i| keys[i]).collect();
+        let vectors: Vec<VectorRef<'_>> = if all {
+            vectors.to_vec()
+        } else {
+            keep.iter().map(|&i| vectors[i]).collect()
+        };
+        let mut p = match payload {
+            Some(p) if all => p.clone(),
+            Some(p) => p.select(&keep),
             None => Payload {
                 rows: keys.len(),
                 ..Payload::default()
             },
         };
-        p.fields.push(Field {
-            name: STRING_ID_FIELD.into(),
-            ty: FieldType::String,
-        });
-        p.columns
-            .push(strings.iter().map(|s| Value::Str(s.clone())).collect());
-        self.upsert_with_payload(&keys, vectors, Some(&p))?;
+        if let Some(ty) = t.stored_type() {
+            p.fields.push(Field {
+                name: STRING_ID_FIELD.into(),
+                ty,
+            });
+            p.columns.push(
+                keep.iter()
+                    .map(|&i| t.stored_value(&canon[i]).unwrap_or(Value::Null))
+                    .collect(),
+            );
+        }
+        let p = (!p.fields.is_empty()).then_some(p);
+        self.upsert_with_payload(&keys, &vectors, p.as_ref())?;
         Ok(keys)
     }
+}
+
+/// What [`Collection::write_ids`] does with ids already present.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdWrite {
+    /// Replace them.
+    Upsert,
+    /// Refuse the whole write ([`StoreError::DuplicateId`]).
+    Add,
+    /// Skip them (and write the rest).
+    AddOnce,
 }
 
 fn reserved(p: &Payload) -> Result<()> {

@@ -57,6 +57,7 @@ pub(crate) mod optimizer;
 mod part;
 mod scan;
 mod search;
+pub use ids::IdWrite;
 pub use scan::{Scan, ScanBatch};
 mod text;
 mod write;
