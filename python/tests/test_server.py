@@ -430,6 +430,71 @@ def test_flight_string_ids_f16_vectors_and_created_on_first_put(server):
     assert got.schema.names == ["id", "vector"] and sorted(got["id"].to_pylist()) == sorted(ids)
 
 
+def test_uint128_ids_over_http_and_flight(server):
+    """128-bit ids: given as hex strings, integers or fixed_size_binary(16)
+    (big-endian), carried back as 32 hex digits (HTTP) and as
+    fixed_size_binary(16) (Flight); a lookup never answers for another id."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((40, 4)).astype(np.float32)
+    ids = [(i << 64) | (i * 977) for i in range(1, 40)] + [2**128 - 1]
+    status, _, info = raw(
+        server,
+        "POST",
+        "/collections",
+        json.dumps({"name": "u128", "dims": 4, "metric": "l2", "id_type": "uint128"}).encode(),
+    )
+    assert status == 201 and info["id_type"] == "uint128", info
+    body = {"ids": [f"{v:032x}" for v in ids[:20]] + [str(v) for v in ids[20:39]] + [ids[39]]}
+    body["vectors"] = x.tolist()
+    # A JSON number above 2**64 - 1 is refused (it would lose bits), so the
+    # last id goes as a hex string.
+    body["ids"][39] = f"0x{ids[39]:x}"
+    status, _, r = raw(server, "POST", "/collections/u128/upsert", json.dumps(body).encode())
+    assert status == 200 and r["upserted"] == 40, r
+    status, _, r = raw(
+        server,
+        "POST",
+        "/collections/u128/search",
+        json.dumps({"vector": x[25].tolist(), "k": 2, "exact": True}).encode(),
+    )
+    assert status == 200 and r["hits"][0]["id"] == f"{ids[25]:032x}", r
+    # get: the same id in any of its forms; an absent one is missing.
+    status, _, r = raw(
+        server,
+        "POST",
+        "/collections/u128/get",
+        json.dumps({"ids": [str(ids[3]), f"{ids[3] ^ (1 << 100):032x}"]}).encode(),
+    )
+    assert status == 200 and len(r["items"]) == 1 and len(r["missing"]) == 1, r
+    status, _, r = raw(
+        server, "POST", "/collections/u128/get", json.dumps({"ids": ["not-an-id"]}).encode()
+    )
+    assert status == 400, r
+    # Flight: search ids as fixed_size_binary(16), big-endian.
+    client = fl.FlightClient(server.flight_url)
+    ticket = {"search": {"dataset": "u128", "vector": x[39].tolist(), "k": 1}}
+    res = client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+    assert res.schema.field("id").type == pa.binary(16)
+    assert res["id"][0].as_py() == ids[39].to_bytes(16, "big")
+    # DoPut of fixed_size_binary(16) ids creates a uint128 collection.
+    keys = [((7 << 64) | i).to_bytes(16, "big") for i in range(30)]
+    table = pa.table({"id": pa.array(keys, pa.binary(16)), "vector": vector_array(x[:30])})
+    writer, _reader = client.do_put(fl.FlightDescriptor.for_path("u128put"), table.schema)
+    writer.write_table(table)
+    writer.done_writing()
+    writer.close()
+    got = client.do_get(fl.Ticket(json.dumps({"name": "u128put"}).encode())).read_all()
+    assert got.schema.field("id").type == pa.binary(16)
+    assert sorted(got["id"].to_pylist()) == sorted(keys)
+    status, _, r = raw(
+        server,
+        "POST",
+        "/collections/u128put/delete",
+        json.dumps({"ids": [f"{(7 << 64) | 3:032x}", f"{(8 << 64) | 3:032x}"]}).encode(),
+    )
+    assert status == 200 and r["deleted"] == 1, r
+
+
 def test_flight_put_does_not_recreate_a_collection_dropped_under_it(server):
     client = fl.FlightClient(server.flight_url)
     x = np.random.default_rng(4).standard_normal((20, 4)).astype(np.float32)

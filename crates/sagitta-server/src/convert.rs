@@ -8,7 +8,7 @@ use arrow_array::types::{
     UInt8Type,
 };
 use arrow_array::{
-    Array, ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
+    Array, ArrayRef, FixedSizeBinaryArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
     UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
@@ -113,9 +113,16 @@ pub fn ingest_batch(batch: &RecordBatch) -> ApiResult<Ingest> {
                 .map(|x| x.unwrap_or("").to_owned())
                 .collect(),
         ),
+        DataType::FixedSizeBinary(16) => IdColumn::U128(
+            id.as_fixed_size_binary()
+                .iter()
+                .map(|x| u128_of_be(x.unwrap_or(&[0; 16])))
+                .collect(),
+        ),
         t => {
             return Err(bad(format!(
-                "`id` has type {t}; use int64, uint64 or string"
+                "`id` has type {t}; use int64, uint64, string or fixed_size_binary(16) \
+                 (128-bit ids, big-endian)"
             )))
         }
     };
@@ -261,7 +268,25 @@ pub fn id_data_type(t: IdType) -> DataType {
         IdType::UInt64 => DataType::UInt64,
         IdType::Int64 => DataType::Int64,
         IdType::String => DataType::Utf8,
+        IdType::UInt128 => DataType::FixedSizeBinary(16),
     }
+}
+
+/// A 128-bit id from its 16 big-endian bytes.
+fn u128_of_be(b: &[u8]) -> u128 {
+    let mut a = [0u8; 16];
+    a.copy_from_slice(&b[..16]);
+    u128::from_be_bytes(a)
+}
+
+/// 128-bit ids as a fixed-size-binary(16) column, big-endian (ids not
+/// known read as 16 zero bytes).
+fn u128_array(ids: impl Iterator<Item = Option<u128>>) -> ArrayRef {
+    let rows: Vec<[u8; 16]> = ids.map(|v| v.unwrap_or(0).to_be_bytes()).collect();
+    Arc::new(
+        FixedSizeBinaryArray::try_from_iter(rows.iter())
+            .unwrap_or_else(|_| FixedSizeBinaryArray::new_null(16, 0)),
+    )
 }
 
 /// The ids of `keys` as an Arrow column of the collection's id type
@@ -285,6 +310,10 @@ pub fn id_array(coll: &Collection, keys: &[u64]) -> ApiResult<ArrayRef> {
                     .collect::<StringArray>(),
             )
         }
+        IdType::UInt128 => u128_array(coll.ids_of(keys)?.into_iter().map(|id| match id {
+            Some(Id::U128(v)) => Some(v),
+            _ => None,
+        })),
     })
 }
 
@@ -432,10 +461,9 @@ pub fn scan_batch(
         .keys
         .iter()
         .zip(&b.rows)
-        .map(|(&k, r)| match (t.int_id(k), sid.and_then(|i| r.get(i))) {
-            (Some(id), _) => id,
-            (None, Some(sagitta_store::Value::Str(s))) => Id::Str(s.clone()),
-            (None, _) => Id::Str(k.to_string()),
+        .map(|(&k, r)| {
+            t.id_of(k, sid.and_then(|i| r.get(i)))
+                .unwrap_or_else(|| Id::Str(k.to_string()))
         })
         .collect();
     let picks: Vec<usize> = (0..ids.len()).filter(|&i| keep(&ids[i])).collect();
@@ -449,12 +477,13 @@ pub fn scan_batch(
         IdType::Int64 => Arc::new(Int64Array::from_iter_values(
             picks.iter().map(|&i| b.keys[i] as i64),
         )),
-        IdType::String => Arc::new(StringArray::from_iter_values(picks.iter().map(
-            |&i| match &ids[i] {
-                Id::Str(s) => s.clone(),
-                id => id.to_string(),
-            },
-        ))),
+        IdType::String => Arc::new(StringArray::from_iter_values(
+            picks.iter().map(|&i| ids[i].text()),
+        )),
+        IdType::UInt128 => u128_array(picks.iter().map(|&i| match ids[i] {
+            Id::U128(v) => Some(v),
+            _ => None,
+        })),
     };
     let vfield = vector_field(&space);
     let DataType::FixedSizeList(item, size) = vfield.data_type().clone() else {

@@ -528,6 +528,7 @@ impl Flight {
                                 let mut cfg = ops::config_from(&req)?;
                                 // Ids come back in the type they were put.
                                 cfg.id_type = ing.ids.id_type();
+                                cfg.key_bits = cfg.id_type.key_bits();
                                 Ok(cfg)
                             })?
                             .0
@@ -736,7 +737,7 @@ impl Flight {
                         IdOrIds::One(i) => vec![i],
                         IdOrIds::Many(v) => v,
                     };
-                    let keys = ops::keys_of(&e.coll, &ids)?;
+                    let keys = ops::live_keys_of(&e.coll, &ids)?;
                     let n = self
                         .run(Work::Ingest, move || {
                             ops::ingest(&e, 0, || Ok(e.coll.remove(&keys)?))

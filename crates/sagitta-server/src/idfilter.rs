@@ -150,6 +150,14 @@ fn compare(id: &Id, v: &Json) -> Option<Ordering> {
             Json::Number(n) => Some(s.as_str().cmp(n.to_string().as_str())),
             _ => None,
         },
+        Id::U128(x) => {
+            let w = match v {
+                Json::Number(n) => u128::from(n.as_u64()?),
+                Json::String(w) => sagitta_store::parse_u128(w)?,
+                _ => return None,
+            };
+            Some(x.cmp(&w))
+        }
     }
 }
 

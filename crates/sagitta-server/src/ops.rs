@@ -46,7 +46,10 @@ pub struct CreateCollection {
     /// `hnsw` (default), `flat` or `ivf_rq`.
     #[serde(default)]
     pub kind: Option<String>,
-    /// Type of the ids: `uint64` (default), `int64` or `string`.
+    /// Type of the ids: `uint64` (default), `int64`, `string`, or
+    /// `uint128` (128-bit keys; results carry them as strings of 32
+    /// hexadecimal digits, and they are given as such strings or as
+    /// integers).
     #[serde(default)]
     pub id_type: Option<String>,
     /// HNSW links per node (default 16).
@@ -175,8 +178,9 @@ pub struct CollectionList {
 }
 
 /// An id as the user gives it: an integer or a string. A collection's
-/// ids have one type (`id_type`: uint64, int64 or string; see
-/// docs/SERVER.md) and results carry them in that type.
+/// ids have one type (`id_type`: uint64, int64, string or uint128; see
+/// docs/SERVER.md) and results carry them in that type (uint128 ids as
+/// strings of 32 hexadecimal digits).
 #[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Id {
@@ -206,6 +210,7 @@ impl Id {
             sagitta_store::Id::Int(i) if i >= 0 => Id::UInt(i as u64),
             sagitta_store::Id::Int(i) => Id::Int(i),
             sagitta_store::Id::Str(s) => Id::Str(s),
+            id @ sagitta_store::Id::U128(_) => Id::Str(id.to_string()),
         }
     }
 }
@@ -214,6 +219,13 @@ impl Id {
 pub fn keys_of(coll: &Collection, ids: &[Id]) -> ApiResult<Vec<u64>> {
     let ids: Vec<sagitta_store::Id> = ids.iter().map(Id::to_store).collect();
     Ok(coll.keys_of(&ids)?)
+}
+
+/// The keys of those of `ids` that are live in `coll` (a hashed id is
+/// checked against the id stored with its key).
+pub fn live_keys_of(coll: &Collection, ids: &[Id]) -> ApiResult<Vec<u64>> {
+    let ids: Vec<sagitta_store::Id> = ids.iter().map(Id::to_store).collect();
+    Ok(coll.live_keys(&ids)?.into_iter().flatten().collect())
 }
 
 /// The ids of `keys` as results carry them (the key itself where a string
@@ -555,9 +567,10 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
     if let Some(t) = req.id_type.as_deref() {
         cfg.id_type = sagitta_store::IdType::parse(t).ok_or_else(|| {
             ApiError::BadRequest(format!(
-                "id_type: unknown type {t:?} (uint64, int64 or string)"
+                "id_type: unknown type {t:?} (uint64, int64, string or uint128)"
             ))
         })?;
+        cfg.key_bits = cfg.id_type.key_bits();
     }
     if let Some(t) = &req.text_fields {
         cfg.text = text::text_fields(t)?;
@@ -701,6 +714,16 @@ pub fn id_column(coll: &Collection, ids: &[Id]) -> ApiResult<IdColumn> {
             IdColumn::Int(keys.into_iter().map(|k| k as i64).collect())
         }
         sagitta_store::IdType::UInt64 => IdColumn::UInt(keys_of(coll, ids)?),
+        t @ sagitta_store::IdType::UInt128 => IdColumn::U128(
+            ids.iter()
+                .enumerate()
+                .map(|(row, id)| match t.canonical(&id.to_store()) {
+                    Ok(sagitta_store::Id::U128(v)) => Ok(v),
+                    Ok(_) => Err(ApiError::Internal("uint128 canonical id".into())),
+                    Err(source) => Err(sagitta_store::StoreError::InvalidId { row, source }.into()),
+                })
+                .collect::<ApiResult<_>>()?,
+        ),
     })
 }
 
@@ -946,33 +969,31 @@ pub fn run_get(e: &Entry, req: GetRequest) -> ApiResult<GetResponse> {
         )));
     }
     let coll = &e.coll;
-    let keys = keys_of(coll, &req.ids)?;
-    let payloads = if req.include_payload {
+    let ids: Vec<sagitta_store::Id> = req.ids.iter().map(Id::to_store).collect();
+    let live = coll.live_keys(&ids)?;
+    let keys: Vec<u64> = live.iter().flatten().copied().collect();
+    let mut payloads = if req.include_payload {
         payload_json(coll, &keys, req.columns.as_deref())?
     } else {
         Vec::new()
-    };
+    }
+    .into_iter();
     let mut items = Vec::new();
     let mut missing = Vec::new();
-    for (i, &k) in keys.iter().enumerate() {
-        let vector = if req.include_vectors {
-            vector_json(coll, k)
-        } else {
-            None
+    for (i, k) in live.into_iter().enumerate() {
+        let payload = k.and_then(|_| payloads.next().flatten());
+        let vector = match k {
+            Some(k) if req.include_vectors => vector_json(coll, k),
+            _ => None,
         };
-        let live = if req.include_vectors {
-            vector.is_some()
-        } else {
-            coll.contains(k)
-        };
-        if !live {
+        if k.is_none() || (req.include_vectors && vector.is_none()) {
             missing.push(req.ids[i].clone());
             continue;
         }
         items.push(Item {
             id: req.ids[i].clone(),
             vector,
-            payload: payloads.get(i).cloned().flatten(),
+            payload,
         });
     }
     Ok(GetResponse { items, missing })
@@ -1040,7 +1061,7 @@ pub fn run_delete(e: &Entry, req: DeleteRequest) -> ApiResult<DeleteResponse> {
                     "ids: at most {MAX_KEYS} per request"
                 )));
             }
-            let keys = keys_of(&e.coll, &ids)?;
+            let keys = live_keys_of(&e.coll, &ids)?;
             ingest(e, 0, || Ok(e.coll.remove(&keys)?))?
         }
         (None, Some(f)) => {
