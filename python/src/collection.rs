@@ -6,6 +6,7 @@ use crate::index::{
     decode_rows, index_args, ivf_args, ivf_overrides, param_err, pool, positive, threads_arg,
     SearchResult,
 };
+use crate::keys128::{self, NO_KEY128};
 use crate::text;
 use numpy::PyArray1;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
@@ -16,7 +17,7 @@ use sagitta_store::filter::Bound as FilterBound;
 use sagitta_store::payload;
 use sagitta_store::{
     default_codes, AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Durability,
-    Filter, OpenMode, Payload, StoreError, TextFieldSpec,
+    Filter, Id, IdColumn, IdType, IdWrite, OpenMode, Payload, StoreError, TextFieldSpec,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -51,6 +52,8 @@ pub struct PyCollectionIter {
     it: Mutex<Box<dyn Iterator<Item = (u64, Vec<u8>)> + Send>>,
     space: Space,
     items: bool,
+    /// The collection, when its keys are 128-bit ids to look up.
+    wide: Option<Arc<Collection>>,
 }
 
 impl std::fmt::Debug for PyCollectionIter {
@@ -72,7 +75,13 @@ impl PyCollectionIter {
         let Some((key, v)) = next else {
             return Err(PyStopIteration::new_err(()));
         };
-        let key = key.into_pyobject(py)?.into_any();
+        let key = match &self.wide {
+            None => key.into_pyobject(py)?.into_any(),
+            Some(c) => match py.detach(|| c.ids_of(&[key])).map_err(store_err)?.pop() {
+                Some(Some(Id::U128(v))) => v.into_pyobject(py)?.into_any(),
+                _ => key.into_pyobject(py)?.into_any(),
+            },
+        };
         if !self.items {
             return Ok(key);
         }
@@ -104,7 +113,10 @@ impl PyCollection {
     /// ``"batch"`` (fsync before each write returns), ``"off"`` (never
     /// fsync; survives a process crash, not a power loss), or a number of
     /// milliseconds such as ``"100ms"`` (fsync in the background at that
-    /// interval). key_bits: 64 (128-bit keys are not supported yet).
+    /// interval). key_bits: 64, or 128 for 128-bit keys (ints up to
+    /// 2**128 - 1, 16 big-endian bytes, V16/S16 arrays or (n, 2) arrays of
+    /// (high, low) uint64 halves; arrays of keys come back as (..., 2)
+    /// uint64 arrays, a single key as an int).
     /// bits / partitions / nprobe / refine: as for :class:`Index` with
     /// ``kind="ivf_rq"``; the active segment is then HNSW, and each
     /// segment is trained on its own vectors when it is sealed. codes:
@@ -170,7 +182,7 @@ impl PyCollection {
         cfg.segment_size = segment_size;
         cfg.max_segment_size = max_segment_size.max(segment_size);
         cfg.durability = durability_v;
-        cfg.key_bits = key_bits;
+        let mut cfg = cfg.with_key_bits(key_bits);
         cfg.hnsw = hnsw;
         cfg.ivf = ivf;
         cfg.codes = match codes {
@@ -304,6 +316,11 @@ impl PyCollection {
             .transpose()?;
         if vectors.is_none() {
             let c = self.coll()?;
+            if wide(&c) {
+                return Err(PyValueError::new_err(
+                    "vectors: None (embedding) is not supported with 128-bit keys yet",
+                ));
+            }
             let keys = convert::keys(keys, "keys")?;
             let p = payload.ok_or_else(|| {
                 PyValueError::new_err("vectors: None needs a payload with the text to embed")
@@ -329,8 +346,9 @@ impl PyCollection {
         let c = self.coll()?;
         match (keys, bind_where(py, &c, r#where)?) {
             (Some(keys), None) => {
-                let keys = convert::keys(keys, "keys")?;
-                py.detach(|| c.remove(&keys.keys)).map_err(store_err)
+                let keys = self.key_arg(py, &c, keys, "keys")?;
+                let keys: Vec<u64> = keys.live.into_iter().flatten().collect();
+                py.detach(|| c.remove(&keys)).map_err(store_err)
             }
             (None, Some(f)) => py.detach(|| c.remove_where(&f)).map_err(store_err),
             _ => Err(PyValueError::new_err(
@@ -428,6 +446,11 @@ impl PyCollection {
             let depth = depth.map(|d| positive("depth", d)).transpose()?;
             let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
             let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
+            if wide(&c) {
+                return Err(PyValueError::new_err(
+                    "text: text searches are not supported with 128-bit keys yet",
+                ));
+            }
             let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
             let predicate = bind_where(py, &c, r#where)?;
             let columns = columns_arg(columns)?;
@@ -463,7 +486,12 @@ impl PyCollection {
         let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
         let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
         let threads = threads_arg(threads)?;
-        let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
+        let allowed = filter
+            .map(|f| {
+                self.key_arg(py, &c, f, "filter")
+                    .map(|k| k.live.into_iter().flatten().collect::<Vec<u64>>())
+            })
+            .transpose()?;
         let predicate = bind_where(py, &c, r#where)?;
         let columns = columns_arg(columns)?;
         let rows = convert::rows(queries, &c.config().space, "queries")?;
@@ -473,7 +501,7 @@ impl PyCollection {
         let opts = CollectionSearch {
             ef,
             exact,
-            filter: allowed.as_ref().map(|a| a.keys.as_slice()),
+            filter: allowed.as_deref(),
             predicate: predicate.as_ref(),
             radius: radius.map(|r| r as f32),
             nprobe,
@@ -520,7 +548,25 @@ impl PyCollection {
                 Some(arrow_table(py, &batch)?.unbind())
             }
         };
+        let wide_keys = if wide(&c) {
+            let ids = py.detach(|| c.ids_of(&keys_out)).map_err(store_err)?;
+            let ids: Vec<u128> = ids
+                .into_iter()
+                .map(|id| match id {
+                    Some(Id::U128(v)) => v,
+                    _ => NO_KEY128,
+                })
+                .collect();
+            let shape: Vec<usize> = if single { vec![k] } else { vec![n, k] };
+            Some(keys128::array128(py, &ids, &shape)?.unbind())
+        } else {
+            None
+        };
         let r = SearchResult::new(py, keys_out, dist_out, counts, k, single)?;
+        let r = match wide_keys {
+            Some(keys) => r.with_keys(keys),
+            None => r,
+        };
         Ok(Py::new(
             py,
             match table {
@@ -544,14 +590,23 @@ impl PyCollection {
         columns: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.coll()?;
-        let keys = convert::keys(keys, "keys")?;
-        let found: Vec<Option<Vec<u8>>> = py.detach(|| c.get_raw_many(&keys.keys));
+        let keys = self.key_arg(py, &c, keys, "keys")?;
+        let flat = keys.flat();
+        let found: Vec<Option<Vec<u8>>> = py.detach(|| {
+            let mut found = c.get_raw_many(&flat);
+            for (f, l) in found.iter_mut().zip(&keys.live) {
+                if l.is_none() {
+                    *f = None;
+                }
+            }
+            found
+        });
         let vectors = decode_rows(py, c.config().space, found, keys.single)?;
         if !payload && columns.is_none() {
             return Ok(vectors);
         }
         let batch = py
-            .detach(|| c.payload_table(&keys.keys, columns.as_deref()))
+            .detach(|| c.payload_table(&flat, columns.as_deref()))
             .map_err(store_err)?;
         let table = arrow_table(py, &batch)?;
         Ok(PyTuple::new(py, [vectors, table])?.into_any())
@@ -565,8 +620,8 @@ impl PyCollection {
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.coll()?;
-        let keys = convert::keys(keys, "keys")?;
-        let hits: Vec<bool> = py.detach(|| c.contains_many(&keys.keys));
+        let keys = self.key_arg(py, &c, keys, "keys")?;
+        let hits: Vec<bool> = keys.live.iter().map(Option::is_some).collect();
         if keys.single {
             Ok(pyo3::types::PyBool::new(py, hits[0]).to_owned().into_any())
         } else {
@@ -575,10 +630,19 @@ impl PyCollection {
     }
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let c = self.coll()?;
+        if wide(&c) {
+            return Ok(keys128::keys128(key, "key")
+                .ok()
+                .filter(|k| k.single)
+                .map(|k| c.live_keys(&[Id::U128(k.keys[0])]))
+                .transpose()
+                .map_err(store_err)?
+                .is_some_and(|l| l[0].is_some()));
+        }
         if !key.is_instance_of::<PyInt>() {
             return Ok(false);
         }
-        let c = self.coll()?;
         Ok(key.extract::<u64>().is_ok_and(|k| c.contains(k)))
     }
 
@@ -603,6 +667,7 @@ impl PyCollection {
             it: Mutex::new(Box::new(c.keys().map(|k| (k, Vec::new())))),
             space: c.config().space,
             items: false,
+            wide: wide(&c).then(|| c.clone()),
         })
     }
 
@@ -614,6 +679,7 @@ impl PyCollection {
             it: Mutex::new(Box::new(c.items())),
             space: c.config().space,
             items: true,
+            wide: wide(&c).then(|| c.clone()),
         })
     }
 
@@ -878,7 +944,103 @@ fn arrow_table<'py>(
     helpers(py)?.call_method1("from_ipc", (PyBytes::new(py, &bytes),))
 }
 
+/// Whether `c` has 128-bit keys.
+fn wide(c: &Collection) -> bool {
+    c.id_type() == IdType::UInt128
+}
+
+/// Keys given to a lookup, resolved against the collection.
+struct KeyArg {
+    /// The key of each one given, where it is live.
+    live: Vec<Option<u64>>,
+    /// Whether a single key was given.
+    single: bool,
+}
+
+impl KeyArg {
+    /// The live key of each, [`NO_KEY`] where it is not live.
+    fn flat(&self) -> Vec<u64> {
+        self.live.iter().map(|l| l.unwrap_or(NO_KEY)).collect()
+    }
+}
+
 impl PyCollection {
+    /// Reads keys given to a lookup: 64-bit keys as they are, 128-bit ones
+    /// through the collection's id check (an id never answers for another
+    /// with the same 64-bit key).
+    fn key_arg(
+        &self,
+        py: Python<'_>,
+        c: &Arc<Collection>,
+        keys: &Bound<'_, PyAny>,
+        arg: &str,
+    ) -> PyResult<KeyArg> {
+        if !wide(c) {
+            let k = convert::keys(keys, arg)?;
+            let live = py.detach(|| c.contains_many(&k.keys));
+            return Ok(KeyArg {
+                live: k
+                    .keys
+                    .iter()
+                    .zip(live)
+                    .map(|(&k, l)| l.then_some(k))
+                    .collect(),
+                single: k.single,
+            });
+        }
+        let k = keys128::keys128(keys, arg)?;
+        let ids: Vec<Id> = k.keys.iter().map(|&v| Id::U128(v)).collect();
+        let live = py.detach(|| c.live_keys(&ids)).map_err(store_err)?;
+        Ok(KeyArg {
+            live,
+            single: k.single,
+        })
+    }
+
+    /// [`PyCollection::write`] with 128-bit keys.
+    fn write128(
+        &self,
+        py: Python<'_>,
+        c: &Arc<Collection>,
+        keys: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+        kind: WriteKind,
+    ) -> PyResult<usize> {
+        let keys = keys128::keys128(keys, "keys")?;
+        let rows = convert::rows(vectors, &c.config().space, "vectors")?;
+        if keys.keys.len() != rows.len() {
+            return Err(PyValueError::new_err(format!(
+                "keys: got {} keys for {} vectors",
+                keys.keys.len(),
+                rows.len()
+            )));
+        }
+        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY128) {
+            return Err(PyValueError::new_err(format!(
+                "keys: row {i}: key 2**128 - 1 is reserved to mark missing results"
+            )));
+        }
+        let single = rows.single() && keys.single;
+        let refs = rows.refs();
+        let ids = IdColumn::U128(keys.keys);
+        let n = refs.len();
+        py.detach(|| match &kind {
+            WriteKind::Add => c.write_ids(&ids, &refs, None, IdWrite::Add).map(|_| n),
+            WriteKind::AddOnce => c
+                .write_ids(&ids, &refs, None, IdWrite::AddOnce)
+                .map(|k| k.len()),
+            WriteKind::Upsert(p) => c
+                .write_ids(&ids, &refs, p.as_ref(), IdWrite::Upsert)
+                .map(|_| n),
+        })
+        .map_err(|e| match e {
+            StoreError::Index(IndexError::Row { source, .. }) if single => {
+                index_err(*source, "vectors")
+            }
+            e => store_err(e),
+        })
+    }
+
     fn write(
         &self,
         py: Python<'_>,
@@ -887,6 +1049,9 @@ impl PyCollection {
         kind: WriteKind,
     ) -> PyResult<usize> {
         let c = self.coll()?;
+        if wide(&c) {
+            return self.write128(py, &c, keys, vectors, kind);
+        }
         let keys = convert::keys(keys, "keys")?;
         let rows = convert::rows(vectors, &c.config().space, "vectors")?;
         if keys.keys.len() != rows.len() {

@@ -168,6 +168,12 @@ impl SearchResult {
         })
     }
 
+    /// The same result with other keys (128-bit keys as (high, low)
+    /// halves).
+    pub(crate) fn with_keys(self, keys: Py<PyAny>) -> SearchResult {
+        SearchResult { keys, ..self }
+    }
+
     /// The same result carrying a payload table.
     pub(crate) fn with_payload(self, payload: Py<PyAny>) -> SearchResult {
         SearchResult { payload, ..self }

@@ -5,6 +5,7 @@ mod collection;
 mod convert;
 mod errors;
 mod index;
+mod keys128;
 mod lowdim;
 mod text;
 

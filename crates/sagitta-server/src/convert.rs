@@ -8,8 +8,8 @@ use arrow_array::types::{
     UInt8Type,
 };
 use arrow_array::{
-    Array, ArrayRef, FixedSizeBinaryArray, FixedSizeListArray, Float32Array, Int64Array, RecordBatch, StringArray,
-    UInt32Array, UInt64Array, UInt8Array,
+    Array, ArrayRef, FixedSizeBinaryArray, FixedSizeListArray, Float32Array, Int64Array,
+    RecordBatch, StringArray, UInt32Array, UInt64Array, UInt8Array,
 };
 use arrow_schema::{DataType, Field, Schema as ArrowSchema, SchemaRef};
 use sagitta_index::{DType, Space, VectorRef};

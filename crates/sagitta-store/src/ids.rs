@@ -115,9 +115,9 @@ impl IdType {
                 .map(|i| i as u64)
                 .map_err(|_| wrong()),
             (IdType::UInt64, Id::U128(v)) => u64::try_from(*v).map_err(|_| wrong()),
-            (IdType::Int64, Id::U128(v)) => i64::try_from(*v)
-                .map(|i| i as u64)
-                .map_err(|_| wrong()),
+            (IdType::Int64, Id::U128(v)) => {
+                i64::try_from(*v).map(|i| i as u64).map_err(|_| wrong())
+            }
             (IdType::String, Id::Str(s)) => return Ok(Id::Str(s.clone())),
             (IdType::String, id) => return Ok(Id::Str(id.to_string())),
             (IdType::UInt128, Id::U128(v)) => return Ok(Id::U128(*v)),
@@ -125,9 +125,7 @@ impl IdType {
             (IdType::UInt128, Id::Int(i)) => {
                 return u128::try_from(*i).map(Id::U128).map_err(|_| wrong())
             }
-            (IdType::UInt128, Id::Str(s)) => {
-                return parse_u128(s).map(Id::U128).ok_or_else(wrong)
-            }
+            (IdType::UInt128, Id::Str(s)) => return parse_u128(s).map(Id::U128).ok_or_else(wrong),
         };
         key.map(|k| match self {
             IdType::Int64 => Id::Int(k as i64),
@@ -369,7 +367,14 @@ mod tests {
         assert_eq!(u128_key(0), 0xe220_a839_7b1d_cdaf);
         assert_eq!(u128_key(1 << 64), 0x910a_2dec_8902_5cc1);
         let t = IdType::UInt128;
-        for v in [0u128, 1, u128::MAX, 1 << 64, (7 << 64) | 9, 0xdead_beef << 70] {
+        for v in [
+            0u128,
+            1,
+            u128::MAX,
+            1 << 64,
+            (7 << 64) | 9,
+            0xdead_beef << 70,
+        ] {
             let key = t.key(&Id::U128(v)).unwrap();
             assert_eq!(key, u128_key(v));
             let stored = t.stored_value(&Id::U128(v)).unwrap();
@@ -378,13 +383,13 @@ mod tests {
         assert_eq!(t.canonical(&Id::UInt(5)), Ok(Id::U128(5)));
         assert!(t.canonical(&Id::Int(-5)).is_err());
         assert_eq!(Id::U128(255).to_string(), format!("{:032x}", 255));
-        assert_eq!(parse_u128(&Id::U128(u128::MAX).to_string()), Some(u128::MAX));
+        assert_eq!(
+            parse_u128(&Id::U128(u128::MAX).to_string()),
+            Some(u128::MAX)
+        );
         assert_eq!(parse_u128("0xff"), Some(255));
         assert_eq!(parse_u128("42"), Some(42));
-        assert_eq!(
-            parse_u128("00000000-0000-0000-0000-00000000002a"),
-            Some(42)
-        );
+        assert_eq!(parse_u128("00000000-0000-0000-0000-00000000002a"), Some(42));
         assert_eq!(parse_u128("x1"), None);
         assert_eq!(parse_u128(&"1".repeat(40)), None);
         assert!(IdType::UInt64.key(&Id::U128(1 << 64)).is_err());
@@ -409,7 +414,12 @@ mod tests {
         let e = IdColumn::Int(vec![3, -3]).keys(IdType::UInt64).unwrap_err();
         assert_eq!(e.0, 1);
         assert_eq!(e.1.to_string(), "id -3 is not a valid uint64 id");
-        for t in [IdType::UInt64, IdType::Int64, IdType::String, IdType::UInt128] {
+        for t in [
+            IdType::UInt64,
+            IdType::Int64,
+            IdType::String,
+            IdType::UInt128,
+        ] {
             assert_eq!(IdType::parse(t.name()), Some(t));
         }
     }

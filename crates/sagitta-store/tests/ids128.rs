@@ -35,7 +35,11 @@ fn id(i: u64) -> u128 {
     }
 }
 
-fn write(c: &Collection, rows: std::ops::Range<u64>, mode: IdWrite) -> Result<Vec<u64>, StoreError> {
+fn write(
+    c: &Collection,
+    rows: std::ops::Range<u64>,
+    mode: IdWrite,
+) -> Result<Vec<u64>, StoreError> {
     let vecs: Vec<Vec<f32>> = rows.clone().map(vector).collect();
     let refs: Vec<VectorRef<'_>> = vecs.iter().map(|v| VectorRef::F32(v)).collect();
     c.write_ids(&IdColumn::U128(rows.map(id).collect()), &refs, None, mode)
@@ -72,7 +76,10 @@ fn ids_round_trip_and_lookups_check_the_stored_id() {
     let e = c
         .upsert_ids(&IdColumn::U128(vec![other]), &[VectorRef::F32(&v)], None)
         .unwrap_err();
-    assert!(matches!(e, StoreError::IdCollision { key, .. } if key == keys[7]), "{e}");
+    assert!(
+        matches!(e, StoreError::IdCollision { key, .. } if key == keys[7]),
+        "{e}"
+    );
     assert!(c.contains(keys[7]));
     let live = c
         .live_keys(&[Id::U128(id(7)), Id::U128(other), Id::U128(id(99))])
@@ -132,7 +139,12 @@ fn ids_survive_replay_sealing_bloom_rebuild_and_deletes() {
     }
     c.rebuild_bloom();
     let keys: Vec<u64> = live.iter().flatten().copied().collect();
-    let back: Vec<Id> = c.ids_of(&keys).unwrap().into_iter().map(Option::unwrap).collect();
+    let back: Vec<Id> = c
+        .ids_of(&keys)
+        .unwrap()
+        .into_iter()
+        .map(Option::unwrap)
+        .collect();
     let want: Vec<Id> = all
         .iter()
         .enumerate()

@@ -1,0 +1,104 @@
+"""128-bit keys (``key_bits=128``) through sagitta.Collection: every input
+form, ids above 2**64 read back exactly from the mutable part, sealed
+segments and after a reopen, lookups that never answer for another id,
+and typed errors."""
+
+import numpy as np
+import pytest
+from conftest import brute_force
+
+import sagitta
+
+D = 8
+
+
+def ids_of(n, seed=0):
+    rng = np.random.default_rng(seed)
+    hi = rng.integers(0, 2**63, n, dtype=np.uint64) | np.uint64(1 << 63)
+    lo = rng.integers(0, 2**63, n, dtype=np.uint64)
+    return np.stack([hi, lo], axis=1)  # (n, 2) (high, low) halves
+
+
+def as_int(pair):
+    return (int(pair[0]) << 64) | int(pair[1])
+
+
+def test_128_bit_keys_round_trip_and_search_like_the_oracle(tmp_path, rng):
+    n = 2000
+    x = rng.standard_normal((n, D)).astype(np.float32)
+    keys = ids_of(n)
+    size = 400 * (D * 4 + 16 + 4 * 33)
+    c = sagitta.Collection.create(
+        tmp_path / "c", ndim=D, metric="l2", key_bits=128, segment_size=size, max_segment_size=size
+    )
+    c.add(keys[:1000], x[:1000])  # (n, 2) halves
+    be = np.ascontiguousarray(keys[1000:1500].astype(">u8")).view("V16").ravel()
+    c.add(be, x[1000:1500])  # V16 items, big-endian
+    c.add([as_int(k) for k in keys[1500:1999]], x[1500:1999])  # Python ints
+    c.add(as_int(keys[1999]).to_bytes(16, "big"), x[1999])  # one 16-byte key
+    c.optimize()
+    assert len(c) == n and c.stats()["segments"] >= 3
+
+    q = rng.standard_normal((20, D)).astype(np.float32)
+    want, want_d = brute_force(x, q, "l2", 10)
+    res = c.search(q, 10, exact=True)
+    assert res.keys.shape == (20, 10, 2) and res.keys.dtype == np.uint64
+    np.testing.assert_array_equal(res.keys, keys[want])
+    np.testing.assert_allclose(res.distances, want_d, rtol=1e-4, atol=1e-4)
+    one = c.search(q[0], 3)
+    assert one.keys.shape == (3, 2)
+    # filter= takes 128-bit keys too.
+    f = c.search(q[0], 2, filter=keys[[5, 7]], exact=True)
+    assert {as_int(k) for k in f.keys} == {as_int(keys[5]), as_int(keys[7])}
+
+    # Lookups: ints, bytes, strings, arrays; an absent id is absent.
+    k7 = as_int(keys[7])
+    assert c.contains(k7) and k7 in c and f"{k7:032x}" in c
+    assert not c.contains(k7 ^ (1 << 100)) and (k7 ^ 1) not in c
+    np.testing.assert_array_equal(c.contains(keys[:5]), [True] * 5)
+    np.testing.assert_array_equal(c.get(k7), x[7])
+    got = c.get([k7, 12345])
+    np.testing.assert_array_equal(got[0], x[7])
+    assert got[1] is None
+    assert sorted(c.keys())[:3] == sorted(as_int(k) for k in keys)[:3]
+
+    # add refuses a present key; add_once skips it; remove by key.
+    with pytest.raises(ValueError):
+        c.add(k7, x[0])
+    assert c.add_once([k7, 99], x[:2]) == 1
+    assert c.remove([k7, 99, 5]) == 2
+    assert k7 not in c and 99 not in c
+    c.close()
+
+    assert sagitta.Collection.metadata(tmp_path / "c")["key_bits"] == 128
+    c = sagitta.Collection.open(tmp_path / "c", read_only=True)
+    assert len(c) == n - 1
+    res = c.search(q, 10, exact=True)
+    live = np.array([i != 7 for i in range(n)])
+    want, _ = brute_force(x[live], q, "l2", 10)
+    np.testing.assert_array_equal(res.keys, keys[live][want])
+
+
+def test_128_bit_key_errors(tmp_path):
+    c = sagitta.Collection.create(tmp_path / "c", ndim=2, metric="l2", key_bits=128)
+    v = np.zeros(2, np.float32)
+    for bad, err in [
+        (2**128, ValueError),
+        (-1, ValueError),
+        (b"short", ValueError),
+        ("xyz", ValueError),
+        (2**128 - 1, ValueError),  # reserved: marks an empty result slot
+        (True, TypeError),
+        (np.zeros(3, np.float32), TypeError),
+    ]:
+        with pytest.raises(err):
+            c.add(bad, v)
+    assert len(c) == 0
+    with pytest.raises(ValueError):
+        c.add([1, 1], np.zeros((2, 2), np.float32))  # one key twice
+    with pytest.raises(ValueError):
+        sagitta.Collection.create(tmp_path / "d", ndim=2, key_bits=96)
+    # A 64-bit collection refuses keys above 2**64 - 1.
+    c64 = sagitta.Collection.create(tmp_path / "e", ndim=2, metric="l2")
+    with pytest.raises(ValueError):
+        c64.add(2**64, v)
