@@ -178,12 +178,61 @@ def test_nphd_variable_length_codes(tmp_path):
         assert again.max_dim == 256 and len(again) == 5
 
 
+def test_sharded_index128_keys_are_bytes_in_and_out(tmp_path, rng):
+    n = 1500
+    base = rng.standard_normal((n, 16)).astype(np.float32)
+    raw = rng.integers(0, 256, (n, 16), dtype=np.uint8)
+    raw[:, 0] |= 0x80  # every key above 2**127
+    keys = raw.view("V16").ravel()
+    size = 200 * (16 * 4 + 16 + 132)
+    idx = ShardedIndex128(path=tmp_path / "w", ndim=16, metric="l2sq", shard_size=size)
+    out = idx.add(keys[:1000], base[:1000])
+    assert out.dtype == np.dtype("V16") and (out == keys[:1000]).all()
+    for i in range(1000, n):
+        idx.add(bytes(keys[i]), base[i])
+    assert len(idx) == n
+    with pytest.raises(ValueError):
+        idx.add(None, base[0])  # no auto keys for 128-bit (as iscc-usearch)
+    with pytest.raises(ValueError):
+        idx.add(5, base[0])  # an int is not a 128-bit key here (as iscc-usearch)
+    q = base[[3, 700, 1400]] + 0.01
+    bm = idx.search(q, 5, exact=True)
+    assert bm.keys.dtype == np.dtype("V16")
+    for i in range(3):
+        want = np.argsort(((base - q[i]) ** 2).sum(1), kind="stable")[:5]
+        assert bm.keys[i].tobytes() == keys[want].tobytes()
+    m = idx.search(base[9], 1)
+    assert m.to_list()[0][0] == bytes(keys[9]) and m[0].key == bytes(keys[9])
+    other = bytes(16)
+    assert idx.contains(bytes(keys[4])) and bytes(keys[4]) in idx
+    assert not idx.contains(other) and idx.count(other) == 0
+    np.testing.assert_array_equal(idx.contains(keys[:3]), [True, True, True])
+    np.testing.assert_array_equal(idx.get(bytes(keys[4])), base[4])
+    assert idx.get([bytes(keys[4]), other])[1] is None
+    assert idx.add_once([bytes(keys[4]), other], base[:2]).tolist() == [other]
+    idx.upsert(other, base[1])
+    np.testing.assert_array_equal(idx[other], base[1])
+    del idx[other]
+    assert other not in idx and idx.remove(keys[:2]) == 2
+    assert idx.keys[0].__class__ is bytes and len(idx.keys) == n - 2
+    assert np.asarray(idx.keys).dtype == np.dtype("V16")
+    assert sorted(bytes(k) for k in idx.keys) == sorted(bytes(k) for k in keys[2:])
+    idx.close()
+    with pytest.raises(ValueError):
+        ShardedIndex(path=tmp_path / "w")  # key kind mismatch (as iscc-usearch)
+    with ShardedIndex128(path=tmp_path / "w", read_only=True) as again:
+        assert len(again) == n - 2 and bytes(keys[1400]) in again
+
+    nphd = ShardedNphdIndex128(path=tmp_path / "n", max_dim=128)
+    ka, kb = b"A" * 16, b"B" * 16
+    out = nphd.add([ka, kb], [np.full(8, 0xAA, np.uint8), np.full(16, 0xAB, np.uint8)])
+    assert out.dtype == np.dtype("V16")
+    assert nphd.search(np.full(8, 0xAA, np.uint8), 2, exact=True).to_list()[0] == (ka, 0.0)
+
+
 def test_refused_options(tmp_path):
     with pytest.raises(NotImplementedError):
         ShardedIndex(path=tmp_path / "m", ndim=4, multi=True)
-    for cls in (ShardedIndex128, ShardedNphdIndex128):
-        with pytest.raises(NotImplementedError):
-            cls(path=tmp_path / "k", ndim=4)
     with pytest.raises(ValueError):
         ShardedIndex(path=tmp_path / "none", read_only=True)
     with pytest.raises(ValueError):

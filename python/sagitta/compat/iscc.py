@@ -22,8 +22,11 @@ the places where Sagitta deliberately differs are in
   filter (iscc-usearch raises ``OverflowError`` after storing the vector).
 - Writes are durable when acknowledged (per the collection's durability);
   ``save()`` forces an fsync. One writer per directory (a lock file).
-- ``multi=True`` and 128-bit keys are not supported yet (they raise
-  ``NotImplementedError``).
+- ``ShardedIndex128`` / ``ShardedNphdIndex128`` take keys as ``bytes(16)``
+  or ``V16`` arrays and return them so (as iscc-usearch); the collection
+  is created with ``key_bits=128``, the bytes read as a big-endian
+  integer, so every key comes back byte for byte.
+- ``multi=True`` is not supported yet (it raises ``NotImplementedError``).
 """
 
 from __future__ import annotations
@@ -110,6 +113,53 @@ def _key_array(keys: Any) -> np.ndarray:
     return arr.astype(np.uint64).reshape(-1)
 
 
+def _is_key128(keys: Any) -> bool:
+    return isinstance(keys, (bytes, bytearray)) or (
+        isinstance(keys, np.void) and keys.dtype.itemsize == 16
+    )
+
+
+def _key128_array(keys: Any) -> np.ndarray:
+    """128-bit keys as a 1-D ``V16`` array (each 16 bytes, big-endian)."""
+    if _is_key128(keys):
+        keys = [bytes(keys)]
+    if isinstance(keys, np.ndarray) and keys.dtype.kind in "VS" and keys.dtype.itemsize == 16:
+        return np.ascontiguousarray(keys).reshape(-1).view("V16")
+    if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
+        raise ValueError(f"Batch keys must have dtype 'V16', got {keys.dtype}")
+    if isinstance(keys, (int, str, np.integer)):
+        raise ValueError(
+            f"UUID keys must be bytes(16) or iterable of bytes(16), got {type(keys).__name__}"
+        )
+    out = []
+    for k in keys:
+        if not isinstance(k, (bytes, bytearray, np.void)) or len(bytes(k)) != 16:
+            raise ValueError(f"UUID key must be exactly 16 bytes, got {k!r}")
+        out.append(bytes(k))
+    return np.frombuffer(b"".join(out), dtype="V16").copy()
+
+
+def _v16(halves: np.ndarray) -> np.ndarray:
+    """(..., 2) uint64 (high, low) halves as ``V16`` (big-endian bytes)."""
+    h = np.ascontiguousarray(np.asarray(halves, dtype=np.uint64).astype(">u8"))
+    return h.view("V16").reshape(h.shape[:-1])
+
+
+def _first_of_each(k: np.ndarray) -> np.ndarray:
+    """Positions of the first occurrence of each key (uint64 or V16)."""
+    if k.dtype.kind == "V":
+        seen: dict[bytes, int] = {}
+        for i, b in enumerate(k.tolist()):
+            seen.setdefault(bytes(b), i)
+        return np.array(sorted(seen.values()), dtype=np.int64)
+    return np.unique(k, return_index=True)[1]
+
+
+def _key_out(k: Any) -> Any:
+    """One key as iscc-usearch gives it: int, or bytes for 128-bit."""
+    return bytes(k) if isinstance(k, (np.void, bytes)) else int(k)
+
+
 class Match:
     """One hit: ``key`` and ``distance``."""
 
@@ -137,13 +187,13 @@ class Matches:
         return len(self.keys)
 
     def __getitem__(self, i: int) -> Match:
-        return Match(int(self.keys[i]), float(self.distances[i]))
+        return Match(_key_out(self.keys[i]), float(self.distances[i]))
 
     def __iter__(self) -> Iterator[Match]:
         return (self[i] for i in range(len(self)))
 
     def to_list(self) -> list[tuple[int, float]]:
-        return [(int(k), float(d)) for k, d in zip(self.keys, self.distances)]
+        return [(_key_out(k), float(d)) for k, d in zip(self.keys, self.distances)]
 
     def __repr__(self) -> str:
         return f"Matches({len(self)})"
@@ -215,10 +265,14 @@ class _LazyView:
 
 
 class _Keys(_LazyView):
-    def _iter(self) -> Iterator[int]:
+    def _iter(self) -> Iterator[Any]:
+        if self._index._wide:
+            return (k.to_bytes(16, "big") for k in self._index._c.keys())
         return iter(self._index._c.keys())
 
     def _pack(self, items: list[Any]) -> np.ndarray:
+        if self._index._wide:
+            return np.frombuffer(b"".join(items), dtype="V16").copy()
         return np.array(items, dtype=np.uint64)
 
 
@@ -244,6 +298,7 @@ class ShardedIndex:
     """
 
     _nphd = False
+    _wide = False
 
     def __init__(
         self,
@@ -268,6 +323,12 @@ class ShardedIndex:
         self._dirty = 0
         self._ef: int | None = None
         if (self._path / "MANIFEST").is_file():
+            bits = Collection.metadata(self._path)["key_bits"]
+            if bits != (128 if self._wide else 64):
+                raise ValueError(
+                    f"Key kind mismatch: {self._path} holds {bits}-bit keys, "
+                    f"{type(self).__name__} takes {128 if self._wide else 64}-bit keys"
+                )
             self._c = Collection.open(self._path, read_only=read_only)
         elif read_only:
             raise ValueError(f"no index in {self._path} to open read-only")
@@ -288,6 +349,8 @@ class ShardedIndex:
                 kw["expansion_add"] = int(expansion_add)
             if expansion_search is not None:
                 kw["expansion_search"] = int(expansion_search)
+            if self._wide:
+                kw["key_bits"] = 128
             self._c = Collection.create(self._path, **kw)
         self._shard_size = int(shard_size)
 
@@ -307,6 +370,15 @@ class ShardedIndex:
 
     def _out(self, v: Any) -> Any:
         return v
+
+    def _single_key(self, keys: Any) -> bool:
+        return _is_key128(keys) if self._wide else _is_single_key(keys)
+
+    def _keys(self, keys: Any) -> np.ndarray:
+        return _key128_array(keys) if self._wide else _key_array(keys)
+
+    def _no_keys(self) -> np.ndarray:
+        return np.empty(0, "V16" if self._wide else np.uint64)
 
     # -- writes --------------------------------------------------------------
 
@@ -335,10 +407,12 @@ class ShardedIndex:
         """Adds new keys (``None``: fresh keys, returned). A key already
         present raises ``ValueError`` and nothing is written."""
         if keys is None:
+            if self._wide:
+                raise ValueError("Auto-key generation not supported for 128-bit keys")
             n = 1 if self._single_vector(vectors) else len(vectors)
             k = self._fresh_keys(n)
         else:
-            k = _key_array(keys)
+            k = self._keys(keys)
         self._c.add(k, self._vectors_in(vectors, len(k)))
         self._dirty += len(k)
         return k
@@ -351,15 +425,14 @@ class ShardedIndex:
         wins); returns them (``None`` for a single key already present)."""
         if keys is None:
             raise ValueError("add_once needs keys")
-        single = _is_single_key(keys)
-        k = _key_array(keys)
+        single = self._single_key(keys)
+        k = self._keys(keys)
         v = self._vectors_in(vectors, len(k))
-        _, first = np.unique(k, return_index=True)
         pick = np.zeros(len(k), bool)
-        pick[first] = True
+        pick[_first_of_each(k)] = True
         pick &= ~self._c.contains(k)
         if not pick.any():
-            return None if single else np.empty(0, np.uint64)
+            return None if single else self._no_keys()
         idx = np.flatnonzero(pick)
         self._c.add(k[idx], self._take(v, idx))
         self._dirty += len(idx)
@@ -372,10 +445,9 @@ class ShardedIndex:
         """Inserts or replaces (last occurrence in the batch wins)."""
         if keys is None:
             raise ValueError("upsert needs keys")
-        k = _key_array(keys)
+        k = self._keys(keys)
         v = self._vectors_in(vectors, len(k))
-        _, last_rev = np.unique(k[::-1], return_index=True)
-        idx = np.sort(len(k) - 1 - last_rev)
+        idx = np.sort(len(k) - 1 - _first_of_each(k[::-1]))
         if len(idx) < len(k):
             k, v = k[idx], self._take(v, idx)
         self._c.upsert(k, v)
@@ -384,7 +456,7 @@ class ShardedIndex:
 
     def remove(self, keys: Any, *, compact: bool = False, **kw: Any) -> int:
         """Deletes keys (missing ones are ignored); returns how many."""
-        n = self._c.remove(_key_array(keys))
+        n = self._c.remove(self._keys(keys))
         self._dirty += n
         if compact:
             self._c.compact()
@@ -403,7 +475,9 @@ class ShardedIndex:
     def reset(self) -> None:
         """Deletes every vector (durably: unlike iscc-usearch, the rows do
         not come back when the directory is opened again)."""
-        keys = np.fromiter(self._c.keys(), dtype=np.uint64, count=len(self._c))
+        keys: Any = list(self._c.keys())
+        if not self._wide:
+            keys = np.array(keys, dtype=np.uint64)
         if len(keys):
             self._dirty += self._c.remove(keys)
 
@@ -437,29 +511,33 @@ class ShardedIndex:
             expansion=self._ef,
             threads=threads or None,
         )
-        keys = np.atleast_2d(np.asarray(r.keys))
+        keys = np.asarray(r.keys)
+        keys = np.atleast_2d(_v16(keys) if self._wide else keys)
         dist = np.atleast_2d(np.asarray(r.distances, dtype=np.float32))
         counts = np.atleast_1d(np.asarray(r.counts, dtype=np.int64))
         if single:
             n = int(counts[0])
             return Matches(keys[0, :n].copy(), dist[0, :n].copy())
         nq = len(counts)
-        out_k = np.zeros((nq, count), np.uint64)
+        out_k = np.zeros((nq, count), keys.dtype)
         out_d = np.full((nq, count), np.inf, np.float32)
         w = min(count, keys.shape[1]) if keys.ndim == 2 else 0
         valid = np.arange(w)[None, :] < counts[:, None]
-        out_k[:, :w] = np.where(valid, keys[:, :w], 0)
+        out_k[:, :w][valid] = keys[:, :w][valid]
         out_d[:, :w] = np.where(valid, dist[:, :w], np.inf)
         return BatchMatches(out_k, out_d, counts)
 
     def get(self, keys: Any, dtype: Any = None) -> Any:
         """A vector (or ``None``) for one key; a list for many."""
-        if _is_single_key(keys):
-            if not 0 <= int(keys) < 2**64:
+        if self._single_key(keys):
+            if self._wide:
+                v = self._c.get(self._keys(keys))[0]
+            elif not 0 <= int(keys) < 2**64:
                 return None
-            v = self._c.get(int(keys))
+            else:
+                v = self._c.get(int(keys))
             return None if v is None else self._cast(self._out(v), dtype)
-        got = self._c.get(_key_array(keys))
+        got = self._c.get(self._keys(keys))
         return [None if v is None else self._cast(self._out(v), dtype) for v in got]
 
     @staticmethod
@@ -474,18 +552,20 @@ class ShardedIndex:
 
     def contains(self, keys: Any) -> Any:
         """A bool for one key; a bool array for many."""
-        if _is_single_key(keys):
-            return int(keys) in self._c
-        return self._c.contains(_key_array(keys))
+        if self._single_key(keys):
+            return self.__contains__(keys)
+        return self._c.contains(self._keys(keys))
 
     def __contains__(self, key: Any) -> bool:
-        return _is_single_key(key) and int(key) in self._c
+        if not self._single_key(key):
+            return False
+        return bool(self._c.contains(self._keys(key))[0]) if self._wide else int(key) in self._c
 
     def count(self, keys: Any) -> Any:
         """Vectors stored under each key (0 or 1)."""
-        if _is_single_key(keys):
-            return int(int(keys) in self._c)
-        return self._c.contains(_key_array(keys)).astype(np.uint64)
+        if self._single_key(keys):
+            return int(self.__contains__(keys))
+        return self._c.contains(self._keys(keys)).astype(np.uint64)
 
     @property
     def keys(self) -> _Keys:
@@ -729,14 +809,21 @@ class ShardedNphdIndex(ShardedIndex):
 
 
 class ShardedIndex128(ShardedIndex):
-    """128-bit keys: not supported yet."""
+    """``ShardedIndex`` with 128-bit keys: ``bytes(16)`` or ``V16`` arrays
+    in, the same bytes out (``V16`` arrays; ``bytes`` for single keys)."""
+
+    _wide = True
 
     def __init__(self, **kwargs: Any) -> None:
-        raise NotImplementedError("128-bit keys are not supported yet")
+        kwargs.pop("key_kind", None)
+        super().__init__(**kwargs)
 
 
 class ShardedNphdIndex128(ShardedNphdIndex):
-    """128-bit keys: not supported yet."""
+    """``ShardedNphdIndex`` with 128-bit keys (the ISCC-ID case)."""
+
+    _wide = True
 
     def __init__(self, **kwargs: Any) -> None:
-        raise NotImplementedError("128-bit keys are not supported yet")
+        kwargs.pop("key_kind", None)
+        super().__init__(**kwargs)
