@@ -252,7 +252,10 @@ class Collection:
         """Creates a collection in ``path`` and opens it for writing (without
         ``dtype``: float32 vectors, with sq8 codes for graph traversal).
         ``text_fields``: payload string columns with a BM25 index;
-        ``embed_model``: a built-in model embedding the first text field."""
+        ``embed_model``: a built-in model embedding the first text field.
+        ``key_bits=128``: 128-bit keys (ints, ``bytes(16)``, V16 arrays or
+        (n, 2) uint64 (high, low) halves; arrays of keys come back as
+        (..., 2) uint64 halves)."""
     @staticmethod
     def open(path: PathLike, *, read_only: bool = False) -> Collection:
         """Opens a collection (one writer, any number of readers)."""
