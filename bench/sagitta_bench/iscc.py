@@ -2,14 +2,15 @@
 the same calls (``sagitta.compat.iscc`` against ``iscc_usearch``).
 
     python -m sagitta_bench.iscc [--rows 1000000] [--segments 1,10,34]
-        [--repeats 5] [--out bench/results/iscc]
+        [--key-bits 64,128] [--repeats 5] [--out bench/results/iscc]
 
 iscc-usearch is installed from PyPI into its own environment
 (``$SAGITTA_BENCH_CACHE/iscc-venv``: it ships a fork of ``usearch``).
 Workloads: random 256-bit codes (queries: base rows with 24 bits
 flipped) under Hamming, laid out in each number of segments (shards);
 and the ISCC text codes of debian-minilm (64 / 128 / 256 bits) under
-NPHD. Exact top-k from numpy; recall@10 is tie-aware. The engines run
+NPHD; each with 64-bit keys (``ShardedIndex``) and 128-bit keys
+(``ShardedIndex128``, 16-byte keys). Exact top-k from numpy; recall@10 is tie-aware. The engines run
 one after the other for each workload, in alternating order, each in a
 fresh process; each timed row is repeated and reported as median
 (min-max)."""
@@ -137,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--single-queries", type=int, default=200)
     ap.add_argument("--skip-nphd", action="store_true")
+    ap.add_argument("--key-bits", default="64,128", help="key widths to run, of 64 and 128")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "iscc")
     a = ap.parse_args(argv)
     py_iscc = iscc_python()
@@ -152,26 +154,29 @@ def main(argv: list[str] | None = None) -> None:
         "runs": {},
     }
     jobs = []
+    widths = [int(x) for x in a.key_bits.split(",")]
     d = random_codes(a.rows)
-    for segs in [int(x) for x in a.segments.split(",")]:
-        spec = {
-            "metric": "hamming",
-            "ndim": 256,
-            "base": str(d / "base.u8.npy"),
-            "queries": str(d / "queries.u8.npy"),
-            "gt_dist": str(d / "gt_dist.npy"),
-            "segments": segs,
-            "bytes_per_row": 32 + 16 + 132,
-            "repeats": a.repeats,
-            "single_queries": a.single_queries,
-            "dir": str(work),
-        }
-        jobs.append((f"Hamming 256-bit, {segs} segment(s)", spec))
-    if not a.skip_nphd:
+    for bits in widths:
+        for segs in [int(x) for x in a.segments.split(",")]:
+            spec = {
+                "metric": "hamming",
+                "ndim": 256,
+                "base": str(d / "base.u8.npy"),
+                "queries": str(d / "queries.u8.npy"),
+                "gt_dist": str(d / "gt_dist.npy"),
+                "segments": segs,
+                "bytes_per_row": 32 + 16 + 132,
+                "repeats": a.repeats,
+                "single_queries": a.single_queries,
+                "dir": str(work),
+                "key_bits": bits,
+            }
+            jobs.append((f"Hamming 256-bit, {segs} segment(s), {bits}-bit keys", spec))
+    for bits in [] if a.skip_nphd else widths:
         ds = load("debian-minilm-nphd", 10)
         jobs.append(
             (
-                "NPHD, ISCC text codes of debian-minilm (64/128/256-bit)",
+                f"NPHD, ISCC text codes of debian-minilm (64/128/256-bit), {bits}-bit keys",
                 {
                     "metric": "nphd",
                     "max_dim": 256,
@@ -185,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
                     "repeats": a.repeats,
                     "single_queries": a.single_queries,
                     "dir": str(work),
+                    "key_bits": bits,
                 },
             )
         )

@@ -20,15 +20,39 @@ from pathlib import Path
 import numpy as np
 
 
-def classes(engine: str):
+def classes(engine: str, wide: bool):
     if engine == "iscc":
         from loguru import logger
 
         logger.remove()
-        from iscc_usearch import ShardedIndex, ShardedNphdIndex
+        import iscc_usearch as m
     else:
-        from sagitta.compat.iscc import ShardedIndex, ShardedNphdIndex
-    return ShardedIndex, ShardedNphdIndex
+        import sagitta.compat.iscc as m
+    if wide:
+        return m.ShardedIndex128, m.ShardedNphdIndex128
+    return m.ShardedIndex, m.ShardedNphdIndex
+
+
+# The high half of the 128-bit keys (the low half is the 64-bit key).
+HIGH = np.uint64(0xA5C3_0000_0000_0000)
+
+
+def key_codec(wide: bool):
+    """(encode, one, low): uint64 keys -> the engine's keys; one key ->
+    the engine's single key; the engine's keys -> their uint64 low halves."""
+    if not wide:
+        return (lambda u: u), int, (lambda k: np.asarray(k, dtype=np.uint64))
+
+    def encode(u):
+        u = np.asarray(u, dtype=np.uint64)
+        halves = np.stack([u ^ HIGH, u], axis=1).astype(">u8")
+        return np.ascontiguousarray(halves).view("V16").ravel()
+
+    def low(k):
+        b = np.ascontiguousarray(k).tobytes()
+        return np.frombuffer(b, ">u8").reshape(-1, 2)[:, 1].astype(np.uint64)
+
+    return encode, bytes, low
 
 
 def timed(fn, repeats: int) -> dict:
@@ -44,7 +68,9 @@ def timed(fn, repeats: int) -> dict:
 def main() -> None:
     engine, spec_path = sys.argv[1], sys.argv[2]
     spec = json.loads(Path(spec_path).read_text())
-    sharded, nphd_cls = classes(engine)
+    wide = spec.get("key_bits", 64) == 128
+    sharded, nphd_cls = classes(engine, wide)
+    encode, one_key, low = key_codec(wide)
     nphd = spec["metric"] == "nphd"
     base = np.load(spec["base"], mmap_mode="r")
     queries = np.load(spec["queries"])
@@ -84,7 +110,7 @@ def main() -> None:
     idx = make(first=True)
     for s in range(segs):
         lo, hi = s * per, min(n, (s + 1) * per)
-        idx.add(keys[lo:hi], rows[lo:hi])
+        idx.add(encode(keys[lo:hi]), rows[lo:hi])
         if engine == "sagitta":
             idx._c.seal()  # one segment per batch, as iscc's shard per add
     if engine == "sagitta":
@@ -95,7 +121,7 @@ def main() -> None:
 
     def reopen():
         r = make(read_only=True)
-        assert r.contains(int(keys[0]))
+        assert r.contains(one_key(encode(keys[:1])[0]))
         r.close()
 
     out["open_sealed_s"] = timed(reopen, reps)
@@ -103,10 +129,12 @@ def main() -> None:
     out["segments"] = ro.shard_count
     assert len(ro) == n, (len(ro), n)
     rng = np.random.default_rng(1)
-    present = keys[rng.integers(0, n, 100_000)]
-    absent = (np.arange(100_000, dtype=np.uint64) * np.uint64(7919)) + keys[-1] + np.uint64(1)
+    present = encode(keys[rng.integers(0, n, 100_000)])
+    absent = encode(
+        (np.arange(100_000, dtype=np.uint64) * np.uint64(7919)) + keys[-1] + np.uint64(1)
+    )
     for name, ks in (("present", present), ("absent", absent)):
-        one = [int(k) for k in ks[:1000]]
+        one = [one_key(k) for k in ks[:1000]]
         out[f"contains_{name}_1_s"] = timed(lambda one=one: [ro.contains(k) for k in one], reps)
         out[f"contains_{name}_1_s"] = {
             k: v / len(one) for k, v in out[f"contains_{name}_1_s"].items()
@@ -116,7 +144,7 @@ def main() -> None:
         got = ro.contains(ks)
         assert bool(np.all(got)) == (name == "present") and bool(np.any(got)) == (name == "present")
     out["get_100_s"] = timed(lambda: ro.get(present[:100]), reps)
-    one = [int(k) for k in present[:1000]]
+    one = [one_key(k) for k in present[:1000]]
     g = timed(lambda: [ro.get(k) for k in one], reps)
     out["get_1_s"] = {k: v / len(one) for k, v in g.items()}
 
@@ -138,7 +166,7 @@ def main() -> None:
     hits = 0
     stride = np.uint64(spec.get("key_stride", 1))
     for i in range(len(qs)):
-        got = np.asarray(bm.keys[i][: int(bm.counts[i])], dtype=np.uint64) // stride
+        got = low(bm.keys[i][: int(bm.counts[i])]) // stride
         # distances recomputed from the returned rows, not taken on trust
         if nphd:
             q = qs[i]
@@ -158,7 +186,7 @@ def main() -> None:
     # reopen after an unsealed tail: 10k more rows written, then closed.
     w = make()
     tail = min(10_000, n)
-    w.add(keys[:tail] + keys[-1] + np.uint64(1), rows[:tail])
+    w.add(encode(keys[:tail] + keys[-1] + np.uint64(1)), rows[:tail])
     w.close()
     out["open_after_tail_s"] = timed(reopen, reps)
     print(json.dumps(out))

@@ -531,7 +531,7 @@ class ShardedIndex:
         """A vector (or ``None``) for one key; a list for many."""
         if self._single_key(keys):
             if self._wide:
-                v = self._c.get(self._keys(keys))[0]
+                v = self._c.get(bytes(keys))
             elif not 0 <= int(keys) < 2**64:
                 return None
             else:
@@ -552,6 +552,8 @@ class ShardedIndex:
 
     def contains(self, keys: Any) -> Any:
         """A bool for one key; a bool array for many."""
+        if type(keys) is (bytes if self._wide else int):  # the common case, fast
+            return keys in self._c
         if self._single_key(keys):
             return self.__contains__(keys)
         return self._c.contains(self._keys(keys))
@@ -559,7 +561,7 @@ class ShardedIndex:
     def __contains__(self, key: Any) -> bool:
         if not self._single_key(key):
             return False
-        return bool(self._c.contains(self._keys(key))[0]) if self._wide else int(key) in self._c
+        return (bytes(key) if self._wide else int(key)) in self._c
 
     def count(self, keys: Any) -> Any:
         """Vectors stored under each key (0 or 1)."""
