@@ -102,6 +102,10 @@ class Index:
         self, keys: KeyLike | KeysLike, vectors: VectorsLike, *, threads: int | None = None
     ) -> None:
         """Adds vectors under new keys; the batch is validated before anything is added."""
+    def upsert(
+        self, keys: KeyLike | KeysLike, vectors: VectorsLike, *, threads: int | None = None
+    ) -> None:
+        """Inserts or replaces vectors (last row of a key wins); validated first."""
     def search(
         self,
         queries: VectorsLike,

@@ -612,6 +612,66 @@ impl PyIndex {
             })
     }
 
+    /// Inserts or replaces vectors (within one batch the last row of a key
+    /// wins). The batch is validated first (wrong dimensions, NaN / inf
+    /// raise ``ValueError`` naming the row) and nothing changes on an
+    /// error; then the keys present are removed and the rows added.
+    #[pyo3(signature = (keys, vectors, *, threads = None))]
+    fn upsert(
+        &self,
+        py: Python<'_>,
+        keys: &Bound<'_, PyAny>,
+        vectors: &Bound<'_, PyAny>,
+        threads: Option<i64>,
+    ) -> PyResult<()> {
+        let index = self.mem("upsert")?;
+        let threads = threads_arg(threads)?;
+        let keys = convert::keys(keys, "keys")?;
+        let space = index.space();
+        let rows = convert::rows(vectors, &space, "vectors")?;
+        if keys.keys.len() != rows.len() {
+            return Err(PyValueError::new_err(format!(
+                "keys: got {} keys for {} vectors",
+                keys.keys.len(),
+                rows.len()
+            )));
+        }
+        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY) {
+            return Err(PyValueError::new_err(format!(
+                "keys: row {i}: key {NO_KEY} (2**64 - 1) is reserved to mark missing results"
+            )));
+        }
+        let refs = rows.refs();
+        let single = rows.single() && keys.single;
+        let err = |e: IndexError| match e {
+            IndexError::Row { source, .. } if single => index_err(*source, "vectors"),
+            e => index_err(e, "vectors"),
+        };
+        // Validate every row before anything is removed.
+        let mut buf = vec![0u8; space.stride()];
+        for (row, v) in refs.iter().enumerate() {
+            space
+                .encode(*v, &mut buf)
+                .map_err(|e| err(IndexError::at_row(row, e)))?;
+        }
+        // The last row of each key.
+        let mut last = std::collections::HashMap::with_capacity(keys.keys.len());
+        for (i, &k) in keys.keys.iter().enumerate() {
+            last.insert(k, i);
+        }
+        let mut pick: Vec<usize> = last.into_values().collect();
+        pick.sort_unstable();
+        let ks: Vec<u64> = pick.iter().map(|&i| keys.keys[i]).collect();
+        let vs: Vec<_> = pick.iter().map(|&i| refs[i]).collect();
+        py.detach(|| {
+            for &k in &ks {
+                index.remove(k);
+            }
+            index.add_batch(&ks, &vs, threads)
+        })
+        .map_err(err)
+    }
+
     /// Trains an IVF index's coarse quantizer (k-means) on ``sample``
     /// (a 2-D float array, validated like :meth:`add`), then encodes every
     /// vector already added. ``partitions=None`` at construction means

@@ -108,6 +108,24 @@ def test_get_contains_remove_len(rng):
     assert not np.isin(res.keys, [3, 6]).any()
 
 
+def test_index_upsert_replaces_and_validates_first(rng):
+    base = rng.standard_normal((50, 6)).astype(np.float32)
+    index = sagitta.Index(6, metric="l2")
+    index.add(np.arange(50), base)
+    new = rng.standard_normal((3, 6)).astype(np.float32)
+    index.upsert([4, 60, 4], new)  # replaces 4 (last row wins), adds 60
+    assert len(index) == 51
+    np.testing.assert_array_equal(index.get(4), new[2])
+    np.testing.assert_array_equal(index.get(60), new[1])
+    assert index.search(new[2], 1).keys[0] == 4
+    bad = new.copy()
+    bad[1, 0] = np.nan
+    with pytest.raises(ValueError, match="row 1"):
+        index.upsert([5, 6, 7], bad)
+    np.testing.assert_array_equal(index.get(5), base[5])  # nothing changed
+    assert len(index) == 51
+
+
 def test_properties_and_expansion(rng):
     index = sagitta.Index(
         16, metric="ip", dtype="f16", connectivity=8, expansion_add=40, expansion_search=20

@@ -230,9 +230,42 @@ def test_sharded_index128_keys_are_bytes_in_and_out(tmp_path, rng):
     assert nphd.search(np.full(8, 0xAA, np.uint8), 2, exact=True).to_list()[0] == (ka, 0.0)
 
 
+def test_multi_several_vectors_per_key(tmp_path, rng):
+    base = rng.standard_normal((600, 16)).astype(np.float32)
+    keys = np.arange(600, dtype=np.uint64) // 3  # three vectors per key
+    idx = small(tmp_path / "m", multi=True)
+    assert idx.multi
+    out = idx.add(keys[:400], base[:400])
+    assert out.dtype == np.uint64 and (out == keys[:400]).all()
+    idx.add(keys[400:], base[400:])  # key 133 gets its third vector here
+    assert len(idx) == 600
+    assert idx.count(133) == 3 and idx.count(999) == 0
+    np.testing.assert_array_equal(idx.count(np.array([0, 199, 500], np.uint64)), [3, 3, 0])
+    got = idx.get(133)
+    assert got.shape == (3, 16)
+    np.testing.assert_array_equal(got, base[399:402])
+    assert idx.get(999) is None and idx.get([5, 999])[1] is None
+    assert 7 in idx and idx.contains(7) and 999 not in idx
+    q = base[[10, 450]] + 0.01
+    bm = idx.search(q, 6, exact=True)
+    for i in range(2):
+        want = np.argsort(((base - q[i]) ** 2).sum(1), kind="stable")[:6]
+        assert sorted(bm.keys[i].tolist()) == sorted(keys[want].tolist())
+    assert idx.add_once([7, 1000], base[:2]).tolist() == [1000]
+    for op in (lambda: idx.remove(7), lambda: idx.upsert(7, base[0])):
+        with pytest.raises(ValueError):
+            op()
+    assert sorted(idx.keys).count(7) == 3
+    idx.close()
+    with ShardedIndex(path=tmp_path / "m") as again:  # multi read from the directory
+        assert again.multi and again.count(133) == 3
+    with pytest.raises(ValueError):
+        ShardedIndex128(path=tmp_path / "m")
+
+
 def test_refused_options(tmp_path):
     with pytest.raises(NotImplementedError):
-        ShardedIndex(path=tmp_path / "m", ndim=4, multi=True)
+        ShardedIndex128(path=tmp_path / "m", ndim=4, multi=True)
     with pytest.raises(ValueError):
         ShardedIndex(path=tmp_path / "none", read_only=True)
     with pytest.raises(ValueError):

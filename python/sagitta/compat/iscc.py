@@ -26,7 +26,10 @@ the places where Sagitta deliberately differs are in
   or ``V16`` arrays and return them so (as iscc-usearch); the collection
   is created with ``key_bits=128``, the bytes read as a big-endian
   integer, so every key comes back byte for byte.
-- ``multi=True`` is not supported yet (it raises ``NotImplementedError``).
+- ``multi=True`` (several vectors per key) stores each vector under the
+  128-bit id ``key << 64 | ordinal`` (ordinals 0, 1, ... per key) in a
+  ``key_bits=128`` collection; keys stay uint64 for the user. Not
+  available for the 128-bit classes (``NotImplementedError``).
 """
 
 from __future__ import annotations
@@ -266,6 +269,8 @@ class _LazyView:
 
 class _Keys(_LazyView):
     def _iter(self) -> Iterator[Any]:
+        if self._index._multi:
+            return (k >> 64 for k in self._index._c.keys())
         if self._index._wide:
             return (k.to_bytes(16, "big") for k in self._index._c.keys())
         return iter(self._index._c.keys())
@@ -299,6 +304,15 @@ class ShardedIndex:
 
     _nphd = False
     _wide = False
+    _multi = False
+
+    def __new__(cls, *args: Any, **kw: Any) -> ShardedIndex:
+        # multi=True (or an existing multi directory) picks the multi variant.
+        path = kw.get("path")
+        multi = bool(kw.get("multi")) or (path is not None and (Path(path) / _MULTI_MARK).is_file())
+        if multi and not cls._multi and not cls._wide:
+            cls = _MultiNphdIndex if cls._nphd else _MultiIndex
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -317,14 +331,15 @@ class ShardedIndex:
         background_rotation: bool = False,
         max_pending_rotations: int = 2,
     ) -> None:
-        if multi:
-            raise NotImplementedError("multi=True (several vectors per key) is not supported")
+        if multi and self._wide:
+            raise NotImplementedError("multi=True is not supported with 128-bit keys")
         self._path = Path(path)
         self._dirty = 0
         self._ef: int | None = None
         if (self._path / "MANIFEST").is_file():
             bits = Collection.metadata(self._path)["key_bits"]
-            if bits != (128 if self._wide else 64):
+            want = 128 if (self._wide or self._multi) else 64
+            if bits != want or (self._path / _MULTI_MARK).is_file() != self._multi:
                 raise ValueError(
                     f"Key kind mismatch: {self._path} holds {bits}-bit keys, "
                     f"{type(self).__name__} takes {128 if self._wide else 64}-bit keys"
@@ -349,9 +364,11 @@ class ShardedIndex:
                 kw["expansion_add"] = int(expansion_add)
             if expansion_search is not None:
                 kw["expansion_search"] = int(expansion_search)
-            if self._wide:
+            if self._wide or self._multi:
                 kw["key_bits"] = 128
             self._c = Collection.create(self._path, **kw)
+            if self._multi:
+                (self._path / _MULTI_MARK).write_bytes(b"")
         self._shard_size = int(shard_size)
 
     # -- conversions (the NPHD class overrides these) ----------------------
@@ -376,6 +393,9 @@ class ShardedIndex:
 
     def _keys(self, keys: Any) -> np.ndarray:
         return _key128_array(keys) if self._wide else _key_array(keys)
+
+    def _result_keys(self, keys: np.ndarray) -> np.ndarray:
+        return _v16(keys) if self._wide else keys
 
     def _no_keys(self) -> np.ndarray:
         return np.empty(0, "V16" if self._wide else np.uint64)
@@ -511,8 +531,7 @@ class ShardedIndex:
             expansion=self._ef,
             threads=threads or None,
         )
-        keys = np.asarray(r.keys)
-        keys = np.atleast_2d(_v16(keys) if self._wide else keys)
+        keys = np.atleast_2d(self._result_keys(np.asarray(r.keys)))
         dist = np.atleast_2d(np.asarray(r.distances, dtype=np.float32))
         counts = np.atleast_1d(np.asarray(r.counts, dtype=np.int64))
         if single:
@@ -666,7 +685,7 @@ class ShardedIndex:
 
     @property
     def multi(self) -> bool:
-        return False
+        return self._multi
 
     @property
     def connectivity(self) -> int:
@@ -829,3 +848,132 @@ class ShardedNphdIndex128(ShardedNphdIndex):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.pop("key_kind", None)
         super().__init__(**kwargs)
+
+
+# An empty file marking a multi=True directory (its collection has 128-bit
+# ids: key << 64 | ordinal).
+_MULTI_MARK = "ISCC_MULTI"
+
+
+class _Multi:
+    """``multi=True``: several vectors per key. Vector ``j`` of key ``k`` is
+    stored under the 128-bit id ``k << 64 | j``; ordinals run 0, 1, ... per
+    key (vectors of a key are never removed one by one: ``remove`` and
+    ``upsert`` raise ``ValueError``, as in iscc-usearch)."""
+
+    _multi = True
+    _c: Collection
+
+    @staticmethod
+    def _ids(keys: np.ndarray, ords: Any) -> np.ndarray:
+        keys = np.asarray(keys, dtype=np.uint64)
+        return np.stack([keys, np.broadcast_to(np.asarray(ords, np.uint64), keys.shape)], 1)
+
+    def _counts(self, keys: np.ndarray) -> np.ndarray:
+        """Vectors stored under each of ``keys`` (uint64 1-D)."""
+        uk, inv = np.unique(keys, return_inverse=True)
+        counts = np.zeros(len(uk), np.uint64)
+        alive = np.arange(len(uk))
+        j = 0
+        while len(alive):
+            alive = alive[self._c.contains(self._ids(uk[alive], j))]
+            counts[alive] += np.uint64(1)
+            j += 1
+        return counts[inv.reshape(-1)]
+
+    def _fresh_keys(self, n: int) -> np.ndarray:
+        out: list[np.ndarray] = []
+        start, need = len(self._c), n
+        while need:
+            cand = np.arange(start, start + need, dtype=np.uint64)
+            free = cand[self._counts(cand) == 0]
+            out.append(free)
+            need -= len(free)
+            start += len(cand)
+        return np.concatenate(out) if out else np.empty(0, np.uint64)
+
+    def add(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray:
+        """Adds vectors; a key already present gets one more."""
+        if keys is None:
+            n = 1 if self._single_vector(vectors) else len(vectors)  # type: ignore[attr-defined]
+            k = self._fresh_keys(n)
+        else:
+            k = _key_array(keys)
+        v = self._vectors_in(vectors, len(k))  # type: ignore[attr-defined]
+        # ordinal = vectors stored so far + earlier rows of the key in this batch
+        _, inv = np.unique(k, return_inverse=True)
+        inv = inv.reshape(-1)
+        order = np.argsort(inv, kind="stable")
+        sorted_inv = inv[order]
+        earlier = np.empty(len(k), np.uint64)
+        earlier[order] = np.arange(len(k)) - np.searchsorted(sorted_inv, sorted_inv)
+        self._c.add(self._ids(k, self._counts(k) + earlier), v)
+        self._dirty += len(k)  # type: ignore[attr-defined]
+        return k
+
+    def add_once(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray | None:
+        if keys is None:
+            raise ValueError("add_once needs keys")
+        single = _is_single_key(keys)
+        k = _key_array(keys)
+        v = self._vectors_in(vectors, len(k))  # type: ignore[attr-defined]
+        pick = np.zeros(len(k), bool)
+        pick[_first_of_each(k)] = True
+        pick &= self._counts(k) == 0
+        if not pick.any():
+            return None if single else np.empty(0, np.uint64)
+        idx = np.flatnonzero(pick)
+        return self.add(k[idx], self._take(v, idx))  # type: ignore[attr-defined]
+
+    def upsert(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray:
+        raise ValueError("upsert is not supported with multi=True (as in iscc-usearch)")
+
+    def remove(self, keys: Any, *, compact: bool = False, **kw: Any) -> int:
+        raise ValueError("remove is not supported with multi=True (as in iscc-usearch)")
+
+    def reset(self) -> None:
+        keys = list(self._c.keys())
+        if keys:
+            self._dirty += self._c.remove(keys)  # type: ignore[attr-defined]
+
+    def _result_keys(self, keys: np.ndarray) -> np.ndarray:
+        return keys[..., 0]
+
+    def get(self, keys: Any, dtype: Any = None) -> Any:
+        """All vectors of a key as a 2-D array (``None`` if it has none);
+        a list of those for many keys."""
+        single = _is_single_key(keys)
+        if single and not 0 <= int(keys) < 2**64:
+            return None
+        k = _key_array(keys)
+        counts = self._counts(k)
+        out = []
+        for key, n in zip(k, counts):
+            if n == 0:
+                out.append(None)
+                continue
+            rows = self._c.get(self._ids(np.full(int(n), key, np.uint64), np.arange(int(n))))
+            rows = [self._cast(self._out(r), dtype) for r in rows]  # type: ignore[attr-defined]
+            out.append(rows if self._nphd else np.stack(rows))  # type: ignore[attr-defined]
+        return out[0] if single else out
+
+    def contains(self, keys: Any) -> Any:
+        if _is_single_key(keys):
+            return self.__contains__(keys)
+        return self._c.contains(self._ids(_key_array(keys), 0))
+
+    def __contains__(self, key: Any) -> bool:
+        return _is_single_key(key) and 0 <= int(key) < 2**64 and (int(key) << 64) in self._c
+
+    def count(self, keys: Any) -> Any:
+        if _is_single_key(keys):
+            return int(self._counts(_key_array(keys))[0]) if 0 <= int(keys) < 2**64 else 0
+        return self._counts(_key_array(keys))
+
+
+class _MultiIndex(_Multi, ShardedIndex):
+    """``ShardedIndex(multi=True)``."""
+
+
+class _MultiNphdIndex(_Multi, ShardedNphdIndex):
+    """``ShardedNphdIndex(multi=True)``."""
