@@ -484,6 +484,9 @@ fn optimize_loop(c: &Inner) {
                 s.stats.task = None;
                 s.wakes += 1;
                 seen = s.wakes;
+                // More may be planned at once (the next unbuilt segment):
+                // look again without waiting for a wake-up.
+                first = true;
             }
             Err(_) if c.opt.stopping() => return,
             Err(e) => {
