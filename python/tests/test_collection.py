@@ -87,7 +87,7 @@ def test_one_writer_and_read_only_readers(tmp_path, rng):
     with pytest.raises(ValueError, match="durability"):
         sagitta.Collection.create(tmp_path / "x", ndim=4, durability="sometimes")
     with pytest.raises(ValueError, match="key_bits"):
-        sagitta.Collection.create(tmp_path / "y", ndim=4, key_bits=128)
+        sagitta.Collection.create(tmp_path / "y", ndim=4, key_bits=96)
 
 
 def test_binary_and_nphd_collections(tmp_path, rng):
