@@ -1,6 +1,6 @@
 //! `sagitta.Collection`: a durable, sharded collection on a directory.
 
-use crate::convert::{self, NO_KEY};
+use crate::convert::{self, NO_KEY, NO_KEY_NAME};
 use crate::errors::{index_err, store_err};
 use crate::index::{
     decode_rows, index_args, ivf_args, ivf_overrides, param_err, pool, positive, threads_arg,
@@ -346,8 +346,7 @@ impl PyCollection {
         let c = self.coll()?;
         match (keys, bind_where(py, &c, r#where)?) {
             (Some(keys), None) => {
-                let keys = self.key_arg(py, &c, keys, "keys")?;
-                let keys: Vec<u64> = keys.live.into_iter().flatten().collect();
+                let keys = self.key_arg(py, &c, keys, "keys")?.known();
                 py.detach(|| c.remove(&keys)).map_err(store_err)
             }
             (None, Some(f)) => py.detach(|| c.remove_where(&f)).map_err(store_err),
@@ -487,10 +486,7 @@ impl PyCollection {
         let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
         let threads = threads_arg(threads)?;
         let allowed = filter
-            .map(|f| {
-                self.key_arg(py, &c, f, "filter")
-                    .map(|k| k.live.into_iter().flatten().collect::<Vec<u64>>())
-            })
+            .map(|f| self.key_arg(py, &c, f, "filter").map(KeyArg::known))
             .transpose()?;
         let predicate = bind_where(py, &c, r#where)?;
         let columns = columns_arg(columns)?;
@@ -591,12 +587,14 @@ impl PyCollection {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.coll()?;
         let keys = self.key_arg(py, &c, keys, "keys")?;
-        let flat = keys.flat();
+        let flat = &keys.keys;
         let found: Vec<Option<Vec<u8>>> = py.detach(|| {
-            let mut found = c.get_raw_many(&flat);
-            for (f, l) in found.iter_mut().zip(&keys.live) {
-                if l.is_none() {
-                    *f = None;
+            let mut found = c.get_raw_many(flat);
+            if let Some(live) = &keys.live {
+                for (f, &l) in found.iter_mut().zip(live) {
+                    if !l {
+                        *f = None;
+                    }
                 }
             }
             found
@@ -606,7 +604,7 @@ impl PyCollection {
             return Ok(vectors);
         }
         let batch = py
-            .detach(|| c.payload_table(&flat, columns.as_deref()))
+            .detach(|| c.payload_table(flat, columns.as_deref()))
             .map_err(store_err)?;
         let table = arrow_table(py, &batch)?;
         Ok(PyTuple::new(py, [vectors, table])?.into_any())
@@ -621,7 +619,10 @@ impl PyCollection {
     ) -> PyResult<Bound<'py, PyAny>> {
         let c = self.coll()?;
         let keys = self.key_arg(py, &c, keys, "keys")?;
-        let hits: Vec<bool> = keys.live.iter().map(Option::is_some).collect();
+        let hits: Vec<bool> = match keys.live {
+            Some(live) => live,
+            None => py.detach(|| c.contains_many(&keys.keys)),
+        };
         if keys.single {
             Ok(pyo3::types::PyBool::new(py, hits[0]).to_owned().into_any())
         } else {
@@ -949,25 +950,36 @@ fn wide(c: &Collection) -> bool {
     c.id_type() == IdType::UInt128
 }
 
-/// Keys given to a lookup, resolved against the collection.
+/// Keys given to a lookup, as the store looks them up.
 struct KeyArg {
-    /// The key of each one given, where it is live.
-    live: Vec<Option<u64>>,
+    /// 64-bit keys: as given. 128-bit ids: the key of each live one,
+    /// [`NO_KEY`] for the others.
+    keys: Vec<u64>,
+    /// 128-bit ids only: whether each is live (its stored id checked, so
+    /// an id never answers for another with the same 64-bit key).
+    live: Option<Vec<bool>>,
     /// Whether a single key was given.
     single: bool,
 }
 
 impl KeyArg {
-    /// The live key of each, [`NO_KEY`] where it is not live.
-    fn flat(&self) -> Vec<u64> {
-        self.live.iter().map(|l| l.unwrap_or(NO_KEY)).collect()
+    /// The keys that may be live (every 64-bit key; live 128-bit ids).
+    fn known(self) -> Vec<u64> {
+        match self.live {
+            None => self.keys,
+            Some(live) => self
+                .keys
+                .into_iter()
+                .zip(live)
+                .filter_map(|(k, l)| l.then_some(k))
+                .collect(),
+        }
     }
 }
 
 impl PyCollection {
-    /// Reads keys given to a lookup: 64-bit keys as they are, 128-bit ones
-    /// through the collection's id check (an id never answers for another
-    /// with the same 64-bit key).
+    /// Reads keys given to a lookup: 64-bit keys as they are, 128-bit ids
+    /// resolved through the collection's id check.
     fn key_arg(
         &self,
         py: Python<'_>,
@@ -977,22 +989,18 @@ impl PyCollection {
     ) -> PyResult<KeyArg> {
         if !wide(c) {
             let k = convert::keys(keys, arg)?;
-            let live = py.detach(|| c.contains_many(&k.keys));
             return Ok(KeyArg {
-                live: k
-                    .keys
-                    .iter()
-                    .zip(live)
-                    .map(|(&k, l)| l.then_some(k))
-                    .collect(),
+                keys: k.keys,
+                live: None,
                 single: k.single,
             });
         }
         let k = keys128::keys128(keys, arg)?;
         let ids: Vec<Id> = k.keys.iter().map(|&v| Id::U128(v)).collect();
-        let live = py.detach(|| c.live_keys(&ids)).map_err(store_err)?;
+        let found = py.detach(|| c.live_keys(&ids)).map_err(store_err)?;
         Ok(KeyArg {
-            live,
+            keys: found.iter().map(|l| l.unwrap_or(NO_KEY)).collect(),
+            live: Some(found.iter().map(Option::is_some).collect()),
             single: k.single,
         })
     }
@@ -1008,18 +1016,7 @@ impl PyCollection {
     ) -> PyResult<usize> {
         let keys = keys128::keys128(keys, "keys")?;
         let rows = convert::rows(vectors, &c.config().space, "vectors")?;
-        if keys.keys.len() != rows.len() {
-            return Err(PyValueError::new_err(format!(
-                "keys: got {} keys for {} vectors",
-                keys.keys.len(),
-                rows.len()
-            )));
-        }
-        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY128) {
-            return Err(PyValueError::new_err(format!(
-                "keys: row {i}: key 2**128 - 1 is reserved to mark missing results"
-            )));
-        }
+        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY128, "2**128 - 1")?;
         let single = rows.single() && keys.single;
         let refs = rows.refs();
         let ids = IdColumn::U128(keys.keys);
@@ -1054,18 +1051,7 @@ impl PyCollection {
         }
         let keys = convert::keys(keys, "keys")?;
         let rows = convert::rows(vectors, &c.config().space, "vectors")?;
-        if keys.keys.len() != rows.len() {
-            return Err(PyValueError::new_err(format!(
-                "keys: got {} keys for {} vectors",
-                keys.keys.len(),
-                rows.len()
-            )));
-        }
-        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY) {
-            return Err(PyValueError::new_err(format!(
-                "keys: row {i}: key {NO_KEY} (2**64 - 1) is reserved to mark missing results"
-            )));
-        }
+        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY, NO_KEY_NAME)?;
         let single = rows.single() && keys.single;
         let refs = rows.refs();
         py.detach(|| match &kind {

@@ -18,6 +18,8 @@ use sagitta_kernels::{DType, Metric};
 
 /// The key that marks an empty result slot; refused as a user key.
 pub const NO_KEY: u64 = u64::MAX;
+/// [`NO_KEY`] as error messages name it.
+pub const NO_KEY_NAME: &str = "18446744073709551615 (2**64 - 1)";
 
 /// Keys from one int or a 1-D array-like of non-negative integers.
 #[derive(Debug)]
@@ -26,6 +28,29 @@ pub struct Keys {
     pub keys: Vec<u64>,
     /// Whether a single (scalar) key was given.
     pub single: bool,
+}
+
+/// Checks the keys of a write against its rows: one key per row, and
+/// none of them `reserved` (the key that marks a missing result, named
+/// `reserved_name` in the error).
+pub fn check_write_keys<K: PartialEq>(
+    keys: &[K],
+    rows: usize,
+    reserved: &K,
+    reserved_name: &str,
+) -> PyResult<()> {
+    if keys.len() != rows {
+        return Err(PyValueError::new_err(format!(
+            "keys: got {} keys for {rows} vectors",
+            keys.len()
+        )));
+    }
+    if let Some(i) = keys.iter().position(|k| k == reserved) {
+        return Err(PyValueError::new_err(format!(
+            "keys: row {i}: key {reserved_name} is reserved to mark missing results"
+        )));
+    }
+    Ok(())
 }
 
 fn numpy(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {

@@ -1,7 +1,7 @@
 //! `sagitta.Index`: one in-memory index (Flat or HNSW) or one read-only,
 //! memory-mapped segment file, behind the same Python methods.
 
-use crate::convert::{self, NO_KEY};
+use crate::convert::{self, NO_KEY, NO_KEY_NAME};
 use crate::errors::{index_err, read_only, store_err};
 use numpy::ndarray::Array2;
 use numpy::{IntoPyArray, PyArray1};
@@ -591,18 +591,7 @@ impl PyIndex {
         let threads = threads_arg(threads)?;
         let keys = convert::keys(keys, "keys")?;
         let rows = convert::rows(vectors, &index.space(), "vectors")?;
-        if keys.keys.len() != rows.len() {
-            return Err(PyValueError::new_err(format!(
-                "keys: got {} keys for {} vectors",
-                keys.keys.len(),
-                rows.len()
-            )));
-        }
-        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY) {
-            return Err(PyValueError::new_err(format!(
-                "keys: row {i}: key {NO_KEY} (2**64 - 1) is reserved to mark missing results"
-            )));
-        }
+        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY, NO_KEY_NAME)?;
         let refs = rows.refs();
         let single = rows.single() && keys.single;
         py.detach(|| index.add_batch(&keys.keys, &refs, threads))
@@ -629,18 +618,7 @@ impl PyIndex {
         let keys = convert::keys(keys, "keys")?;
         let space = index.space();
         let rows = convert::rows(vectors, &space, "vectors")?;
-        if keys.keys.len() != rows.len() {
-            return Err(PyValueError::new_err(format!(
-                "keys: got {} keys for {} vectors",
-                keys.keys.len(),
-                rows.len()
-            )));
-        }
-        if let Some(i) = keys.keys.iter().position(|&k| k == NO_KEY) {
-            return Err(PyValueError::new_err(format!(
-                "keys: row {i}: key {NO_KEY} (2**64 - 1) is reserved to mark missing results"
-            )));
-        }
+        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY, NO_KEY_NAME)?;
         let refs = rows.refs();
         let single = rows.single() && keys.single;
         let err = |e: IndexError| match e {

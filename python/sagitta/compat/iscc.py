@@ -402,13 +402,17 @@ class ShardedIndex:
 
     # -- writes --------------------------------------------------------------
 
+    def _absent(self, keys: np.ndarray) -> np.ndarray:
+        """Whether each of ``keys`` (as :meth:`_keys` gives them) is unused."""
+        return ~self._c.contains(keys)
+
     def _fresh_keys(self, n: int) -> np.ndarray:
         """``n`` keys not in use, from the live count up."""
         out: list[np.ndarray] = []
         start, need = len(self._c), n
         while need:
             cand = np.arange(start, start + need, dtype=np.uint64)
-            free = cand[~self._c.contains(cand)]
+            free = cand[self._absent(cand)]
             out.append(free)
             need -= len(free)
             start += len(cand)
@@ -450,13 +454,11 @@ class ShardedIndex:
         v = self._vectors_in(vectors, len(k))
         pick = np.zeros(len(k), bool)
         pick[_first_of_each(k)] = True
-        pick &= ~self._c.contains(k)
+        pick &= self._absent(k)
         if not pick.any():
             return None if single else self._no_keys()
         idx = np.flatnonzero(pick)
-        self._c.add(k[idx], self._take(v, idx))
-        self._dirty += len(idx)
-        return k[idx]
+        return self.add(k[idx], self._take(v, idx))
 
     def _take(self, v: Any, idx: np.ndarray) -> Any:
         return v[idx]
@@ -881,16 +883,8 @@ class _Multi:
             j += 1
         return counts[inv.reshape(-1)]
 
-    def _fresh_keys(self, n: int) -> np.ndarray:
-        out: list[np.ndarray] = []
-        start, need = len(self._c), n
-        while need:
-            cand = np.arange(start, start + need, dtype=np.uint64)
-            free = cand[self._counts(cand) == 0]
-            out.append(free)
-            need -= len(free)
-            start += len(cand)
-        return np.concatenate(out) if out else np.empty(0, np.uint64)
+    def _absent(self, keys: np.ndarray) -> np.ndarray:
+        return self._counts(keys) == 0
 
     def add(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray:
         """Adds vectors; a key already present gets one more."""
@@ -910,20 +904,6 @@ class _Multi:
         self._c.add(self._ids(k, self._counts(k) + earlier), v)
         self._dirty += len(k)  # type: ignore[attr-defined]
         return k
-
-    def add_once(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray | None:
-        if keys is None:
-            raise ValueError("add_once needs keys")
-        single = _is_single_key(keys)
-        k = _key_array(keys)
-        v = self._vectors_in(vectors, len(k))  # type: ignore[attr-defined]
-        pick = np.zeros(len(k), bool)
-        pick[_first_of_each(k)] = True
-        pick &= self._counts(k) == 0
-        if not pick.any():
-            return None if single else np.empty(0, np.uint64)
-        idx = np.flatnonzero(pick)
-        return self.add(k[idx], self._take(v, idx))  # type: ignore[attr-defined]
 
     def upsert(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray:
         raise ValueError("upsert is not supported with multi=True (as in iscc-usearch)")
