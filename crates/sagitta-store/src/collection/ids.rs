@@ -145,7 +145,12 @@ impl Collection {
         }
         // Which ids are present, and (hashed) that stored ids under these
         // keys are these ids.
-        let live = self.contains_many(&keys);
+        // (Not needed for an upsert of integer ids: nothing to check.)
+        let live = if t.hashed() || mode != IdWrite::Upsert {
+            self.contains_many(&keys)
+        } else {
+            vec![false; keys.len()]
+        };
         let present: Vec<usize> = (0..keys.len()).filter(|&i| live[i]).collect();
         if t.hashed() && !present.is_empty() {
             let pk: Vec<u64> = present.iter().map(|&i| keys[i]).collect();
