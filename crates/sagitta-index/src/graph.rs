@@ -14,7 +14,7 @@ use crate::topk::{Cand, KeyedCand, Neighbor};
 use crate::view::GraphView;
 use crate::Bitset;
 use sagitta_kernels::{prefetch, Distance};
-use std::cmp::Reverse;
+use std::cmp::{Ordering, Reverse};
 
 /// Greedy walk on one level from `ep` towards `q`.
 pub(crate) fn greedy<G: GraphView + ?Sized>(
@@ -208,6 +208,18 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
     s: &mut Scratch,
 ) -> Vec<Neighbor> {
     s.reset(0);
+    if k == 0 {
+        return Vec::new();
+    }
+    if filter.is_none() {
+        let contiguous = match full {
+            Some(f) => g.full_rows().map(|(r, st)| (f.dist, f.query, r, st)),
+            None => g.rows().map(|(r, st)| (dist, q, r, st)),
+        };
+        if let Some((dist, q, rows, stride)) = contiguous {
+            return exact_rows(g, dist, q, k, rows, stride, s);
+        }
+    }
     let push = |slot: u32, s: &mut Scratch| {
         if !g.is_live(slot) {
             return;
@@ -236,6 +248,85 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
     match filter {
         Some(f) => f.iter().for_each(|slot| push(slot as u32, s)),
         None => (0..g.slots() as u32).for_each(|slot| push(slot, s)),
+    }
+    let mut out: Vec<Neighbor> = s
+        .keyed
+        .drain()
+        .map(|c| Neighbor {
+            key: c.key,
+            distance: c.dist,
+        })
+        .collect();
+    out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+    out
+}
+
+/// Rows scored per [`Distance::eval_rows`] call in [`exact_rows`]: a
+/// block's distances stay in L1 while they are compared with the k-th.
+const EXACT_BLOCK: usize = 256;
+
+/// Rows whose distances are checked against the k-th with one minimum.
+const EXACT_RUN: usize = 16;
+
+/// [`exact`] over contiguous stored rows, unfiltered: distances a block at
+/// a time, and liveness and keys read only for a row that would enter the
+/// top k (most rows are rejected by one comparison).
+fn exact_rows<G: GraphView + ?Sized>(
+    g: &G,
+    dist: &Distance,
+    q: &[u8],
+    k: usize,
+    rows: &[u8],
+    stride: usize,
+    s: &mut Scratch,
+) -> Vec<Neighbor> {
+    let n = rows
+        .len()
+        .checked_div(stride)
+        .map_or(0, |r| r.min(g.slots()));
+    let mut buf = [0f32; EXACT_BLOCK];
+    let mut worst = f32::INFINITY;
+    let mut lo = 0;
+    while lo < n {
+        let hi = (lo + EXACT_BLOCK).min(n);
+        let ds = &mut buf[..hi - lo];
+        dist.eval_rows(q, &rows[lo * stride..hi * stride], stride, ds);
+        // Once k results are held, most runs of rows have nothing below
+        // the k-th: one vectorised minimum rejects a run whole.
+        for (c, run) in ds.chunks(EXACT_RUN).enumerate() {
+            if s.keyed.len() >= k && run.iter().fold(f32::INFINITY, |m, &d| m.min(d)) > worst {
+                continue;
+            }
+            for (i, &d) in run.iter().enumerate() {
+                let full = s.keyed.len() >= k;
+                // A NaN is never below the k-th: it never displaces a result.
+                if full
+                    && !matches!(
+                        d.partial_cmp(&worst),
+                        Some(Ordering::Less | Ordering::Equal)
+                    )
+                {
+                    continue;
+                }
+                let slot = (lo + c * EXACT_RUN + i) as u32;
+                if !g.is_live(slot) {
+                    continue;
+                }
+                let key = g.key(slot);
+                if full {
+                    if s.keyed.peek().is_some_and(|w| d < w.dist || key < w.key) {
+                        s.keyed.pop();
+                    } else {
+                        continue;
+                    }
+                }
+                s.keyed.push(KeyedCand { dist: d, key });
+                if s.keyed.len() >= k {
+                    worst = s.keyed.peek().map_or(f32::INFINITY, |w| w.dist);
+                }
+            }
+        }
+        lo = hi;
     }
     let mut out: Vec<Neighbor> = s
         .keyed

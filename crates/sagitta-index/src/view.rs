@@ -30,4 +30,16 @@ pub trait GraphView: Sync {
     fn full(&self, _slot: u32) -> Option<&[u8]> {
         None
     }
+    /// Every slot's stored vector back to back and their stride in bytes,
+    /// where the structure keeps them so (a sealed segment's mapped
+    /// vectors): exact scans then compute distances a block of rows at a
+    /// time instead of one call per slot. At least `slots × stride` bytes.
+    fn rows(&self) -> Option<(&[u8], usize)> {
+        None
+    }
+    /// As [`GraphView::rows`] for the full-precision rows (see
+    /// [`GraphView::full`]).
+    fn full_rows(&self) -> Option<(&[u8], usize)> {
+        None
+    }
 }

@@ -186,7 +186,8 @@ enum Kern {
     F32(FloatKernel<f32>),
     F16(FloatKernel<f16>),
     I8(FloatKernel<i8>),
-    Bits(fn(&[u8], &[u8]) -> u32),
+    /// One pair, and one code against a block of rows.
+    Bits(fn(&[u8], &[u8]) -> u32, fn(&[u8], &[u8], usize, &mut [f32])),
     /// Scalar-quantized: the code dot product; the header does the rest.
     Sq8(FloatKernel<i8>),
     Sq16(FloatKernel<i16>),
@@ -243,7 +244,9 @@ impl Distance {
             (M::L2, D::I8) => (Kern::I8(k.l2sq_i8), false),
             (M::Ip, D::I8) => (Kern::I8(k.dot_i8), true),
             (M::Cos, D::I8) => (Kern::I8(k.cos_i8), false),
-            (M::Hamming, D::B1) | (M::Nphd, D::B1) => (Kern::Bits(k.hamming), false),
+            (M::Hamming, D::B1) | (M::Nphd, D::B1) => {
+                (Kern::Bits(k.hamming, k.hamming_rows), false)
+            }
             // Cosine over quantized storage requires unit vectors (the
             // index normalises before quantizing).
             (M::L2 | M::Ip, D::Sq8) => (Kern::Sq8(k.dot_i8), false),
@@ -281,7 +284,7 @@ impl Distance {
             Kern::F32(f) => f(cast::<f32>(a), cast::<f32>(b)),
             Kern::F16(f) => f(cast::<f16>(a), cast::<f16>(b)),
             Kern::I8(f) => f(cast::<i8>(a), cast::<i8>(b)),
-            Kern::Bits(f) => {
+            Kern::Bits(f, _) => {
                 if self.metric == Metric::Nphd {
                     return nphd_with(f, a, b);
                 }
@@ -305,6 +308,22 @@ impl Distance {
 }
 
 impl Distance {
+    /// Distances from `q` to consecutive stored vectors: `rows` holds them
+    /// back to back, `stride` bytes apart, and `out[i]` gets the distance
+    /// to the `i`-th (as many as both hold). Equal to [`Distance::eval`]
+    /// row by row; Hamming runs one batch kernel for the block.
+    pub fn eval_rows(&self, q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+        if let (Kern::Bits(_, many), Metric::Hamming) = (self.kern, self.metric) {
+            return many(q, rows, stride, out);
+        }
+        if stride == 0 {
+            return;
+        }
+        for (o, r) in out.iter_mut().zip(rows.chunks_exact(stride)) {
+            *o = self.eval(q, r);
+        }
+    }
+
     /// Distance from the code dot product and both headers
     /// `[scale_a, norm²_a, scale_b, norm²_b]`.
     #[inline]

@@ -125,6 +125,9 @@ pub struct Kernels {
     pub dot_i16: FloatKernel<i16>,
     /// Hamming distance over packed bits.
     pub hamming: fn(&[u8], &[u8]) -> u32,
+    /// Hamming distances from one code to a block of codes `stride` bytes
+    /// apart, as f32 (see [`scalar::hamming_rows`]).
+    pub hamming_rows: fn(&[u8], &[u8], usize, &mut [f32]),
     /// Whether `hamming` uses a vector popcount (AVX-512 VPOPCNTDQ, NEON CNT).
     pub vector_popcount: bool,
     /// RaBitQ fast scan: lookup-table sums for one block of 32 codes (see
@@ -156,6 +159,7 @@ impl Kernels {
         cos_i8: scalar::cos_i8,
         dot_i16: scalar::dot_i16,
         hamming: scalar::hamming,
+        hamming_rows: scalar::hamming_rows,
         vector_popcount: false,
         fastscan: fastscan::fastscan_scalar,
     };
@@ -181,6 +185,7 @@ impl Kernels {
                 cos_i8: avx2::cos_i8,
                 dot_i16: avx2::dot_i16,
                 hamming: avx2::hamming,
+                hamming_rows: avx2::hamming_rows,
                 vector_popcount: false,
                 fastscan: fastscan::x86::fastscan_avx2,
             }),
@@ -209,6 +214,7 @@ impl Kernels {
                     } else {
                         avx2::hamming
                     },
+                    hamming_rows: avx2::hamming_rows,
                     vector_popcount: vpopcnt,
                     fastscan: fastscan::x86::fastscan_avx512,
                 })
@@ -227,6 +233,7 @@ impl Kernels {
                 cos_i8: neon::cos_i8,
                 dot_i16: scalar::dot_i16,
                 hamming: neon::hamming,
+                hamming_rows: scalar::hamming_rows,
                 vector_popcount: true,
                 fastscan: fastscan::arm::fastscan_neon,
             }),

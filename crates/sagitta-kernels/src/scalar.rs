@@ -171,8 +171,25 @@ pub fn cos_i8(a: &[i8], b: &[i8]) -> f32 {
     crate::cos_from_parts(ab as f32, aa as f32, bb as f32)
 }
 
+/// Hamming distance from `q` to each row of `rows` (rows of `stride`
+/// bytes, back to back), written to `out` as f32; as many rows as both
+/// `out` and `rows` hold. The exact scan's inner loop: one call per block
+/// of rows instead of one per row. Always inlined, so that the POPCNT
+/// builds (which wrap it) compile it with the instruction.
+#[inline(always)]
+pub fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+    if stride == 0 {
+        out.iter_mut().for_each(|o| *o = 0.0);
+        return;
+    }
+    let q = &q[..q.len().min(stride)];
+    for (o, r) in out.iter_mut().zip(rows.chunks_exact(stride)) {
+        *o = hamming(q, r) as f32;
+    }
+}
+
 /// Number of differing bits between two packed bit strings.
-#[inline]
+#[inline(always)]
 pub fn hamming(a: &[u8], b: &[u8]) -> u32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);

@@ -74,6 +74,36 @@ proptest! {
     }
 
     #[test]
+    fn hamming_rows_equals_row_by_row(
+        stride in 1usize..80,
+        n in 0usize..40,
+        seed in any::<u64>(),
+    ) {
+        let mut x = seed | 1;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        };
+        let q: Vec<u8> = (0..stride).map(|_| next()).collect();
+        let rows: Vec<u8> = (0..n * stride).map(|_| next()).collect();
+        for k in Kernels::available() {
+            // One slot more than rows: it must be left as it was.
+            let mut out = vec![-1.0f32; n + 1];
+            (k.hamming_rows)(&q, &rows, stride, &mut out);
+            for (i, r) in rows.chunks_exact(stride).enumerate() {
+                prop_assert_eq!(out[i], scalar::hamming(&q, r) as f32, "{} row {}", k.isa, i);
+            }
+            prop_assert_eq!(out[n], -1.0);
+            let d = Distance::with_kernels(&k, Metric::Hamming, DType::B1, false).unwrap();
+            let mut via = vec![0.0f32; n];
+            d.eval_rows(&q, &rows, stride, &mut via);
+            prop_assert_eq!(&via[..], &out[..n]);
+        }
+    }
+
+    #[test]
     fn nphd_uses_the_shorter_prefix(a in prop::collection::vec(any::<u8>(), 1..=32), b in prop::collection::vec(any::<u8>(), 1..=32)) {
         let (mut sa, mut sb) = ([0u8; 33], [0u8; 33]);
         nphd_encode(&a, 32, &mut sa).unwrap();

@@ -1152,6 +1152,20 @@ impl GraphView for Segment {
         self.map.get(start..start + fstride)
     }
 
+    fn full_rows(&self) -> Option<(&[u8], usize)> {
+        let (at, len) = self.full?;
+        let fstride = len.checked_div(self.info.slots as usize)?;
+        Some((self.map.get(at..at.checked_add(len)?)?, fstride))
+    }
+
+    fn rows(&self) -> Option<(&[u8], usize)> {
+        let len = (self.info.slots as usize).checked_mul(self.stride)?;
+        let rows = self
+            .map
+            .get(self.vectors.0..self.vectors.0.checked_add(len)?)?;
+        Some((rows, self.stride))
+    }
+
     #[inline]
     fn prefetch_links(&self, level: usize, slot: u32) {
         if level == 0 {

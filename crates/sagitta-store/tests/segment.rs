@@ -764,3 +764,56 @@ fn hnsw_segment_imports_into_a_mutable_index() {
     let recall = hit as f64 / total as f64;
     assert!(recall >= 0.95, "recall {recall}");
 }
+
+/// A segment's exact scan (whole blocks of mapped rows) answers as the
+/// in-memory index's slot-by-slot scan: the k smallest by (distance, key),
+/// deleted rows never returned, ties at the k-th resolved to smaller keys
+/// whatever the insertion order, and k up to every live row.
+#[test]
+fn block_exact_scans_match_the_slot_by_slot_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for (bits, n) in [(256usize, 1500usize), (64, 700), (200, 300)] {
+        let space = Space::new(bits, Metric::Hamming, DType::B1).unwrap();
+        let idx = Index::flat(space).unwrap();
+        let bytes = bits.div_ceil(8);
+        // Few distinct codes (every code repeated), so ties are everywhere.
+        let codes: Vec<Vec<u8>> = (0..40)
+            .map(|_| (0..bytes).map(|_| next() as u8).collect())
+            .collect();
+        for i in 0..n {
+            // Keys out of slot order, so the tie-break is by key not slot.
+            let key = (n - i) as u64 * 7;
+            idx.add(key, VectorRef::Bytes(&codes[i % codes.len()]))
+                .unwrap();
+        }
+        for key in (7..=(n as u64 * 7)).step_by(7 * 5) {
+            idx.remove(key);
+        }
+        let path = dir.path().join(format!("b{bits}.sgt"));
+        Segment::write(&idx, &path).unwrap();
+        let seg = Segment::open(&path).unwrap();
+        let exact = SearchOptions {
+            exact: true,
+            ..Default::default()
+        };
+        for (qi, q) in codes.iter().take(8).enumerate() {
+            for k in [1, 10, 97, idx.len()] {
+                let a = idx.search(VectorRef::Bytes(q), k, &exact).unwrap();
+                let b = seg.search(VectorRef::Bytes(q), k, &exact).unwrap();
+                assert_eq!(a, b, "{bits} bits, query {qi}, k {k}");
+                assert_eq!(b.len(), k.min(idx.len()));
+                assert!(
+                    b.iter().all(|r| (r.key / 7 - 1) % 5 != 0),
+                    "deleted row returned"
+                );
+            }
+        }
+    }
+}
