@@ -1702,6 +1702,12 @@ impl IndexRead for Index {
             m0: self.params.m0(),
             ef_search: self.ef_search(),
             full_precision: guard.full.is_some(),
+            scan_bytes: if guard.full.is_some() {
+                self.space.dims * 4
+            } else {
+                self.space.stride()
+            },
+            contiguous: false,
         };
         let plan = plan::plan(&target, k, opts)?;
         if plan == Plan::Ivf {

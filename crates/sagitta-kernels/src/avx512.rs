@@ -392,3 +392,49 @@ pub(crate) fn hamming(a: &[u8], b: &[u8]) -> u32 {
     // SAFETY: see module docs; only handed out when vpopcntdq is present.
     unsafe { hamming_impl(a, b) }
 }
+
+/// Bytes of the code width [`hamming_rows`] has a vector path for (256-bit
+/// codes, as ISCC's): two codes per register, eight per step.
+const ROWS32: usize = 32;
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vpopcntdq,popcnt")]
+unsafe fn hamming_rows_impl(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+    if stride != ROWS32 || q.len() < ROWS32 {
+        return crate::scalar::hamming_rows(q, rows, stride, out);
+    }
+    let n = out.len().min(rows.len() / ROWS32);
+    let mut i = 0;
+    // SAFETY: each step reads rows i..i + 8, 256 bytes inside `rows`
+    // (i + 8 <= n), and writes out[i..i + 8] (n <= out.len()); the query
+    // load reads its first 32 bytes (checked above).
+    unsafe {
+        let q2 = _mm512_broadcast_i64x4(_mm256_loadu_si256(q.as_ptr().cast()));
+        // Lanes of the summed pairs below hold rows 0, 2, 1, 3, 4, 6, 5, 7.
+        let order = _mm512_set_epi64(7, 5, 6, 4, 3, 1, 2, 0);
+        while i + 8 <= n {
+            let p = rows.as_ptr().add(i * ROWS32);
+            let count = |at: usize| {
+                _mm512_popcnt_epi64(_mm512_xor_si512(_mm512_loadu_si512(p.add(at).cast()), q2))
+            };
+            // Each register: one row in lanes 0..4, the next in 4..8.
+            let (a, b, c, d) = (count(0), count(64), count(128), count(192));
+            // Adjacent lanes summed: 128-bit blocks (a01 b01) (a23 b23) ...
+            let ab = _mm512_add_epi64(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+            let cd = _mm512_add_epi64(_mm512_unpacklo_epi64(c, d), _mm512_unpackhi_epi64(c, d));
+            // Blocks 0 + 1 and 2 + 3 of each: whole rows.
+            let sums = _mm512_add_epi64(
+                _mm512_shuffle_i64x2::<0x88>(ab, cd),
+                _mm512_shuffle_i64x2::<0xDD>(ab, cd),
+            );
+            let rows8 = _mm512_cvtepi64_epi32(_mm512_permutexvar_epi64(order, sums));
+            _mm256_storeu_ps(out.as_mut_ptr().add(i), _mm256_cvtepi32_ps(rows8));
+            i += 8;
+        }
+    }
+    crate::scalar::hamming_rows(q, &rows[i * ROWS32..], stride, &mut out[i..n]);
+}
+
+pub(crate) fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+    // SAFETY: see module docs; only handed out when vpopcntdq is present.
+    unsafe { hamming_rows_impl(q, rows, stride, out) }
+}

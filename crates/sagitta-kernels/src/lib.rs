@@ -214,7 +214,11 @@ impl Kernels {
                     } else {
                         avx2::hamming
                     },
-                    hamming_rows: avx2::hamming_rows,
+                    hamming_rows: if vpopcnt {
+                        avx512::hamming_rows
+                    } else {
+                        avx2::hamming_rows
+                    },
                     vector_popcount: vpopcnt,
                     fastscan: fastscan::x86::fastscan_avx512,
                 })

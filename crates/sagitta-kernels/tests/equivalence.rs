@@ -237,3 +237,34 @@ fn quantized_distances_follow_the_header() {
     assert!(Distance::new(Metric::Cos, DType::Sq8, false).is_err());
     assert!(Distance::new(Metric::Hamming, DType::Sq8, true).is_err());
 }
+
+/// The widths with their own vector path (256-bit codes), with row counts
+/// around its 8-row step, and a query longer than a row.
+#[test]
+fn hamming_rows_vector_widths_match_scalar() {
+    let mut x = 0x2545_F491_4F6C_DD1Du64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    };
+    for stride in [32usize, 64] {
+        for n in [0usize, 1, 7, 8, 9, 16, 37, 256] {
+            let q: Vec<u8> = (0..stride + 3).map(|_| next()).collect();
+            let rows: Vec<u8> = (0..n * stride).map(|_| next()).collect();
+            for k in Kernels::available() {
+                let mut out = vec![-1.0f32; n];
+                (k.hamming_rows)(&q, &rows, stride, &mut out);
+                for (i, r) in rows.chunks_exact(stride).enumerate() {
+                    assert_eq!(
+                        out[i],
+                        scalar::hamming(&q[..stride], r) as f32,
+                        "{} {stride} {n} row {i}",
+                        k.isa
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1277,6 +1277,8 @@ impl IndexRead for Segment {
             m0: self.info.m0 as usize,
             ef_search: self.ef_search.load(std::sync::atomic::Ordering::Relaxed),
             full_precision: self.full.is_some(),
+            scan_bytes: self.full_rows().map_or(self.stride, |(_, fstride)| fstride),
+            contiguous: true,
         };
         let plan = sagitta_index::plan::plan(&target, k, opts)?;
         let space = self.info.space;
