@@ -252,6 +252,7 @@ class Collection:
         embed_model: str | None = None,
         bm25_k1: float | None = None,
         bm25_b: float | None = None,
+        index_threshold: int | None = None,
     ) -> Collection:
         """Creates a collection in ``path`` and opens it for writing (without
         ``dtype``: float32 vectors, with sq8 codes for graph traversal).
@@ -370,6 +371,10 @@ class Collection:
     @property
     def dtype(self) -> str:
         """Storage type."""
+    @property
+    def index_threshold(self) -> int:
+        """Rows under which a segment is kept without a graph and searched
+        by exact scan (0: every segment gets one)."""
     @property
     def codes(self) -> str | None:
         """Compact codes of the built graph segments, or None."""

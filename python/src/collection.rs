@@ -134,9 +134,13 @@ impl PyCollection {
     /// the first text field: ``upsert(keys, None, payload={field: texts})``
     /// embeds the texts and ``search(None, k, text=...)`` the query.
     /// bm25_k1 / bm25_b: BM25 parameters of text queries (default 0.9 and
-    /// 0.4).
+    /// 0.4). index_threshold: HNSW segments with fewer rows are kept
+    /// without a graph and searched by exact scan (at that size a scan
+    /// costs no more than a graph walk, and is exact); ``None`` (default):
+    /// from the planner's cost model (about 40k 256-bit codes, 1.7k 384-d
+    /// float rows), ``0``: every segment gets a graph.
     #[staticmethod]
-    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None, text_fields = None, embed_model = None, bm25_k1 = None, bm25_b = None))]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None, text_fields = None, embed_model = None, bm25_k1 = None, bm25_b = None, index_threshold = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -161,6 +165,7 @@ impl PyCollection {
         embed_model: Option<String>,
         bm25_k1: Option<f64>,
         bm25_b: Option<f64>,
+        index_threshold: Option<u64>,
     ) -> PyResult<Self> {
         let ivf = ivf_args(bits, partitions, nprobe, refine, None)?;
         let (space, kind_v, hnsw) = index_args(
@@ -202,6 +207,7 @@ impl PyCollection {
         if let Some(b) = bm25_b {
             cfg.bm25.b = b as f32;
         }
+        cfg.index_threshold = index_threshold;
         let c = py
             .detach(|| Collection::create(&path, cfg))
             .map_err(|e| match e {
@@ -802,6 +808,13 @@ impl PyCollection {
     #[getter]
     fn expansion_search(&self) -> PyResult<usize> {
         Ok(self.coll()?.config().hnsw.ef_search)
+    }
+
+    /// Rows under which a segment is kept without a graph and searched by
+    /// exact scan (0: every segment gets one); see ``create``.
+    #[getter]
+    fn index_threshold(&self) -> PyResult<u64> {
+        Ok(self.coll()?.config().index_threshold_rows())
     }
 
     /// Metric name.

@@ -66,7 +66,14 @@ pub fn scan_ns(scan_bytes: usize) -> f64 {
 /// and 0.73× for 1k rows of 384-d floats; 1.12× and 1.43× just above the
 /// estimated crossover (100k codes, 3k floats).
 pub fn prefer_exact_small(t: &Target, ef: usize) -> bool {
-    t.contiguous && t.slots as f64 * scan_ns(t.scan_bytes) <= WALK_NS * (ef * t.m0) as f64
+    t.contiguous && t.slots as u64 <= exact_scan_rows(t.scan_bytes, ef, t.m0)
+}
+
+/// The most rows of `scan_bytes` bytes an exact scan reads in the time of
+/// a graph walk with beam `ef` over `m0` links per node (the cost model of
+/// [`prefer_exact_small`]): a segment this small needs no graph.
+pub fn exact_scan_rows(scan_bytes: usize, ef: usize, m0: usize) -> u64 {
+    (WALK_NS * (ef * m0) as f64 / scan_ns(scan_bytes)) as u64
 }
 
 /// Beam results re-scored from full-precision rows by default: `2k`, at

@@ -485,7 +485,9 @@ fn segment_files(dir: &Path) -> Vec<sagitta_store::Segment> {
 fn graph_codes_are_the_default_and_answers_stay_exact_f32() {
     let dir = tempfile::tempdir().unwrap();
     let dims = 24;
-    let cfg = config(dims, 600);
+    let mut cfg = config(dims, 600);
+    // Every segment gets its graph (at this size they would stay Flat).
+    cfg.index_threshold = Some(0);
     assert_eq!(cfg.codes, Some(DType::Sq8));
     assert!(cfg.keeps_full());
     let c = Collection::create(dir.path(), cfg).unwrap();

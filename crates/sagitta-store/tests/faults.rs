@@ -76,6 +76,8 @@ fn failed_background_builds_keep_the_collection_serving_and_writable() {
     // HNSW segment ~190 kB, the bloom file ~80 kB.
     cfg.segment_size = 1000 * cfg.bytes_per_vector();
     cfg.idle_seal_ms = 0;
+    // Every part is to be indexed (at this size they would stay Flat).
+    cfg.index_threshold = Some(0);
     let c = Collection::create(dir.path(), cfg).unwrap();
     set_file_limit(Some(120 << 10));
     let mut keys = Vec::new();

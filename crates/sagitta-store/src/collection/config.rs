@@ -113,6 +113,13 @@ pub struct CollectionConfig {
     pub embed_model: Option<String>,
     /// BM25 parameters of text queries (default k1 0.9, b 0.4).
     pub bm25: Bm25,
+    /// HNSW collections: a Flat segment with fewer live rows than this is
+    /// left without a graph and searched by an exact scan, which at that
+    /// size costs no more than a graph walk (and is exact); merges index it
+    /// once it grows past this. `None` (the default): from the planner's
+    /// cost model ([`Self::index_threshold_rows`]); `Some(0)`: every
+    /// segment is indexed.
+    pub index_threshold: Option<u64>,
 }
 
 /// The compact codes a new HNSW collection over `space` traverses with by
@@ -142,6 +149,7 @@ impl CollectionConfig {
             text: Vec::new(),
             embed_model: None,
             bm25: Bm25::default(),
+            index_threshold: None,
         }
     }
 
@@ -266,9 +274,33 @@ impl CollectionConfig {
 
     /// Whether a segment of `kind` is in this collection's final form
     /// (a Flat segment of an HNSW or IVF collection is waiting for the
-    /// optimizer).
+    /// optimizer, unless [`Self::stays_flat`]).
     pub(crate) fn is_built(&self, kind: IndexKind) -> bool {
         kind == self.kind
+    }
+
+    /// Live rows under which a Flat segment stays without a graph: the
+    /// explicit [`Self::index_threshold`], else the rows an exact scan of
+    /// this collection's Flat rows reads in the time of a walk at the
+    /// default beam (about 40k 256-bit codes, 1.7k 384-d f32 rows at M 16,
+    /// ef 64). 0 for other kinds than HNSW.
+    pub fn index_threshold_rows(&self) -> u64 {
+        if self.kind != IndexKind::Hnsw {
+            return 0;
+        }
+        self.index_threshold.unwrap_or_else(|| {
+            sagitta_index::plan::exact_scan_rows(
+                self.space.stride(),
+                self.hnsw.ef_search,
+                self.hnsw.m0(),
+            )
+        })
+    }
+
+    /// Whether a segment of `kind` with `live` rows is settled without a
+    /// graph: Flat and under [`Self::index_threshold_rows`].
+    pub(crate) fn stays_flat(&self, kind: IndexKind, live: u64) -> bool {
+        kind == IndexKind::Flat && live < self.index_threshold_rows()
     }
 
     /// Estimated bytes one vector occupies in a built segment (vector,
@@ -346,6 +378,10 @@ pub(crate) struct ConfigFile {
     bm25_k1: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     bm25_b: Option<f32>,
+    /// Absent: the cost model's threshold (and in collections made before
+    /// it, which get it on open).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    index_threshold: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -405,6 +441,7 @@ impl ConfigFile {
             embed_model: c.embed_model.clone(),
             bm25_k1: (!c.text.is_empty()).then_some(c.bm25.k1),
             bm25_b: (!c.text.is_empty()).then_some(c.bm25.b),
+            index_threshold: c.index_threshold,
         }
     }
 
@@ -461,6 +498,7 @@ impl ConfigFile {
                 k1: self.bm25_k1.unwrap_or(Bm25::default().k1),
                 b: self.bm25_b.unwrap_or(Bm25::default().b),
             },
+            index_threshold: self.index_threshold,
         })
     }
 }

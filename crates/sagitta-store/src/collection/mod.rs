@@ -504,7 +504,10 @@ impl Collection {
         let unindexed = st.active.len()
             + st.parts
                 .iter()
-                .filter(|p| !c.config.is_built(p.kind()))
+                .filter(|p| {
+                    !c.config.is_built(p.kind())
+                        && !c.config.stays_flat(p.kind(), p.live_len() as u64)
+                })
                 .map(|p| p.live_len())
                 .sum::<usize>();
         CollectionStats {

@@ -74,8 +74,12 @@ pub(crate) struct PartInfo {
     pub slots: u64,
     /// Live rows.
     pub live: u64,
-    /// In the collection's final index kind.
+    /// In the collection's final index kind, or settled without a graph
+    /// (`flat`).
     pub built: bool,
+    /// A Flat segment small enough to stay so (searched by exact scan; see
+    /// `CollectionConfig::index_threshold`): no graph to import.
+    pub flat: bool,
 }
 
 /// The policy's knobs.
@@ -88,6 +92,8 @@ pub(crate) struct Policy {
     /// Rewrite a built segment once this fraction of its slots is dead
     /// (0: any dead row).
     pub dead_ratio: f64,
+    /// A segment written with fewer live rows is written Flat (no graph).
+    pub index_threshold: u64,
 }
 
 /// What a task does.
@@ -118,6 +124,9 @@ pub(crate) struct Plan {
     pub kind: TaskKind,
     pub inputs: Vec<u64>,
     pub base: Option<u64>,
+    /// Write the result as a Flat segment (fewer live rows than the
+    /// policy's `index_threshold`); never with a `base`.
+    pub flat: bool,
 }
 
 impl PartInfo {
@@ -155,6 +164,7 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
             kind: TaskKind::Compact,
             inputs: vec![x.id],
             base: None,
+            flat: x.flat,
         });
     }
     let unbuilt: Vec<&PartInfo> = parts.iter().filter(|x| !x.built).collect();
@@ -175,6 +185,7 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
                     .iter()
                     .filter(|x| {
                         x.built
+                            && !x.flat
                             && x.live > 0
                             && bytes(x.slots + total) <= p.max_segment_size
                             && total * GROWTH >= x.slots
@@ -189,6 +200,7 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
             kind: TaskKind::Build,
             inputs,
             base: base.map(|b| b.id),
+            flat: false,
         });
     }
     let mut small: Vec<&PartInfo> = parts
@@ -211,9 +223,15 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
         return None;
     }
     let chosen = &small[..run];
-    let base = p
-        .graph_import
-        .then(|| chosen.iter().max_by_key(|x| (x.slots, x.id)).map(|x| x.id))
+    let flat = chosen.iter().map(|x| x.live).sum::<u64>() < p.index_threshold;
+    let base = (p.graph_import && !flat)
+        .then(|| {
+            chosen
+                .iter()
+                .filter(|x| !x.flat)
+                .max_by_key(|x| (x.slots, x.id))
+                .map(|x| x.id)
+        })
         .flatten();
     let mut inputs: Vec<u64> = chosen.iter().map(|x| x.id).collect();
     inputs.sort_unstable();
@@ -221,6 +239,7 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
         kind: TaskKind::Merge,
         inputs,
         base,
+        flat,
     })
 }
 
@@ -504,6 +523,7 @@ fn policy(c: &Inner, force: bool) -> Policy {
         max_segment_size: c.config.max_segment_size,
         graph_import: c.config.kind == IndexKind::Hnsw,
         dead_ratio: if force { 0.0 } else { 0.2 },
+        index_threshold: c.config.index_threshold_rows(),
     }
 }
 
@@ -511,11 +531,16 @@ fn infos(c: &Inner, st: &State) -> Vec<PartInfo> {
     st.parts
         .iter()
         .filter(|p| !p.is_frozen())
-        .map(|p| PartInfo {
-            id: p.id,
-            slots: p.slot_count() as u64,
-            live: p.live_len() as u64,
-            built: c.config.is_built(p.kind()),
+        .map(|p| {
+            let live = p.live_len() as u64;
+            let flat = c.config.stays_flat(p.kind(), live);
+            PartInfo {
+                id: p.id,
+                slots: p.slot_count() as u64,
+                live,
+                built: c.config.is_built(p.kind()) || flat,
+                flat,
+            }
         })
         .collect()
 }
@@ -539,7 +564,12 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
     let base = p.base.and_then(|b| inputs.iter().position(|x| x.id == b));
     // Only a graph stored the way built segments are can be imported.
     let built = c.config.built_space();
-    let base = base.filter(|&b| inputs[b].segment().is_some_and(|s| s.info().space == built));
+    let base = base.filter(|&b| {
+        !p.flat
+            && inputs[b]
+                .segment()
+                .is_some_and(|s| s.info().space == built && s.info().kind == IndexKind::Hnsw)
+    });
     // Rows in the collection's space (f32 rows where built segments keep
     // them beside codes): copied as stored, or, into an index keeping full
     // rows beside codes, encoded like user vectors.
@@ -566,6 +596,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
                 keys.len(),
             )?
         }
+        None if p.flat => Index::flat(c.config.space)?,
         None => c.config.sealed_index()?,
     };
     c.opt.status.lock().stats.task_rows_total = keys.len() as u64;
@@ -580,7 +611,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
             let end = (at + CHUNK).min(keys.len());
             let rows = &stored[at * stride..end * stride];
             pool.install(|| {
-                if full {
+                if full && !p.flat {
                     index.upsert_f32_rows(&keys[at..end], rows, stride, 0)
                 } else {
                     index.upsert_encoded_batch(&keys[at..end], rows, 0)
@@ -686,6 +717,16 @@ mod tests {
             slots,
             live,
             built,
+            flat: false,
+        }
+    }
+
+    /// A Flat segment settled without a graph.
+    fn flat(id: u64, rows: u64) -> PartInfo {
+        PartInfo {
+            built: true,
+            flat: true,
+            ..part(id, rows, rows, true)
         }
     }
 
@@ -695,7 +736,38 @@ mod tests {
             max_segment_size: 1000,
             graph_import: true,
             dead_ratio: 0.2,
+            index_threshold: 0,
         }
+    }
+
+    #[test]
+    fn small_segments_stay_flat_and_merge_into_flat_or_built_ones() {
+        let p = Policy {
+            index_threshold: 100,
+            ..pol()
+        };
+        // Settled flat segments alone: nothing to build.
+        assert_eq!(plan(&[flat(1, 60)], &p), None);
+        // Two of them merge, into a Flat segment while under the threshold...
+        let m = plan(&[flat(1, 30), flat(2, 40)], &p).unwrap();
+        assert_eq!((m.kind, m.flat, m.base), (TaskKind::Merge, true, None));
+        // ...and into an indexed one past it, built from scratch (a flat
+        // segment has no graph to import).
+        let m = plan(&[flat(1, 60), flat(2, 70)], &p).unwrap();
+        assert_eq!((m.kind, m.flat, m.base), (TaskKind::Merge, false, None));
+        // With a built segment, its graph is the base.
+        let m = plan(&[part(1, 300, 300, true), flat(2, 60)], &p).unwrap();
+        assert_eq!((m.flat, m.base), (false, Some(1)));
+        // Unbuilt segments are never imported into a flat one.
+        let b = plan(&[flat(1, 90), part(2, 200, 200, false)], &p).unwrap();
+        assert_eq!((b.kind, b.base, b.flat), (TaskKind::Build, None, false));
+        // A flat segment with dead rows is rewritten flat.
+        let dead = PartInfo {
+            live: 40,
+            ..flat(1, 60)
+        };
+        let c = plan(&[dead], &p).unwrap();
+        assert_eq!((c.kind, c.flat), (TaskKind::Compact, true));
     }
 
     #[test]
