@@ -586,3 +586,77 @@ fn codes_none_keeps_plain_graphs() {
         Err(StoreError::Config(_))
     ));
 }
+
+/// Segments under the index threshold stay Flat (no graph is built that
+/// no search would walk) and answer exactly; merges stay Flat until they
+/// pass it, then build a graph; an explicit threshold is kept across a
+/// reopen, and 0 indexes everything.
+#[test]
+fn small_segments_stay_flat_until_merges_pass_the_index_threshold() {
+    let dims = 24;
+    let kinds = |dir: &Path| {
+        let mut k: Vec<(IndexKind, usize)> = segment_files(dir)
+            .iter()
+            .map(|s| (s.info().kind, s.len()))
+            .collect();
+        k.sort_by_key(|x| x.1);
+        k
+    };
+    let seal_batches = |c: &Collection| {
+        for b in 0..3u64 {
+            add_range(c, b * 2000..(b + 1) * 2000, dims);
+            c.seal().unwrap();
+        }
+        c.optimize().unwrap();
+    };
+    let keys: Vec<u64> = (0..6000).collect();
+    let check_exact = |c: &Collection| {
+        for qk in 9000..9020u64 {
+            let q = vector(qk, dims);
+            let got: Vec<u64> = c
+                .search(&[VectorRef::F32(&q)], 10, &CollectionSearch::default())
+                .unwrap()[0]
+                .iter()
+                .map(|n| n.key)
+                .collect();
+            assert_eq!(got, exact_oracle(&keys, dims, &q, 10));
+        }
+    };
+
+    // Default: 24-d f32 rows (96 bytes) stay Flat under ~20k rows: the
+    // three 2k-row seals merge into one Flat segment.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dims, 100_000);
+    cfg.max_segment_size = 1 << 30;
+    let threshold = cfg.index_threshold_rows();
+    assert!((10_000..40_000).contains(&threshold), "{threshold}");
+    let c = Collection::create(dir.path(), cfg.clone()).unwrap();
+    seal_batches(&c);
+    assert_eq!(kinds(dir.path()), vec![(IndexKind::Flat, 6000)]);
+    assert_eq!(c.stats().unindexed_vectors, 0);
+    check_exact(&c);
+    drop(c);
+
+    // A threshold of 5000 rows: the merge passes it and gets a graph; the
+    // setting survives a reopen.
+    let dir = tempfile::tempdir().unwrap();
+    let mut five = cfg.clone();
+    five.index_threshold = Some(5000);
+    let c = Collection::create(dir.path(), five).unwrap();
+    seal_batches(&c);
+    assert_eq!(kinds(dir.path()), vec![(IndexKind::Hnsw, 6000)]);
+    drop(c);
+    let c = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    assert_eq!(c.config().index_threshold, Some(5000));
+    assert_eq!(c.config().index_threshold_rows(), 5000);
+    drop(c);
+
+    // 0: every sealed part is indexed.
+    let dir = tempfile::tempdir().unwrap();
+    let mut zero = cfg;
+    zero.index_threshold = Some(0);
+    let c = Collection::create(dir.path(), zero).unwrap();
+    seal_batches(&c);
+    assert!(kinds(dir.path()).iter().all(|k| k.0 == IndexKind::Hnsw));
+    assert_eq!(c.stats().unindexed_vectors, 0);
+}
