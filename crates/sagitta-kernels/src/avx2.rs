@@ -314,3 +314,14 @@ pub(crate) fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]
     // SAFETY: see module docs.
     unsafe { hamming_rows_impl(q, rows, stride, out) }
 }
+
+#[target_feature(enable = "popcnt")]
+unsafe fn nphd_rows_impl(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+    // The scalar loop compiled with POPCNT, as `hamming_rows`.
+    crate::scalar::nphd_rows(q, rows, stride, out)
+}
+
+pub(crate) fn nphd_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+    // SAFETY: see module docs.
+    unsafe { nphd_rows_impl(q, rows, stride, out) }
+}

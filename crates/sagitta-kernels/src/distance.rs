@@ -181,13 +181,16 @@ impl DType {
     }
 }
 
+/// One code against a block of rows `stride` bytes apart, into f32s.
+type RowsKernel = fn(&[u8], &[u8], usize, &mut [f32]);
+
 #[derive(Clone, Copy)]
 enum Kern {
     F32(FloatKernel<f32>),
     F16(FloatKernel<f16>),
     I8(FloatKernel<i8>),
-    /// One pair, and one code against a block of rows.
-    Bits(fn(&[u8], &[u8]) -> u32, fn(&[u8], &[u8], usize, &mut [f32])),
+    /// One pair, and one code against a block of rows (Hamming, NPHD).
+    Bits(fn(&[u8], &[u8]) -> u32, RowsKernel, RowsKernel),
     /// Scalar-quantized: the code dot product; the header does the rest.
     Sq8(FloatKernel<i8>),
     Sq16(FloatKernel<i16>),
@@ -245,7 +248,7 @@ impl Distance {
             (M::Ip, D::I8) => (Kern::I8(k.dot_i8), true),
             (M::Cos, D::I8) => (Kern::I8(k.cos_i8), false),
             (M::Hamming, D::B1) | (M::Nphd, D::B1) => {
-                (Kern::Bits(k.hamming, k.hamming_rows), false)
+                (Kern::Bits(k.hamming, k.hamming_rows, k.nphd_rows), false)
             }
             // Cosine over quantized storage requires unit vectors (the
             // index normalises before quantizing).
@@ -284,7 +287,7 @@ impl Distance {
             Kern::F32(f) => f(cast::<f32>(a), cast::<f32>(b)),
             Kern::F16(f) => f(cast::<f16>(a), cast::<f16>(b)),
             Kern::I8(f) => f(cast::<i8>(a), cast::<i8>(b)),
-            Kern::Bits(f, _) => {
+            Kern::Bits(f, _, _) => {
                 if self.metric == Metric::Nphd {
                     return nphd_with(f, a, b);
                 }
@@ -311,10 +314,13 @@ impl Distance {
     /// Distances from `q` to consecutive stored vectors: `rows` holds them
     /// back to back, `stride` bytes apart, and `out[i]` gets the distance
     /// to the `i`-th (as many as both hold). Equal to [`Distance::eval`]
-    /// row by row; Hamming runs one batch kernel for the block.
+    /// row by row; Hamming and NPHD run one batch kernel for the block.
     pub fn eval_rows(&self, q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
-        if let (Kern::Bits(_, many), Metric::Hamming) = (self.kern, self.metric) {
-            return many(q, rows, stride, out);
+        if let Kern::Bits(_, hamming, nphd) = self.kern {
+            return match self.metric {
+                Metric::Nphd => nphd(q, rows, stride, out),
+                _ => hamming(q, rows, stride, out),
+            };
         }
         if stride == 0 {
             return;

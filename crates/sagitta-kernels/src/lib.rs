@@ -128,6 +128,9 @@ pub struct Kernels {
     /// Hamming distances from one code to a block of codes `stride` bytes
     /// apart, as f32 (see [`scalar::hamming_rows`]).
     pub hamming_rows: fn(&[u8], &[u8], usize, &mut [f32]),
+    /// NPHD from one stored code to a block of stored codes (see
+    /// [`scalar::nphd_rows`]).
+    pub nphd_rows: fn(&[u8], &[u8], usize, &mut [f32]),
     /// Whether `hamming` uses a vector popcount (AVX-512 VPOPCNTDQ, NEON CNT).
     pub vector_popcount: bool,
     /// RaBitQ fast scan: lookup-table sums for one block of 32 codes (see
@@ -160,6 +163,7 @@ impl Kernels {
         dot_i16: scalar::dot_i16,
         hamming: scalar::hamming,
         hamming_rows: scalar::hamming_rows,
+        nphd_rows: scalar::nphd_rows,
         vector_popcount: false,
         fastscan: fastscan::fastscan_scalar,
     };
@@ -186,6 +190,7 @@ impl Kernels {
                 dot_i16: avx2::dot_i16,
                 hamming: avx2::hamming,
                 hamming_rows: avx2::hamming_rows,
+                nphd_rows: avx2::nphd_rows,
                 vector_popcount: false,
                 fastscan: fastscan::x86::fastscan_avx2,
             }),
@@ -219,6 +224,7 @@ impl Kernels {
                     } else {
                         avx2::hamming_rows
                     },
+                    nphd_rows: avx2::nphd_rows,
                     vector_popcount: vpopcnt,
                     fastscan: fastscan::x86::fastscan_avx512,
                 })
@@ -238,6 +244,7 @@ impl Kernels {
                 dot_i16: scalar::dot_i16,
                 hamming: neon::hamming,
                 hamming_rows: scalar::hamming_rows,
+                nphd_rows: scalar::nphd_rows,
                 vector_popcount: true,
                 fastscan: fastscan::arm::fastscan_neon,
             }),

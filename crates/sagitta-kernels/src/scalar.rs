@@ -188,6 +188,32 @@ pub fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
     }
 }
 
+/// NPHD (normalised prefix Hamming distance) from the stored code `q` to
+/// each stored code of `rows` (`stride` bytes apart), as
+/// [`crate::Distance::eval`] computes it row by row: stored codes are a
+/// length byte then the code, and two codes are compared over the shorter
+/// one's bytes (1.0 when either is empty). As many rows as both `out` and
+/// `rows` hold; always inlined, like [`hamming_rows`].
+#[inline(always)]
+pub fn nphd_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+    let Some(&lq) = q.first() else {
+        out.iter_mut().for_each(|o| *o = 1.0);
+        return;
+    };
+    if stride == 0 {
+        return;
+    }
+    let lq = usize::from(lq).min(q.len() - 1).min(stride - 1);
+    for (o, r) in out.iter_mut().zip(rows.chunks_exact(stride)) {
+        let m = lq.min(usize::from(r[0]));
+        *o = if m == 0 {
+            1.0
+        } else {
+            hamming(&q[1..=m], &r[1..=m]) as f32 / (8 * m) as f32
+        };
+    }
+}
+
 /// Number of differing bits between two packed bit strings.
 #[inline(always)]
 pub fn hamming(a: &[u8], b: &[u8]) -> u32 {

@@ -104,6 +104,33 @@ proptest! {
     }
 
     #[test]
+    fn nphd_rows_equals_row_by_row(
+        codes in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..=32), 1..30),
+        q in prop::collection::vec(any::<u8>(), 0..=32),
+        max in 1usize..=32,
+    ) {
+        // Stored form: a length byte, the code (cut to `max` bytes), zero
+        // padding to 1 + max bytes; an empty code has length 0.
+        let stored = |c: &[u8]| {
+            let mut v = vec![0u8; 1 + max];
+            let n = c.len().min(max);
+            v[0] = n as u8;
+            v[1..=n].copy_from_slice(&c[..n]);
+            v
+        };
+        let rows: Vec<u8> = codes.iter().flat_map(|c| stored(c)).collect();
+        let sq = stored(&q);
+        for k in Kernels::available() {
+            let d = Distance::with_kernels(&k, Metric::Nphd, DType::B1, false).unwrap();
+            let mut out = vec![-1.0f32; codes.len()];
+            d.eval_rows(&sq, &rows, 1 + max, &mut out);
+            for (i, r) in rows.chunks_exact(1 + max).enumerate() {
+                prop_assert_eq!(out[i], d.eval(&sq, r), "{} row {}", k.isa, i);
+            }
+        }
+    }
+
+    #[test]
     fn nphd_uses_the_shorter_prefix(a in prop::collection::vec(any::<u8>(), 1..=32), b in prop::collection::vec(any::<u8>(), 1..=32)) {
         let (mut sa, mut sb) = ([0u8; 33], [0u8; 33]);
         nphd_encode(&a, 32, &mut sa).unwrap();
