@@ -778,3 +778,23 @@ def test_schemathesis_finds_no_server_errors(server, loaded, tmp_path):
     )
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert raw(server, "GET", "/health")[0] == 200
+
+
+def test_index_threshold_over_http(server):
+    """The create request's index_threshold is kept and reported; without
+    it the description reports the cost model's threshold; a negative one
+    is a 4xx."""
+    made = []
+    for name, extra in (("thr_default", {}), ("thr_zero", {"index_threshold": 0})):
+        req = {"name": name, "dims": 8, "metric": "hamming", "dtype": "b1", **extra}
+        status, _, info = raw(server, "POST", "/collections", json.dumps(req).encode())
+        assert status == 201, info
+        made.append(info["index_threshold"])
+    assert made[0] > 10_000 and made[1] == 0, made
+    status, _, info = raw(server, "GET", "/collections/thr_zero", b"")
+    assert status == 200 and info["index_threshold"] == 0, info
+    bad = {"name": "thr_bad", "dims": 8, "index_threshold": -1}
+    status, _, r = raw(server, "POST", "/collections", json.dumps(bad).encode())
+    assert 400 <= status < 500, r
+    for name in ("thr_default", "thr_zero"):
+        raw(server, "DELETE", f"/collections/{name}", b"")
