@@ -68,6 +68,7 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
     accept: impl Fn(u32) -> bool,
 ) {
     s.reset(g.slots());
+    let batched = dist.batches_each();
     for &ep in eps {
         if s.visit(ep.slot) {
             s.candidates.push(Reverse(ep));
@@ -90,6 +91,25 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
         if let Some(Reverse(next)) = s.candidates.peek() {
             g.prefetch_links(level, next.slot);
         }
+        if batched {
+            // Short codes: every vector in flight at once, then one kernel
+            // call per EACH neighbours (a pair costs about a call).
+            for &n in neigh.iter() {
+                prefetch_vector(g.vector(n));
+            }
+            for chunk in neigh.chunks(EACH) {
+                let mut rows: [&[u8]; EACH] = [&[]; EACH];
+                for (r, &n) in rows.iter_mut().zip(chunk) {
+                    *r = g.vector(n);
+                }
+                let mut d = [0f32; EACH];
+                dist.eval_each(q, &rows[..chunk.len()], &mut d);
+                for (&n, &d) in chunk.iter().zip(&d) {
+                    offer(g, level, s, ef, &accept, n, d);
+                }
+            }
+            continue;
+        }
         for &n in neigh.iter().take(PREFETCH_AHEAD) {
             prefetch_vector(g.vector(n));
         }
@@ -98,20 +118,44 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
                 prefetch_vector(g.vector(next));
             }
             let d = dist.eval(q, g.vector(n));
-            let worst = s.results.peek().map_or(f32::INFINITY, |w| w.dist);
-            if s.results.len() < ef || d < worst {
-                let cand = Cand { dist: d, slot: n };
-                s.candidates.push(Reverse(cand));
-                if accept(n) {
-                    s.results.push(cand);
-                    if s.results.len() > ef {
-                        s.results.pop();
-                    }
-                }
-            }
+            offer(g, level, s, ef, &accept, n, d);
         }
     }
     s.neighbors = neigh;
+}
+
+/// Neighbours scored per [`Distance::eval_each`] call in a batched walk.
+const EACH: usize = 8;
+
+/// A scored neighbour enters the beam when the results are not full or it
+/// beats the worst of them; it becomes a result only when `accept` holds.
+#[inline(always)]
+fn offer<G: GraphView + ?Sized>(
+    g: &G,
+    level: usize,
+    s: &mut Scratch,
+    ef: usize,
+    accept: &impl Fn(u32) -> bool,
+    n: u32,
+    d: f32,
+) {
+    let full = s.results.len() >= ef;
+    if full && s.results.peek().is_some_and(|w| d >= w.dist) {
+        return;
+    }
+    let cand = Cand { dist: d, slot: n };
+    s.candidates.push(Reverse(cand));
+    // Most candidates get expanded: their lists start coming in now.
+    g.prefetch_links(level, n);
+    if accept(n) {
+        if !full {
+            s.results.push(cand);
+        } else if let Some(mut worst) = s.results.peek_mut() {
+            // The new one takes the worst one's place (one sift down
+            // instead of a push and a pop).
+            *worst = cand;
+        }
+    }
 }
 
 /// Full-precision re-scoring: the f32 distance and the f32 query (unit

@@ -1,5 +1,5 @@
 //! Per-search scratch space, reused across queries so that the hot path
-//! does not allocate: a generation-tagged visited set, the two heaps of the
+//! does not allocate: a visited bitset, the two heaps of the
 //! beam search, a neighbour-list buffer and the encoded query.
 
 use crate::topk::{Cand, KeyedCand};
@@ -9,8 +9,12 @@ use std::collections::BinaryHeap;
 
 #[derive(Debug, Default)]
 pub(crate) struct Scratch {
-    visited: Vec<u16>,
-    generation: u16,
+    /// One bit per slot (an eighth of a byte: a million-slot graph's set
+    /// stays in L2, where it is read for every neighbour of every node).
+    visited: Vec<u64>,
+    /// Words of `visited` set since the last reset, cleared one by one
+    /// (a search touches a few thousand slots of up to millions).
+    touched: Vec<u32>,
     pub candidates: BinaryHeap<Reverse<Cand>>,
     pub results: BinaryHeap<Cand>,
     /// Results of the exact scan, ordered by (distance, key).
@@ -29,37 +33,41 @@ pub(crate) struct Scratch {
 }
 
 impl Scratch {
-    /// Starts a new search over `slots` slots: forgets visited marks in
-    /// O(1) (a new generation), clears the heaps, keeps their capacity.
+    /// Starts a new search over `slots` slots: forgets visited marks
+    /// (only the words the last search touched), clears the heaps, keeps
+    /// their capacity.
     pub fn reset(&mut self, slots: usize) {
-        if self.visited.len() < slots {
-            self.visited.resize(slots.next_power_of_two(), 0);
+        let words = slots.div_ceil(64);
+        if self.visited.len() < words {
+            self.visited.resize(words.next_power_of_two(), 0);
         }
-        self.generation = self.generation.wrapping_add(1);
-        if self.generation == 0 {
-            self.visited.fill(0);
-            self.generation = 1;
+        for &w in &self.touched {
+            self.visited[w as usize] = 0;
         }
+        self.touched.clear();
         self.candidates.clear();
         self.results.clear();
         self.keyed.clear();
     }
 
     /// Marks `slot` visited; returns whether it was new.
-    #[inline]
+    #[inline(always)]
     pub fn visit(&mut self, slot: u32) -> bool {
-        let i = slot as usize;
-        if i >= self.visited.len() {
+        let w = (slot / 64) as usize;
+        let bit = 1u64 << (slot % 64);
+        if w >= self.visited.len() {
             // Concurrent inserts can link slots claimed after `reset`.
-            self.visited.resize((i + 1).next_power_of_two(), 0);
+            self.visited.resize((w + 1).next_power_of_two(), 0);
         }
-        let v = &mut self.visited[i];
-        if *v == self.generation {
-            false
-        } else {
-            *v = self.generation;
-            true
+        let v = &mut self.visited[w];
+        if *v & bit != 0 {
+            return false;
         }
+        if *v == 0 {
+            self.touched.push(w as u32);
+        }
+        *v |= bit;
+        true
     }
 
     /// A zeroed, 8-byte aligned buffer of `len` bytes for the encoded query.

@@ -316,6 +316,17 @@ pub(crate) fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]
 }
 
 #[target_feature(enable = "popcnt")]
+unsafe fn hamming_each_impl(q: &[u8], rows: &[&[u8]], out: &mut [f32]) {
+    // The scalar loop compiled with POPCNT, as `hamming_rows`.
+    crate::scalar::hamming_each(q, rows, out)
+}
+
+pub(crate) fn hamming_each(q: &[u8], rows: &[&[u8]], out: &mut [f32]) {
+    // SAFETY: see module docs.
+    unsafe { hamming_each_impl(q, rows, out) }
+}
+
+#[target_feature(enable = "popcnt")]
 unsafe fn nphd_rows_impl(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
     // The scalar loop compiled with POPCNT, as `hamming_rows`.
     crate::scalar::nphd_rows(q, rows, stride, out)

@@ -183,14 +183,26 @@ impl DType {
 
 /// One code against a block of rows `stride` bytes apart, into f32s.
 type RowsKernel = fn(&[u8], &[u8], usize, &mut [f32]);
+/// One code against a few rows anywhere, into f32s.
+type EachKernel = fn(&[u8], &[&[u8]], &mut [f32]);
+
+/// The kernels of packed-bit metrics: one pair, a block of rows (Hamming,
+/// NPHD), and a few scattered rows (Hamming).
+#[derive(Clone, Copy)]
+struct BitKernels {
+    pair: fn(&[u8], &[u8]) -> u32,
+    hamming_rows: RowsKernel,
+    nphd_rows: RowsKernel,
+    hamming_each: EachKernel,
+}
 
 #[derive(Clone, Copy)]
 enum Kern {
     F32(FloatKernel<f32>),
     F16(FloatKernel<f16>),
     I8(FloatKernel<i8>),
-    /// One pair, and one code against a block of rows (Hamming, NPHD).
-    Bits(fn(&[u8], &[u8]) -> u32, RowsKernel, RowsKernel),
+    /// Packed bits (Hamming, NPHD).
+    Bits(BitKernels),
     /// Scalar-quantized: the code dot product; the header does the rest.
     Sq8(FloatKernel<i8>),
     Sq16(FloatKernel<i16>),
@@ -248,7 +260,13 @@ impl Distance {
             (M::Ip, D::I8) => (Kern::I8(k.dot_i8), true),
             (M::Cos, D::I8) => (Kern::I8(k.cos_i8), false),
             (M::Hamming, D::B1) | (M::Nphd, D::B1) => {
-                (Kern::Bits(k.hamming, k.hamming_rows, k.nphd_rows), false)
+                let bits = BitKernels {
+                    pair: k.hamming,
+                    hamming_rows: k.hamming_rows,
+                    nphd_rows: k.nphd_rows,
+                    hamming_each: k.hamming_each,
+                };
+                (Kern::Bits(bits), false)
             }
             // Cosine over quantized storage requires unit vectors (the
             // index normalises before quantizing).
@@ -287,11 +305,11 @@ impl Distance {
             Kern::F32(f) => f(cast::<f32>(a), cast::<f32>(b)),
             Kern::F16(f) => f(cast::<f16>(a), cast::<f16>(b)),
             Kern::I8(f) => f(cast::<i8>(a), cast::<i8>(b)),
-            Kern::Bits(f, _, _) => {
+            Kern::Bits(k) => {
                 if self.metric == Metric::Nphd {
-                    return nphd_with(f, a, b);
+                    return nphd_with(k.pair, a, b);
                 }
-                return f(a, b) as f32;
+                return (k.pair)(a, b) as f32;
             }
             Kern::Sq8(f) => {
                 let (h, ca, cb) = sq_parts(a, b);
@@ -316,16 +334,39 @@ impl Distance {
     /// to the `i`-th (as many as both hold). Equal to [`Distance::eval`]
     /// row by row; Hamming and NPHD run one batch kernel for the block.
     pub fn eval_rows(&self, q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
-        if let Kern::Bits(_, hamming, nphd) = self.kern {
+        if let Kern::Bits(k) = self.kern {
             return match self.metric {
-                Metric::Nphd => nphd(q, rows, stride, out),
-                _ => hamming(q, rows, stride, out),
+                Metric::Nphd => (k.nphd_rows)(q, rows, stride, out),
+                _ => (k.hamming_rows)(q, rows, stride, out),
             };
         }
         if stride == 0 {
             return;
         }
         for (o, r) in out.iter_mut().zip(rows.chunks_exact(stride)) {
+            *o = self.eval(q, r);
+        }
+    }
+
+    /// Whether [`Distance::eval_each`] runs one batch kernel rather than a
+    /// call per row (Hamming): graph walks then gather a node's unvisited
+    /// neighbours and score them in one call, where a pair costs little
+    /// more than the call itself.
+    pub fn batches_each(&self) -> bool {
+        matches!(self.kern, Kern::Bits(_)) && self.metric == Metric::Hamming
+    }
+
+    /// Distances from `q` to each of `rows` (stored vectors anywhere):
+    /// `out[i]` for `rows[i]`, as many as both hold. Equal to
+    /// [`Distance::eval`] row by row.
+    #[inline]
+    pub fn eval_each(&self, q: &[u8], rows: &[&[u8]], out: &mut [f32]) {
+        if let Kern::Bits(k) = self.kern {
+            if self.metric == Metric::Hamming {
+                return (k.hamming_each)(q, rows, out);
+            }
+        }
+        for (o, r) in out.iter_mut().zip(rows) {
             *o = self.eval(q, r);
         }
     }

@@ -128,6 +128,9 @@ pub struct Kernels {
     /// Hamming distances from one code to a block of codes `stride` bytes
     /// apart, as f32 (see [`scalar::hamming_rows`]).
     pub hamming_rows: fn(&[u8], &[u8], usize, &mut [f32]),
+    /// Hamming distances from one code to a few codes anywhere, as f32 (see
+    /// [`scalar::hamming_each`]).
+    pub hamming_each: fn(&[u8], &[&[u8]], &mut [f32]),
     /// NPHD from one stored code to a block of stored codes (see
     /// [`scalar::nphd_rows`]).
     pub nphd_rows: fn(&[u8], &[u8], usize, &mut [f32]),
@@ -163,6 +166,7 @@ impl Kernels {
         dot_i16: scalar::dot_i16,
         hamming: scalar::hamming,
         hamming_rows: scalar::hamming_rows,
+        hamming_each: scalar::hamming_each,
         nphd_rows: scalar::nphd_rows,
         vector_popcount: false,
         fastscan: fastscan::fastscan_scalar,
@@ -190,6 +194,7 @@ impl Kernels {
                 dot_i16: avx2::dot_i16,
                 hamming: avx2::hamming,
                 hamming_rows: avx2::hamming_rows,
+                hamming_each: avx2::hamming_each,
                 nphd_rows: avx2::nphd_rows,
                 vector_popcount: false,
                 fastscan: fastscan::x86::fastscan_avx2,
@@ -224,6 +229,9 @@ impl Kernels {
                     } else {
                         avx2::hamming_rows
                     },
+                    // Scalar POPCNT over a 32-byte code is four
+                    // instructions: no vector reduction to pay per row.
+                    hamming_each: avx2::hamming_each,
                     nphd_rows: avx2::nphd_rows,
                     vector_popcount: vpopcnt,
                     fastscan: fastscan::x86::fastscan_avx512,
@@ -244,6 +252,7 @@ impl Kernels {
                 dot_i16: scalar::dot_i16,
                 hamming: neon::hamming,
                 hamming_rows: scalar::hamming_rows,
+                hamming_each: scalar::hamming_each,
                 nphd_rows: scalar::nphd_rows,
                 vector_popcount: true,
                 fastscan: fastscan::arm::fastscan_neon,

@@ -188,6 +188,17 @@ pub fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
     }
 }
 
+/// Hamming distances from `q` to each code of `rows` (wherever each one
+/// lies), as f32: `out[i]` for `rows[i]`, as many as both hold. One call
+/// for the unvisited neighbours of a graph node instead of one per pair;
+/// always inlined, like [`hamming_rows`].
+#[inline(always)]
+pub fn hamming_each(q: &[u8], rows: &[&[u8]], out: &mut [f32]) {
+    for (o, r) in out.iter_mut().zip(rows) {
+        *o = hamming(q, r) as f32;
+    }
+}
+
 /// NPHD (normalised prefix Hamming distance) from the stored code `q` to
 /// each stored code of `rows` (`stride` bytes apart), as
 /// [`crate::Distance::eval`] computes it row by row: stored codes are a

@@ -104,6 +104,31 @@ proptest! {
     }
 
     #[test]
+    fn hamming_each_equals_pair_by_pair(
+        rows in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..=48), 0..40),
+        q in prop::collection::vec(any::<u8>(), 0..=48),
+    ) {
+        let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
+        for k in Kernels::available() {
+            // One slot more than rows: it must be left as it was.
+            let mut out = vec![-1.0f32; rows.len() + 1];
+            (k.hamming_each)(&q, &refs, &mut out);
+            for (i, r) in rows.iter().enumerate() {
+                prop_assert_eq!(out[i], scalar::hamming(&q, r) as f32, "{} row {}", k.isa, i);
+            }
+            prop_assert_eq!(out[rows.len()], -1.0);
+            for metric in [Metric::Hamming, Metric::Nphd] {
+                let d = Distance::with_kernels(&k, metric, DType::B1, false).unwrap();
+                let mut via = vec![0.0f32; rows.len()];
+                d.eval_each(&q, &refs, &mut via);
+                for (i, r) in refs.iter().enumerate() {
+                    prop_assert_eq!(via[i], d.eval(&q, r), "{} {:?} row {}", k.isa, metric, i);
+                }
+            }
+        }
+    }
+
+    #[test]
     fn nphd_rows_equals_row_by_row(
         codes in prop::collection::vec(prop::collection::vec(any::<u8>(), 0..=32), 1..30),
         q in prop::collection::vec(any::<u8>(), 0..=32),
