@@ -105,7 +105,12 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
                 let mut d = [0f32; EACH];
                 dist.eval_each(q, &rows[..chunk.len()], &mut d);
                 for (&n, &d) in chunk.iter().zip(&d) {
-                    offer(g, level, s, ef, &accept, n, d);
+                    if offer(s, ef, &accept, n, d) {
+                        // Most candidates get expanded, and short codes
+                        // leave the memory system idle: their lists start
+                        // coming in now.
+                        g.prefetch_links(level, n);
+                    }
                 }
             }
             continue;
@@ -118,7 +123,7 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
                 prefetch_vector(g.vector(next));
             }
             let d = dist.eval(q, g.vector(n));
-            offer(g, level, s, ef, &accept, n, d);
+            offer(s, ef, &accept, n, d);
         }
     }
     s.neighbors = neigh;
@@ -128,25 +133,16 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
 const EACH: usize = 8;
 
 /// A scored neighbour enters the beam when the results are not full or it
-/// beats the worst of them; it becomes a result only when `accept` holds.
+/// beats the worst of them (returns whether it did); it becomes a result
+/// only when `accept` holds.
 #[inline(always)]
-fn offer<G: GraphView + ?Sized>(
-    g: &G,
-    level: usize,
-    s: &mut Scratch,
-    ef: usize,
-    accept: &impl Fn(u32) -> bool,
-    n: u32,
-    d: f32,
-) {
+fn offer(s: &mut Scratch, ef: usize, accept: &impl Fn(u32) -> bool, n: u32, d: f32) -> bool {
     let full = s.results.len() >= ef;
     if full && s.results.peek().is_some_and(|w| d >= w.dist) {
-        return;
+        return false;
     }
     let cand = Cand { dist: d, slot: n };
     s.candidates.push(Reverse(cand));
-    // Most candidates get expanded: their lists start coming in now.
-    g.prefetch_links(level, n);
     if accept(n) {
         if !full {
             s.results.push(cand);
@@ -156,6 +152,7 @@ fn offer<G: GraphView + ?Sized>(
             *worst = cand;
         }
     }
+    true
 }
 
 /// Full-precision re-scoring: the f32 distance and the f32 query (unit
