@@ -945,35 +945,20 @@ impl Segment {
 
     /// The live slots of many keys in one pass over the sorted key index:
     /// `keys` must be sorted ascending; `found(i, slot)` is called for
-    /// each `keys[i]` that is live here. Each key is found by galloping
-    /// forward from the previous one, so a batch costs
-    /// O(n log(len / n)) reads in key order instead of n independent
-    /// binary searches.
+    /// each `keys[i]` that is live here. Each key is searched for from
+    /// the previous one's position on (see [`lower_bound_from`]), so a
+    /// batch reads the index in key order, and a dense batch reads each
+    /// part of it once.
     pub fn slots_of_sorted(&self, keys: &[u64], mut found: impl FnMut(usize, u32)) {
         let recs = self.key_records();
         let n = recs.len() / 2;
         let mut lo = 0usize;
         for (i, &key) in keys.iter().enumerate() {
+            lo = lower_bound_from(recs, lo, key);
             if lo >= n {
                 break;
             }
-            // Gallop: the first record >= key lies in (lo + step/2, lo + step].
-            let mut step = 1usize;
-            while lo + step < n && recs[2 * (lo + step)] < key {
-                step *= 2;
-            }
-            let mut a = lo + step / 2;
-            let mut b = (lo + step + 1).min(n);
-            while a < b {
-                let mid = (a + b) / 2;
-                if recs[2 * mid] < key {
-                    a = mid + 1;
-                } else {
-                    b = mid;
-                }
-            }
-            lo = a;
-            if lo < n && recs[2 * lo] == key {
+            if recs[2 * lo] == key {
                 let slot = (recs[2 * lo + 1] & 0xFFFF_FFFF) as u32;
                 if self.is_live(slot) {
                     found(i, slot);
@@ -991,6 +976,52 @@ impl Segment {
         }
         r
     }
+}
+
+/// Interpolation steps [`lower_bound_from`] takes before bisecting.
+const INTERPOLATION_STEPS: usize = 4;
+
+/// The first record at or after `from` whose key is at least `key`
+/// (`recs` holds (key, slot) pairs sorted by key; the record count when
+/// every key from `from` on is smaller). A few interpolation steps first
+/// (keys spread evenly, as sequential ids and hashed ones are, land within
+/// a cache line or two of their record in two or three reads, where
+/// bisecting a million records takes twenty, most of them cache misses),
+/// then bisection of what is left, so skewed keys cost at most
+/// `INTERPOLATION_STEPS` reads more than bisection alone.
+fn lower_bound_from(recs: &[u64], from: usize, key: u64) -> usize {
+    let n = recs.len() / 2;
+    // The answer lies in [a, b]: keys before a are smaller, keys from b on
+    // are not.
+    let (mut a, mut b) = (from.min(n), n);
+    for _ in 0..INTERPOLATION_STEPS {
+        if b - a <= 16 {
+            break;
+        }
+        let (ka, kb) = (recs[2 * a], recs[2 * (b - 1)]);
+        if ka >= key {
+            return a;
+        }
+        if kb < key {
+            return b;
+        }
+        // ka < key <= kb, so kb > ka and the estimate lies in [a, b - 1].
+        let pos = a + ((u128::from(key - ka) * (b - 1 - a) as u128) / u128::from(kb - ka)) as usize;
+        if recs[2 * pos] < key {
+            a = pos + 1;
+        } else {
+            b = pos;
+        }
+    }
+    while a < b {
+        let mid = (a + b) / 2;
+        if recs[2 * mid] < key {
+            a = mid + 1;
+        } else {
+            b = mid;
+        }
+    }
+    a
 }
 
 /// Bounds of an Arrow IPC stream checked before Arrow reads it: every
@@ -1225,19 +1256,12 @@ impl IndexRead for Segment {
 
     fn slot_of(&self, key: u64) -> Option<u32> {
         let recs = self.key_records();
-        let (mut lo, mut hi) = (0usize, recs.len() / 2);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            match recs[2 * mid].cmp(&key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => {
-                    let slot = (recs[2 * mid + 1] & 0xFFFF_FFFF) as u32;
-                    return self.is_live(slot).then_some(slot);
-                }
-            }
+        let at = lower_bound_from(recs, 0, key);
+        if recs.get(2 * at) != Some(&key) {
+            return None;
         }
-        None
+        let slot = (recs[2 * at + 1] & 0xFFFF_FFFF) as u32;
+        self.is_live(slot).then_some(slot)
     }
 
     fn slot_count(&self) -> usize {
@@ -1807,4 +1831,58 @@ fn text_section(
     }
     sagitta_text::section::encode(&mem, view.slots() as u32)
         .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::lower_bound_from;
+    use proptest::prelude::*;
+
+    /// (key, slot) records of `keys`, sorted by key.
+    fn records(mut keys: Vec<u64>) -> Vec<u64> {
+        keys.sort_unstable();
+        keys.iter()
+            .enumerate()
+            .flat_map(|(i, &k)| [k, i as u64])
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn lower_bound_from_equals_partition_point(
+            keys in prop::collection::vec(any::<u64>(), 0..300),
+            // Skewed keys too: clustered small values with a few huge ones.
+            small in prop::collection::vec(0u64..50, 0..300),
+            probes in prop::collection::vec(any::<u64>(), 1..20),
+            from in 0usize..400,
+        ) {
+            for keys in [keys.clone(), small.clone(), [small, keys].concat()] {
+                let recs = records(keys);
+                let n = recs.len() / 2;
+                let sorted: Vec<u64> = recs.iter().step_by(2).copied().collect();
+                let mut asks = probes.clone();
+                asks.extend(sorted.iter().copied());
+                asks.extend(sorted.iter().map(|k| k.wrapping_add(1)));
+                for &key in &asks {
+                    let from = from.min(n);
+                    let want = from + sorted[from..].partition_point(|&k| k < key);
+                    prop_assert_eq!(lower_bound_from(&recs, from, key), want, "key {}", key);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn lower_bound_from_finds_sequential_and_strided_keys() {
+        for stride in [1u64, 7, 1 << 40] {
+            let keys: Vec<u64> = (0..100_000u64).map(|i| i * stride).collect();
+            let recs = records(keys.clone());
+            for (i, &k) in keys.iter().enumerate().step_by(997) {
+                assert_eq!(lower_bound_from(&recs, 0, k), i);
+                assert_eq!(lower_bound_from(&recs, i, k), i);
+                assert_eq!(lower_bound_from(&recs, 0, k + 1), i + 1);
+            }
+            assert_eq!(lower_bound_from(&recs, 0, u64::MAX), keys.len());
+        }
+    }
 }

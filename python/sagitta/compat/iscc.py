@@ -385,6 +385,9 @@ class ShardedIndex:
         q = np.asarray(vectors)
         return (q.reshape(1, -1), True) if q.ndim == 1 else (q, len(q) == 1)
 
+    # Whether rows from the collection need `_out` before they are returned.
+    _decodes = False
+
     def _out(self, v: Any) -> Any:
         return v
 
@@ -559,6 +562,8 @@ class ShardedIndex:
                 v = self._c.get(int(keys))
             return None if v is None else self._cast(self._out(v), dtype)
         got = self._c.get(self._keys(keys))
+        if dtype is None and not self._decodes:
+            return got  # already a list of rows (None where missing)
         return [None if v is None else self._cast(self._out(v), dtype) for v in got]
 
     @staticmethod
@@ -805,6 +810,8 @@ class ShardedNphdIndex(ShardedIndex):
         codes = self._codes(vectors)
         single = self._single_vector(vectors) or len(codes) == 1
         return codes, single
+
+    _decodes = True
 
     def _out(self, v: Any) -> Any:
         return np.frombuffer(v, dtype=np.uint8).copy()
