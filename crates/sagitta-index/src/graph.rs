@@ -86,7 +86,7 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
         // Keep only the unvisited neighbours, then stream their vectors in
         // ahead of the distance computations (whole vectors, a few
         // neighbours ahead): the search is bound by memory latency.
-        neigh.retain(|&n| s.visit(n));
+        s.keep_unvisited(&mut neigh);
         // The next candidate's list is needed as soon as this one is done.
         if let Some(Reverse(next)) = s.candidates.peek() {
             g.prefetch_links(level, next.slot);
@@ -98,12 +98,7 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
                 prefetch_vector(g.vector(n));
             }
             for chunk in neigh.chunks(EACH) {
-                let mut rows: [&[u8]; EACH] = [&[]; EACH];
-                for (r, &n) in rows.iter_mut().zip(chunk) {
-                    *r = g.vector(n);
-                }
-                let mut d = [0f32; EACH];
-                dist.eval_each(q, &rows[..chunk.len()], &mut d);
+                let d = eval_chunk(g, dist, q, chunk);
                 for (&n, &d) in chunk.iter().zip(&d) {
                     if offer(s, ef, &accept, n, d) {
                         // Most candidates get expanded, and short codes
@@ -131,6 +126,43 @@ pub(crate) fn search_layer<G: GraphView + ?Sized>(
 
 /// Neighbours scored per [`Distance::eval_each`] call in a batched walk.
 const EACH: usize = 8;
+
+/// Distances from `q` to the vectors of up to [`EACH`] slots, in one
+/// [`Distance::eval_each`] call (entries past `slots.len()` are unused).
+#[inline]
+fn eval_chunk<G: GraphView + ?Sized>(
+    g: &G,
+    dist: &Distance,
+    q: &[u8],
+    slots: &[u32],
+) -> [f32; EACH] {
+    let mut rows: [&[u8]; EACH] = [&[]; EACH];
+    for (r, &n) in rows.iter_mut().zip(slots) {
+        *r = g.vector(n);
+    }
+    let mut d = [0f32; EACH];
+    dist.eval_each(q, &rows[..slots.len().min(EACH)], &mut d);
+    d
+}
+
+/// Distances from `q` to the vectors of `slots` into `out` (one batch
+/// kernel call per [`EACH`] slots where the distance batches).
+pub(crate) fn eval_slots<G: GraphView + ?Sized>(
+    g: &G,
+    dist: &Distance,
+    q: &[u8],
+    slots: &[u32],
+    out: &mut Vec<f32>,
+) {
+    out.clear();
+    if dist.batches_each() {
+        for chunk in slots.chunks(EACH) {
+            out.extend_from_slice(&eval_chunk(g, dist, q, chunk)[..chunk.len()]);
+        }
+    } else {
+        out.extend(slots.iter().map(|&n| dist.eval(q, g.vector(n))));
+    }
+}
 
 /// A scored neighbour enters the beam when the results are not full or it
 /// beats the worst of them (returns whether it did); it becomes a result
@@ -411,6 +443,8 @@ pub(crate) fn select_neighbors<G: GraphView + ?Sized>(
         out.extend(cands.iter().map(|c| c.slot));
         return;
     }
+    // Pair by pair, not in batches: most candidates are rejected by one
+    // of the first kept neighbours (batches measured slower here).
     for c in cands {
         if out.len() >= m {
             break;

@@ -1433,13 +1433,13 @@ impl Index {
             list[0].store(at as u32, Ordering::Release);
         } else {
             let base = view.vector(node);
+            cur.push(new);
+            let mut d = Vec::with_capacity(cur.len());
+            graph::eval_slots(view, &self.dist, base, &cur, &mut d);
             let mut cands: Vec<Cand> = cur
                 .iter()
-                .chain(std::iter::once(&new))
-                .map(|&x| Cand {
-                    dist: self.dist.eval(base, view.vector(x)),
-                    slot: x,
-                })
+                .zip(&d)
+                .map(|(&slot, &dist)| Cand { dist, slot })
                 .collect();
             cands.sort_unstable();
             let mut keep = Vec::with_capacity(max);

@@ -59,15 +59,26 @@ impl Scratch {
             // Concurrent inserts can link slots claimed after `reset`.
             self.visited.resize((w + 1).next_power_of_two(), 0);
         }
-        let v = &mut self.visited[w];
-        if *v & bit != 0 {
-            return false;
-        }
-        if *v == 0 {
+        let word = self.visited[w];
+        if word == 0 {
             self.touched.push(w as u32);
         }
-        *v |= bit;
-        true
+        self.visited[w] = word | bit;
+        word & bit == 0
+    }
+
+    /// Marks every slot of `slots` visited and keeps, in order, those that
+    /// were not yet. No branch on the answer: whether a neighbour was seen
+    /// is a coin toss the branch predictor loses.
+    #[inline]
+    pub fn keep_unvisited(&mut self, slots: &mut Vec<u32>) {
+        let mut kept = 0;
+        for i in 0..slots.len() {
+            let n = slots[i];
+            slots[kept] = n;
+            kept += usize::from(self.visit(n));
+        }
+        slots.truncate(kept);
     }
 
     /// A zeroed, 8-byte aligned buffer of `len` bytes for the encoded query.
