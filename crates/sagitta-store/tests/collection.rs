@@ -660,3 +660,50 @@ fn small_segments_stay_flat_until_merges_pass_the_index_threshold() {
     assert!(kinds(dir.path()).iter().all(|k| k.0 == IndexKind::Hnsw));
     assert_eq!(c.stats().unindexed_vectors, 0);
 }
+
+#[test]
+fn batch_lookups_route_spread_keys_through_segment_key_filters() {
+    // Segments large enough to get key filters (4096 keys and up), keys
+    // spread evenly over all of them (as hashed ids are): a batch skips
+    // the segments whose filter rules a key out, and must still answer
+    // exactly as one-key lookups do, before and after the filters exist.
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 4;
+    let c = Collection::create(dir.path(), config(dims, 5000)).unwrap();
+    let spread = |i: u64| i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ 0x5555;
+    let mut written = Vec::new();
+    for seg in 0..3u64 {
+        let keys: Vec<u64> = (seg * 5000..(seg + 1) * 5000).map(spread).collect();
+        let rows: Vec<Vec<f32>> = keys.iter().map(|&k| vector(k, dims)).collect();
+        let refs: Vec<VectorRef<'_>> = rows.iter().map(|r| VectorRef::F32(r)).collect();
+        c.add(&keys, &refs).unwrap();
+        c.seal().unwrap();
+        written.extend(keys);
+    }
+    c.optimize().unwrap();
+    assert!(c.stats().segments >= 3, "{:?}", c.stats());
+    // Deleted keys must stay absent though their filter bits stay set.
+    let del: Vec<u64> = written.iter().copied().step_by(13).collect();
+    c.remove(&del).unwrap();
+    let mut probe: Vec<u64> = written.clone();
+    probe.extend((20_000..26_000u64).map(spread)); // never written
+    probe.sort_by_key(|k| k.wrapping_mul(0xD1B5_4A32_D192_ED03));
+    let live = |k: &u64| written.contains(k) && !del.contains(k);
+    for round in 0..2 {
+        let want: Vec<bool> = probe.iter().map(live).collect();
+        assert_eq!(c.contains_many(&probe), want, "round {round}");
+        let got = c.get_raw_many(&probe[..2000]);
+        for (k, g) in probe[..2000].iter().zip(&got) {
+            assert_eq!(g.is_some(), live(k), "key {k}");
+            if let Some(bytes) = g {
+                let v: Vec<u8> = vector(*k, dims)
+                    .iter()
+                    .flat_map(|x| x.to_ne_bytes())
+                    .collect();
+                assert_eq!(bytes, &v);
+            }
+        }
+        // One-key lookups, with the filters the batches built.
+        assert!(probe.iter().all(|k| c.contains(*k) == live(k)));
+    }
+}

@@ -3,8 +3,10 @@
 //! of every part per key: the bloom filter drops absent keys, the mutable
 //! part answers from its hash map, and the rest, sorted once, are joined
 //! against each sealed segment's sorted key index (newest part first,
-//! each key leaving the batch once found), so the cost of a present key
-//! does not grow with the number of segments it is not in.
+//! each key leaving the batch once found; with several parts, a key that
+//! a segment's in-memory key filter rules out is not searched there), so
+//! the cost of a present key barely grows with the number of segments it
+//! is not in.
 
 use super::{Collection, State};
 use crate::bloom::Bloom;
@@ -53,6 +55,9 @@ impl State {
         }
         pending.sort_unstable();
         let mut sorted: Vec<u64> = pending.iter().map(|p| p.0).collect();
+        // Keys spread over several parts are routed by each segment's key
+        // filter; with one part every key is searched anyway.
+        let route = self.parts.len() > 1;
         // Newest part first: a key replaced later is dead in older parts.
         for (pi, part) in self.parts.iter().enumerate().rev() {
             if pending.is_empty() {
@@ -68,7 +73,7 @@ impl State {
                 }
             };
             match part.segment() {
-                Some(seg) => seg.slots_of_sorted(&sorted, &mut mark),
+                Some(seg) => seg.slots_of_sorted(&sorted, route, &mut mark),
                 None => {
                     let read = part.read();
                     for (j, &k) in sorted.iter().enumerate() {
