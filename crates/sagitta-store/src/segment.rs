@@ -985,9 +985,21 @@ impl Segment {
     pub fn slots_of_sorted(&self, keys: &[u64], route: bool, mut found: impl FnMut(usize, u32)) {
         let recs = self.key_records();
         let n = recs.len() / 2;
+        if n == 0 {
+            return;
+        }
+        // Only the keys inside this segment's key range can be here (a
+        // segment of a run of sequential ids sees just its own run, and
+        // never needs its filter).
+        let (first, last) = (recs[0], recs[2 * (n - 1)]);
+        let from = keys.partition_point(|&k| k < first);
+        let to = keys.partition_point(|&k| k <= last);
+        if from >= to {
+            return;
+        }
         let filter = if route { self.key_filter(true) } else { None };
         let mut lo = 0usize;
-        for (i, &key) in keys.iter().enumerate() {
+        for (i, &key) in keys.iter().enumerate().take(to).skip(from) {
             if filter.is_some_and(|f| !f.may_contain(key)) {
                 continue;
             }
