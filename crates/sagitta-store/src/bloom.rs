@@ -203,6 +203,23 @@ impl Bloom {
         self.contains_bits(key)
     }
 
+    /// Hints the CPU to fetch the blocks [`Bloom::may_contain`] of `key`
+    /// reads, so a batch tested after all its keys are hinted waits for
+    /// memory once, not per key.
+    #[inline]
+    pub fn prefetch(&self, key: u64) {
+        if !self.trusted() {
+            return;
+        }
+        let words = self.words.slice();
+        for f in &self.filters {
+            let (block, _) = f.probe(key);
+            if let Some(w) = words.get(block..) {
+                sagitta_index::prefetch(w.as_ptr().cast());
+            }
+        }
+    }
+
     #[inline]
     fn contains_bits(&self, key: u64) -> bool {
         let words = self.words.slice();

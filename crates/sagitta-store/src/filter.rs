@@ -469,6 +469,14 @@ impl SegmentPayload {
         row.into_boxed_slice()
     }
 
+    /// Hints the CPU to fetch slot `slot`'s values (see
+    /// [`crate::payload::prefetch_value`]) before [`SegmentPayload::row`].
+    pub fn prefetch_row(&self, slot: usize) {
+        for c in self.batch.columns() {
+            crate::payload::prefetch_value(c.as_ref(), slot);
+        }
+    }
+
     /// The slots passing `b`, intersected with `live` (the segment's own
     /// live slots), cached by filter.
     pub fn eval_cached(

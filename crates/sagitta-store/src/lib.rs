@@ -18,6 +18,7 @@ pub mod collection;
 mod error;
 pub mod filter;
 pub mod ids;
+mod keysearch;
 pub mod limits;
 pub mod npy;
 pub mod payload;

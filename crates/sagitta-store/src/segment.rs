@@ -57,6 +57,7 @@
 use crate::bloom::Bloom;
 use crate::error::{io, Result, StoreError};
 use crate::filter::SegmentPayload;
+use crate::keysearch::{lower_bound_from, lower_bounds};
 use crate::payload::{self, PayloadError, Schema};
 use crate::pindex;
 use arrow_array::RecordBatch;
@@ -975,14 +976,15 @@ impl Segment {
         }))
     }
 
-    /// The live slots of many keys in one pass over the sorted key index:
-    /// `keys` must be sorted ascending; `found(i, slot)` is called for
-    /// each `keys[i]` that is live here. With `route` (the keys are
-    /// spread over several segments), keys the segment's key filter rules
-    /// out are skipped. Each key is searched for from
-    /// the previous one's position on (see [`lower_bound_from`]), so a
-    /// batch reads the index in key order, and a dense batch reads each
-    /// part of it once.
+    /// The live slots of many keys: `keys` must be sorted ascending;
+    /// `found(i, slot)` is called for each `keys[i]` that is live here.
+    /// With `route` (the keys are spread over several segments), keys the
+    /// segment's key filter rules out are skipped. A dense batch (keys a
+    /// few records apart) is searched key after key, each from the
+    /// previous one's position (see [`lower_bound_from`]), reading the
+    /// index in order once; a sparse one, whose every key lands on lines
+    /// of its own, is searched interleaved (see [`lower_bounds`]) so its
+    /// cache misses overlap.
     pub fn slots_of_sorted(&self, keys: &[u64], route: bool, mut found: impl FnMut(usize, u32)) {
         let recs = self.key_records();
         let n = recs.len() / 2;
@@ -999,6 +1001,26 @@ impl Segment {
             return;
         }
         let filter = if route { self.key_filter(true) } else { None };
+        let mut hit = |i: usize, at: usize| {
+            if at < n && recs[2 * at] == keys[i] {
+                let slot = (recs[2 * at + 1] & 0xFFFF_FFFF) as u32;
+                if self.is_live(slot) {
+                    found(i, slot);
+                }
+            }
+        };
+        if (to - from) * SPARSE_GAP < n {
+            let asked: Vec<usize> = (from..to)
+                .filter(|&i| filter.is_none_or(|f| f.may_contain(keys[i])))
+                .collect();
+            let wanted: Vec<u64> = asked.iter().map(|&i| keys[i]).collect();
+            let mut at = Vec::new();
+            lower_bounds(recs, &wanted, &mut at);
+            for (&i, &a) in asked.iter().zip(&at) {
+                hit(i, a);
+            }
+            return;
+        }
         let mut lo = 0usize;
         for (i, &key) in keys.iter().enumerate().take(to).skip(from) {
             if filter.is_some_and(|f| !f.may_contain(key)) {
@@ -1008,12 +1030,7 @@ impl Segment {
             if lo >= n {
                 break;
             }
-            if recs[2 * lo] == key {
-                let slot = (recs[2 * lo + 1] & 0xFFFF_FFFF) as u32;
-                if self.is_live(slot) {
-                    found(i, slot);
-                }
-            }
+            hit(i, lo);
         }
     }
 
@@ -1032,54 +1049,12 @@ impl Segment {
 /// (64 KiB at this size) stays in cache and is searched as fast.
 const KEY_FILTER_MIN: usize = 4096;
 
+/// Batches whose keys are on average more than this many records apart
+/// are searched interleaved (see [`Segment::slots_of_sorted`]).
+const SPARSE_GAP: usize = 64;
+
 /// False-positive rate of the segment key filters.
 const KEY_FILTER_FP: f64 = 1.0 / 64.0;
-
-/// Interpolation steps [`lower_bound_from`] takes before bisecting.
-const INTERPOLATION_STEPS: usize = 4;
-
-/// The first record at or after `from` whose key is at least `key`
-/// (`recs` holds (key, slot) pairs sorted by key; the record count when
-/// every key from `from` on is smaller). A few interpolation steps first
-/// (keys spread evenly, as sequential ids and hashed ones are, land within
-/// a cache line or two of their record in two or three reads, where
-/// bisecting a million records takes twenty, most of them cache misses),
-/// then bisection of what is left, so skewed keys cost at most
-/// `INTERPOLATION_STEPS` reads more than bisection alone.
-fn lower_bound_from(recs: &[u64], from: usize, key: u64) -> usize {
-    let n = recs.len() / 2;
-    // The answer lies in [a, b]: keys before a are smaller, keys from b on
-    // are not.
-    let (mut a, mut b) = (from.min(n), n);
-    for _ in 0..INTERPOLATION_STEPS {
-        if b - a <= 16 {
-            break;
-        }
-        let (ka, kb) = (recs[2 * a], recs[2 * (b - 1)]);
-        if ka >= key {
-            return a;
-        }
-        if kb < key {
-            return b;
-        }
-        // ka < key <= kb, so kb > ka and the estimate lies in [a, b - 1].
-        let pos = a + ((u128::from(key - ka) * (b - 1 - a) as u128) / u128::from(kb - ka)) as usize;
-        if recs[2 * pos] < key {
-            a = pos + 1;
-        } else {
-            b = pos;
-        }
-    }
-    while a < b {
-        let mid = (a + b) / 2;
-        if recs[2 * mid] < key {
-            a = mid + 1;
-        } else {
-            b = mid;
-        }
-    }
-    a
-}
 
 /// Bounds of an Arrow IPC stream checked before Arrow reads it: every
 /// message's metadata is a verified flatbuffer, every body lies inside the
@@ -1893,58 +1868,4 @@ fn text_section(
     }
     sagitta_text::section::encode(&mem, view.slots() as u32)
         .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::lower_bound_from;
-    use proptest::prelude::*;
-
-    /// (key, slot) records of `keys`, sorted by key.
-    fn records(mut keys: Vec<u64>) -> Vec<u64> {
-        keys.sort_unstable();
-        keys.iter()
-            .enumerate()
-            .flat_map(|(i, &k)| [k, i as u64])
-            .collect()
-    }
-
-    proptest! {
-        #[test]
-        fn lower_bound_from_equals_partition_point(
-            keys in prop::collection::vec(any::<u64>(), 0..300),
-            // Skewed keys too: clustered small values with a few huge ones.
-            small in prop::collection::vec(0u64..50, 0..300),
-            probes in prop::collection::vec(any::<u64>(), 1..20),
-            from in 0usize..400,
-        ) {
-            for keys in [keys.clone(), small.clone(), [small, keys].concat()] {
-                let recs = records(keys);
-                let n = recs.len() / 2;
-                let sorted: Vec<u64> = recs.iter().step_by(2).copied().collect();
-                let mut asks = probes.clone();
-                asks.extend(sorted.iter().copied());
-                asks.extend(sorted.iter().map(|k| k.wrapping_add(1)));
-                for &key in &asks {
-                    let from = from.min(n);
-                    let want = from + sorted[from..].partition_point(|&k| k < key);
-                    prop_assert_eq!(lower_bound_from(&recs, from, key), want, "key {}", key);
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn lower_bound_from_finds_sequential_and_strided_keys() {
-        for stride in [1u64, 7, 1 << 40] {
-            let keys: Vec<u64> = (0..100_000u64).map(|i| i * stride).collect();
-            let recs = records(keys.clone());
-            for (i, &k) in keys.iter().enumerate().step_by(997) {
-                assert_eq!(lower_bound_from(&recs, 0, k), i);
-                assert_eq!(lower_bound_from(&recs, i, k), i);
-                assert_eq!(lower_bound_from(&recs, 0, k + 1), i + 1);
-            }
-            assert_eq!(lower_bound_from(&recs, 0, u64::MAX), keys.len());
-        }
-    }
 }

@@ -703,6 +703,12 @@ fn batch_lookups_route_spread_keys_through_segment_key_filters() {
                 assert_eq!(bytes, &v);
             }
         }
+        // Small batches: a few keys per segment, far apart in its key
+        // index, are searched interleaved rather than in order.
+        for chunk in probe.chunks(40) {
+            let want: Vec<bool> = chunk.iter().map(live).collect();
+            assert_eq!(c.contains_many(chunk), want, "round {round}");
+        }
         // One-key lookups, with the filters the batches built.
         assert!(probe.iter().all(|k| c.contains(*k) == live(k)));
     }

@@ -29,12 +29,23 @@ enum Loc {
 /// shorter ones probe each part per key (a sort is not worth it).
 const JOIN_MIN: usize = 16;
 
+/// How many keys ahead of its test a key's bloom filter blocks are
+/// hinted (enough to overlap the misses of a filter larger than cache).
+const BLOOM_AHEAD: usize = 16;
+
 impl State {
     /// Where each of `keys` is live.
     fn locate(&self, bloom: &Bloom, keys: &[u64]) -> Vec<Loc> {
         let mut out = vec![Loc::Missing; keys.len()];
         let mut pending: Vec<(u64, u32)> = Vec::new();
+        // Filter blocks hinted a stretch ahead of their test.
+        for &k in keys.iter().take(BLOOM_AHEAD) {
+            bloom.prefetch(k);
+        }
         for (i, &k) in keys.iter().enumerate() {
+            if let Some(&ahead) = keys.get(i + BLOOM_AHEAD) {
+                bloom.prefetch(ahead);
+            }
             if !bloom.may_contain(k) {
                 continue;
             }
@@ -145,6 +156,15 @@ impl Collection {
         let st = self.inner.snapshot();
         let vb = self.inner.config.space.vector_bytes();
         let locs = st.locate(&self.inner.bloom.read(), keys);
+        // Every row hinted before any is copied: their cache misses overlap.
+        for loc in &locs {
+            if let Loc::Part { part, slot } = *loc {
+                st.parts[part].with_view(|g| {
+                    let r = g.full(slot).unwrap_or_else(|| g.vector(slot));
+                    sagitta_index::prefetch(r.as_ptr());
+                });
+            }
+        }
         locs.into_iter()
             .zip(keys)
             .map(|(loc, &k)| match loc {
@@ -169,6 +189,13 @@ impl Collection {
         let st = c.snapshot();
         let schema = c.schema.read().clone();
         let locs = st.locate(&c.bloom.read(), keys);
+        // Every row's first read hinted before any is decoded: their cache
+        // misses overlap.
+        for loc in &locs {
+            if let Loc::Part { part, slot } = *loc {
+                st.parts[part].prefetch_payload(slot);
+            }
+        }
         locs.into_iter()
             .zip(keys)
             .map(|(loc, &k)| match loc {

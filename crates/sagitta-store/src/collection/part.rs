@@ -218,6 +218,16 @@ impl Part {
         })
     }
 
+    /// Hints the CPU to fetch the payload of `slot` (sealed parts; a
+    /// frozen part's rows are in memory already).
+    pub fn prefetch_payload(&self, slot: u32) {
+        if let Body::Sealed { seg, .. } = &self.body {
+            if let Ok(Some(p)) = seg.payload() {
+                p.prefetch_row(slot as usize);
+            }
+        }
+    }
+
     /// Bytes held in memory (frozen parts) or mapped (sealed ones).
     pub fn bytes(&self) -> (u64, u64) {
         match &self.body {
