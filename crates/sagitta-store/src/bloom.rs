@@ -13,6 +13,7 @@
 //! then per filter `blocks u64, k u32, 0u32, capacity u64, count u64`, then
 //! every filter's words, then a CRC32C of all preceding bytes.
 
+use crate::envelope::{self, BLOOM};
 use crate::error::{io, Result, StoreError};
 use memmap2::{MmapMut, MmapOptions};
 use parking_lot::Mutex;
@@ -22,8 +23,11 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-const MAGIC: &[u8; 8] = b"SGTABLM\0";
-const VERSION: u32 = 1;
+/// Bytes before the filter table: the envelope's prefix, the filter
+/// count u32, the target rate f64 and the initial capacity u64.
+const HEADER_LEN: usize = 32;
+/// Bytes of one filter's entry in the filter table.
+const FILTER_ENTRY_LEN: usize = 32;
 const BLOCK_WORDS: usize = 8;
 const MAX_FILTERS: usize = 48;
 
@@ -271,12 +275,17 @@ impl Bloom {
 
     /// Serialises to the file layout described in the module docs.
     pub fn to_bytes(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(32 + self.memory_bytes() + self.filters.len() * 32 + 4);
-        b.extend_from_slice(MAGIC);
-        b.extend_from_slice(&VERSION.to_le_bytes());
+        let mut b = Vec::with_capacity(
+            HEADER_LEN
+                + self.filters.len() * FILTER_ENTRY_LEN
+                + self.memory_bytes()
+                + envelope::TRAILER_LEN,
+        );
+        BLOOM.begin(&mut b);
         b.extend_from_slice(&(self.filters.len() as u32).to_le_bytes());
         b.extend_from_slice(&self.fp.to_le_bytes());
         b.extend_from_slice(&self.initial.to_le_bytes());
+        debug_assert_eq!(b.len(), HEADER_LEN);
         for f in &self.filters {
             b.extend_from_slice(&f.blocks.to_le_bytes());
             b.extend_from_slice(&f.k.to_le_bytes());
@@ -287,8 +296,7 @@ impl Bloom {
         for w in self.words.slice() {
             b.extend_from_slice(&w.to_le_bytes());
         }
-        let crc = crc32c::crc32c(&b);
-        b.extend_from_slice(&crc.to_le_bytes());
+        envelope::seal(&mut b);
         b
     }
 
@@ -302,30 +310,28 @@ impl Bloom {
             offset: offset as u64,
             reason: reason.to_string(),
         };
-        if b.len() < 36 || &b[..8] != MAGIC {
-            return Err(bad(0, "not a bloom filter file"));
+        BLOOM.version(path, b)?;
+        if b.len() < HEADER_LEN + envelope::TRAILER_LEN {
+            return Err(bad(0, "shorter than the bloom filter header"));
         }
-        let u32_at = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        let u32_at = |o: usize| envelope::u32_at(b, o);
         let u64_at = |o: usize| {
             let mut x = [0u8; 8];
             x.copy_from_slice(&b[o..o + 8]);
             u64::from_le_bytes(x)
         };
-        if u32_at(8) != VERSION {
-            return Err(bad(8, "unsupported bloom filter version"));
-        }
         let n = u32_at(12) as usize;
         let fp = f64::from_bits(u64_at(16));
         let initial = u64_at(24);
         if n == 0 || n > MAX_FILTERS || !(fp > 0.0 && fp < 1.0) {
             return Err(bad(12, "bad filter count or rate"));
         }
-        let body = b.len() - 4;
-        let mut at = 32;
+        let body = b.len() - envelope::TRAILER_LEN;
+        let mut at = HEADER_LEN;
         let mut filters = Vec::with_capacity(n);
         let mut offset = 0usize;
         for _ in 0..n {
-            if at + 32 > body {
+            if at + FILTER_ENTRY_LEN > body {
                 return Err(bad(at, "truncated filter table"));
             }
             let blocks = u64_at(at);
@@ -342,7 +348,7 @@ impl Bloom {
             };
             offset += f.words();
             filters.push(f);
-            at += 32;
+            at += FILTER_ENTRY_LEN;
         }
         if at + offset * 8 != body {
             return Err(bad(at, "file size does not match the filter table"));
@@ -353,14 +359,7 @@ impl Bloom {
     /// Parses a serialised filter, checking its CRC.
     pub fn from_bytes(b: &[u8], path: &Path) -> Result<Bloom> {
         let (filters, fp, initial, start) = Bloom::parse_header(b, path)?;
-        let (body, tail) = b.split_at(b.len() - 4);
-        if crc32c::crc32c(body) != u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) {
-            return Err(StoreError::Corrupt {
-                file: path.to_path_buf(),
-                offset: body.len() as u64,
-                reason: "checksum mismatch".into(),
-            });
-        }
+        let body = envelope::unseal(path, b)?;
         let words = body[start..]
             .chunks_exact(8)
             .map(|c| {
@@ -405,13 +404,7 @@ impl Bloom {
         let checker = std::thread::Builder::new()
             .name("sagitta-bloom-check".into())
             .spawn(move || {
-                let ok = std::fs::read(&owned).is_ok_and(|b| {
-                    b.len() >= 4 && {
-                        let (body, tail) = b.split_at(b.len() - 4);
-                        crc32c::crc32c(body)
-                            == u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]])
-                    }
-                });
+                let ok = std::fs::read(&owned).is_ok_and(|b| envelope::unseal(&owned, &b).is_ok());
                 flag.store(if ok { GOOD } else { BAD }, Ordering::Release);
             })
             .ok();

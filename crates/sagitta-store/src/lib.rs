@@ -15,6 +15,7 @@ compile_error!(
 
 pub mod bloom;
 pub mod collection;
+mod envelope;
 mod error;
 pub mod filter;
 pub mod ids;

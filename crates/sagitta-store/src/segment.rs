@@ -55,6 +55,7 @@
 //! panic or undefined behaviour.
 
 use crate::bloom::Bloom;
+use crate::envelope::SEGMENT;
 use crate::error::{io, Result, StoreError};
 use crate::filter::SegmentPayload;
 use crate::keysearch::{lower_bound_from, lower_bounds};
@@ -77,11 +78,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 /// File magic.
-pub const MAGIC: [u8; 8] = *b"SGTASEG\0";
+pub const MAGIC: [u8; 8] = *SEGMENT.magic;
 /// The format version this build writes.
-pub const FORMAT_VERSION: u32 = 4;
+pub const FORMAT_VERSION: u32 = SEGMENT.newest;
 /// The oldest format version this build reads.
-pub const OLDEST_SUPPORTED_VERSION: u32 = 1;
+pub const OLDEST_SUPPORTED_VERSION: u32 = SEGMENT.oldest;
 /// Bytes in the fixed header.
 pub const HEADER_LEN: usize = 128;
 /// Bytes per section-table entry.
@@ -371,18 +372,9 @@ impl Segment {
         // the length seen here.
         let map = unsafe { Mmap::map(&file) }.map_err(io("mmap", path))?;
         let h = &map[..HEADER_LEN];
-        if h[..8] != MAGIC {
-            return Err(Self::corrupt(
-                path,
-                0,
-                "bad magic: not a Sagitta segment file",
-            ));
-        }
-        let version = u32_at(h, 8);
+        let version = SEGMENT.version(path, h)?;
         let oldest_reader = u32_at(h, 12);
-        if !(OLDEST_SUPPORTED_VERSION..=FORMAT_VERSION).contains(&version)
-            || oldest_reader > FORMAT_VERSION
-        {
+        if oldest_reader > FORMAT_VERSION {
             return Err(StoreError::UnsupportedVersion {
                 file: path.to_path_buf(),
                 found: version,

@@ -12,14 +12,12 @@
 //! fails its checksum ends the log: it is a torn tail from a crash during
 //! the write, never data (writers truncate it away on open).
 
-use crate::error::{io, Result, StoreError};
+use crate::envelope::WAL;
+use crate::error::{io, Result};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-const MAGIC: &[u8; 8] = b"SGTAWAL\0";
-const VERSION: u32 = 2;
-const OLDEST_VERSION: u32 = 1;
 /// Header bytes at the start of every log file.
 pub const HEADER_LEN: u64 = 16;
 const FIXED: usize = 8 + 1 + 8;
@@ -119,7 +117,8 @@ impl Replay {
 
 /// Reads a log file, stopping at the first torn or corrupt record.
 /// A file shorter than its header (a crash while creating it) reads as
-/// empty and torn; a wrong magic or version is `Corrupt`.
+/// empty and torn; a wrong magic is `Corrupt`, a version this build does
+/// not read `UnsupportedVersion` (see [`crate::envelope`]).
 pub fn read(path: &Path) -> Result<Replay> {
     let mut bytes = Vec::new();
     File::open(path)
@@ -133,22 +132,7 @@ pub fn read(path: &Path) -> Result<Replay> {
             valid_len: 0,
         });
     }
-    if &bytes[..8] != MAGIC {
-        return Err(StoreError::Corrupt {
-            file: path.to_path_buf(),
-            offset: 0,
-            reason: "not a write-ahead log".into(),
-        });
-    }
-    let version = u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]);
-    if !(OLDEST_VERSION..=VERSION).contains(&version) {
-        return Err(StoreError::UnsupportedVersion {
-            file: path.to_path_buf(),
-            found: version,
-            oldest: OLDEST_VERSION,
-            newest: VERSION,
-        });
-    }
+    let version = WAL.version(path, &bytes)?;
     let mut at = HEADER_LEN as usize;
     let mut offsets = Vec::new();
     let mut last_seq = 0u64;
@@ -204,9 +188,9 @@ impl Wal {
             .open(&path)
             .map_err(io("create", &path))?;
         let mut h = Vec::with_capacity(HEADER_LEN as usize);
-        h.extend_from_slice(MAGIC);
-        h.extend_from_slice(&VERSION.to_le_bytes());
+        WAL.begin(&mut h);
         h.extend_from_slice(&0u32.to_le_bytes());
+        debug_assert_eq!(h.len() as u64, HEADER_LEN);
         file.write_all(&h).map_err(io("write", &path))?;
         file.sync_all().map_err(io("fsync", &path))?;
         crate::segment::sync_dir(&path)?;
@@ -238,8 +222,8 @@ impl Wal {
             let mut r = File::open(path).map_err(io("open", path))?;
             r.seek(SeekFrom::Start(8)).map_err(io("seek", path))?;
             r.read_exact(&mut h).map_err(io("read", path))?;
-            if u32::from_le_bytes(h) < VERSION {
-                file.write_all(&VERSION.to_le_bytes())
+            if u32::from_le_bytes(h) < WAL.newest {
+                file.write_all(&WAL.newest.to_le_bytes())
                     .map_err(io("write", path))?;
                 file.sync_all().map_err(io("fsync", path))?;
             }

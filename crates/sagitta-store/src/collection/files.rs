@@ -4,6 +4,7 @@
 
 use super::config::ConfigFile;
 use super::part::Part;
+use crate::envelope::{self, TOMBSTONES};
 use crate::error::{io, Result, StoreError};
 use crate::payload::{Field, FieldType, Schema};
 use crate::segment::write_durably;
@@ -16,8 +17,9 @@ use std::sync::Arc;
 pub(crate) const MANIFEST: &str = "MANIFEST";
 pub(crate) const LOCK: &str = "LOCK";
 pub(crate) const MANIFEST_FORMAT: u32 = 1;
-const TOMB_MAGIC: &[u8; 8] = b"SGTATMB\0";
-const TOMB_VERSION: u32 = 1;
+/// Bytes of a tombstone file before its entries: the envelope's prefix,
+/// a zero u32 and the entry count u64.
+const TOMB_HEADER_LEN: usize = 24;
 
 /// File name of segment `id`.
 pub(crate) fn segment_file(id: u64) -> String {
@@ -150,17 +152,16 @@ pub(crate) fn write_tombstones(path: &Path, parts: &[Arc<Part>]) -> Result<()> {
         })
         .collect();
     entries.sort_unstable();
-    let mut b = Vec::with_capacity(24 + entries.len() * 16 + 4);
-    b.extend_from_slice(TOMB_MAGIC);
-    b.extend_from_slice(&TOMB_VERSION.to_le_bytes());
+    let mut b = Vec::with_capacity(TOMB_HEADER_LEN + entries.len() * 16 + envelope::TRAILER_LEN);
+    TOMBSTONES.begin(&mut b);
     b.extend_from_slice(&0u32.to_le_bytes());
     b.extend_from_slice(&(entries.len() as u64).to_le_bytes());
+    debug_assert_eq!(b.len(), TOMB_HEADER_LEN);
     for (id, k) in entries {
         b.extend_from_slice(&id.to_le_bytes());
         b.extend_from_slice(&k.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&b);
-    b.extend_from_slice(&crc.to_le_bytes());
+    envelope::seal(&mut b);
     write_durably(path, &b)
 }
 
@@ -172,12 +173,10 @@ pub(crate) fn read_tombstones(path: &Path) -> Result<HashMap<u64, Vec<u64>>> {
         offset: offset as u64,
         reason: reason.into(),
     };
-    if b.len() < 28 || &b[..8] != TOMB_MAGIC {
-        return Err(bad(0, "not a tombstone file"));
-    }
-    let (body, tail) = b.split_at(b.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]) {
-        return Err(bad(body.len(), "checksum mismatch"));
+    TOMBSTONES.version(path, &b)?;
+    let body = envelope::unseal(path, &b)?;
+    if body.len() < TOMB_HEADER_LEN {
+        return Err(bad(body.len(), "shorter than the tombstone header"));
     }
     let u64_at = |o: usize| {
         let mut x = [0u8; 8];
@@ -185,14 +184,13 @@ pub(crate) fn read_tombstones(path: &Path) -> Result<HashMap<u64, Vec<u64>>> {
         u64::from_le_bytes(x)
     };
     let n = u64_at(16) as usize;
-    if body.len() != 24usize.saturating_add(n.saturating_mul(16)) {
+    if body.len() != TOMB_HEADER_LEN.saturating_add(n.saturating_mul(16)) {
         return Err(bad(16, "entry count does not match the file size"));
     }
     let mut out: HashMap<u64, Vec<u64>> = HashMap::new();
     for i in 0..n {
-        out.entry(u64_at(24 + 16 * i))
-            .or_default()
-            .push(u64_at(32 + 16 * i));
+        let at = TOMB_HEADER_LEN + 16 * i;
+        out.entry(u64_at(at)).or_default().push(u64_at(at + 8));
     }
     Ok(out)
 }
