@@ -30,6 +30,12 @@ const HEADER_LEN: usize = 32;
 const FILTER_ENTRY_LEN: usize = 32;
 const BLOCK_WORDS: usize = 8;
 const MAX_FILTERS: usize = 48;
+/// Largest filter (2^34 blocks of 64 bytes, 1 TiB): a file claiming more
+/// is corrupt, and a chain never grows past it.
+const MAX_BLOCKS: u64 = 1 << 34;
+/// Largest initial capacity a file may claim (collections size theirs at
+/// most 2^20 keys, or four times their live rows).
+const MAX_INITIAL: u64 = 1 << 36;
 
 #[derive(Debug, Clone)]
 struct Filter {
@@ -54,7 +60,9 @@ impl Filter {
         // Blocked filters lose a little accuracy; 20% more bits than the
         // classic optimum makes up for it at these rates.
         let bits = (-(capacity as f64) * fp.ln() / std::f64::consts::LN_2.powi(2) * 1.2).ceil();
-        let blocks = ((bits / 512.0).ceil() as u64).max(1).next_power_of_two();
+        let blocks = ((bits / 512.0).ceil() as u64)
+            .clamp(1, MAX_BLOCKS)
+            .next_power_of_two();
         let per_key = (blocks * 512) as f64 / capacity.max(1) as f64;
         let k = ((per_key * std::f64::consts::LN_2).round() as u32).clamp(1, 7);
         Filter {
@@ -326,6 +334,9 @@ impl Bloom {
         if n == 0 || n > MAX_FILTERS || !(fp > 0.0 && fp < 1.0) {
             return Err(bad(12, "bad filter count or rate"));
         }
+        if !(1..=MAX_INITIAL).contains(&initial) {
+            return Err(bad(24, "bad initial capacity"));
+        }
         let body = b.len() - envelope::TRAILER_LEN;
         let mut at = HEADER_LEN;
         let mut filters = Vec::with_capacity(n);
@@ -336,7 +347,7 @@ impl Bloom {
             }
             let blocks = u64_at(at);
             let k = u32_at(at + 8);
-            if !blocks.is_power_of_two() || blocks > 1 << 34 || !(1..=7).contains(&k) {
+            if !blocks.is_power_of_two() || blocks > MAX_BLOCKS || !(1..=7).contains(&k) {
                 return Err(bad(at, "bad filter geometry"));
             }
             let f = Filter {
@@ -346,6 +357,15 @@ impl Bloom {
                 capacity: u64_at(at + 16),
                 count: u64_at(at + 24),
             };
+            // Filter i is the one the chain grows to (`Bloom::insert`):
+            // its capacity and geometry follow from the initial capacity
+            // and rate, so a file cannot claim a capacity its words do not
+            // back (the next filter, twice the last, would be sized by it).
+            let i = filters.len();
+            let want = Filter::new(initial << i.min(40), fp / 2f64.powi(i as i32 + 1), offset);
+            if (f.capacity, f.blocks, f.k) != (want.capacity, want.blocks, want.k) {
+                return Err(bad(at, "filter geometry does not follow the chain's"));
+            }
             offset += f.words();
             filters.push(f);
             at += FILTER_ENTRY_LEN;
@@ -467,6 +487,38 @@ mod tests {
         assert!(matches!(
             Bloom::from_bytes(&flipped, p),
             Err(StoreError::Corrupt { .. })
+        ));
+    }
+
+    /// Found by the `bloom` fuzz target: a file claiming an initial
+    /// capacity near 2^64 parsed, and the first insert that grew the chain
+    /// sized a filter past memory (capacity overflow). Such a file is
+    /// corrupt now, and a chain never sizes a filter past `MAX_BLOCKS`.
+    #[test]
+    fn huge_capacities_are_refused_not_allocated() {
+        let p = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/data/fuzz/bloom-huge-initial-capacity.bin"
+        ));
+        let mut fuzzed = std::fs::read(p).unwrap();
+        let n = fuzzed.len() - 4;
+        let crc = crc32c::crc32c(&fuzzed[..n]);
+        fuzzed[n..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Bloom::from_bytes(&fuzzed, p),
+            Err(StoreError::Corrupt { offset: 24, .. })
+        ));
+        // A filter claiming a capacity its words do not back (full, so the
+        // next insert would grow the chain by twice that) is refused too.
+        let mut b = Bloom::new(1024, 0.01).to_bytes();
+        b[48..56].copy_from_slice(&(1u64 << 40).to_le_bytes()); // capacity
+        b[56..64].copy_from_slice(&(1u64 << 40).to_le_bytes()); // count
+        let n = b.len() - 4;
+        let crc = crc32c::crc32c(&b[..n]);
+        b[n..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(
+            Bloom::from_bytes(&b, p),
+            Err(StoreError::Corrupt { offset: 32, .. })
         ));
     }
 

@@ -1,0 +1,83 @@
+//! Helpers the targets share: scratch files on a RAM disk, and checksums
+//! patched so that mutated bytes reach the parsers behind them.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+/// A per-process scratch directory (on /dev/shm when there is one).
+pub fn scratch() -> PathBuf {
+    let base = if std::path::Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let d = base.join(format!("sagitta-fuzz-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// Writes `bytes` to `name` in the scratch directory.
+pub fn file(name: &str, bytes: &[u8]) -> PathBuf {
+    let p = scratch().join(name);
+    std::fs::write(&p, bytes).expect("scratch file");
+    p
+}
+
+fn u32_at(b: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_le_bytes(b.get(at..at + 4)?.try_into().ok()?))
+}
+
+fn u64_at(b: &[u8], at: usize) -> Option<u64> {
+    Some(u64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Recomputes a segment's section, table and header checksums (see
+/// docs/FORMAT.md), where the bytes hold them.
+pub fn patch_segment(b: &mut [u8]) {
+    if b.len() < 128 {
+        return;
+    }
+    let nsec = (u32_at(b, 44).unwrap_or(0) as usize).min(64);
+    for i in 0..nsec {
+        let e = 128 + 32 * i;
+        let (Some(off), Some(len)) = (u64_at(b, e + 8), u64_at(b, e + 16)) else {
+            break;
+        };
+        let (off, len) = (off as usize, len as usize);
+        if let Some(end) = off.checked_add(len).filter(|&end| end <= b.len()) {
+            let c = crc32c::crc32c(&b[off..end]);
+            if e + 28 <= b.len() {
+                b[e + 24..e + 28].copy_from_slice(&c.to_le_bytes());
+            }
+        }
+    }
+    if let Some(table) = b.get(128..128 + nsec * 32) {
+        let c = crc32c::crc32c(table);
+        b[120..124].copy_from_slice(&c.to_le_bytes());
+    }
+    let c = crc32c::crc32c(&b[..124]);
+    b[124..128].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Replaces the last four bytes with the CRC32C of the rest (the trailer
+/// of bloom and tombstone files).
+pub fn patch_trailer(b: &mut Vec<u8>) {
+    if b.len() < 4 {
+        return;
+    }
+    let n = b.len() - 4;
+    let c = crc32c::crc32c(&b[..n]);
+    b[n..].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Replaces (or adds) the `crc32c:` line of a MANIFEST.
+pub fn patch_manifest(b: &[u8]) -> Vec<u8> {
+    let body = match b.windows(7).rposition(|w| w == b"crc32c:") {
+        Some(at) => &b[..at],
+        None => b,
+    };
+    let mut out = body.to_vec();
+    let c = crc32c::crc32c(body);
+    out.extend_from_slice(format!("crc32c:{c:08x}\n").as_bytes());
+    out
+}

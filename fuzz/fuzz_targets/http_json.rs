@@ -1,0 +1,69 @@
+//! HTTP JSON bodies, as the server's handlers run them (after axum's
+//! routing): the first byte picks the request kind, the rest is its body,
+//! parsed into the request type and run against a real collection.
+#![no_main]
+
+mod common;
+
+use libfuzzer_sys::fuzz_target;
+use sagitta_server::ops::{self, CreateCollection};
+use sagitta_server::registry::{Entry, Registry};
+use std::sync::{Arc, OnceLock};
+
+fn entry() -> &'static Arc<Entry> {
+    static E: OnceLock<(Registry, Arc<Entry>)> = OnceLock::new();
+    &E.get_or_init(|| {
+        let dir = common::scratch().join("registry");
+        let _ = std::fs::remove_dir_all(&dir);
+        let reg = Registry::open(&dir).expect("registry");
+        let req: CreateCollection =
+            serde_json::from_str(r#"{"name": "c", "dims": 4, "metric": "l2"}"#).expect("create");
+        let e = reg
+            .create("c", ops::config_from(&req).expect("config"))
+            .expect("collection");
+        let seed = r#"{"ids": [1, 2, 3], "vectors": [[1,0,0,0],[0,1,0,0],[0,0,1,0]],
+            "payload": [{"lang": "en", "n": 1}, {"lang": "de", "n": 2}, null]}"#;
+        ops::run_upsert(&e, serde_json::from_str(seed).expect("seed")).expect("seed rows");
+        (reg, e)
+    })
+    .1
+}
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&kind, body)) = data.split_first() else {
+        return;
+    };
+    let e = entry();
+    match kind % 6 {
+        0 => {
+            if let Ok(req) = serde_json::from_slice::<CreateCollection>(body) {
+                let _ = ops::config_from(&req);
+            }
+        }
+        1 => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = ops::run_search(e, req);
+            }
+        }
+        2 => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = ops::run_upsert(e, req);
+            }
+        }
+        3 => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = ops::run_get(e, req);
+            }
+        }
+        4 => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = ops::run_delete(e, req);
+            }
+        }
+        _ => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = ops::run_count(e, req);
+            }
+        }
+    }
+});
