@@ -390,9 +390,19 @@ impl FlightService for Flight {
             .clone()
             .ok_or_else(|| invalid("DoPut: the first message must carry a flight descriptor"))?;
         let name = path_name(&desc)?;
+        // Every message's buffers are bounded by its body before Arrow's
+        // decoder reads it (Arrow panics on ones past it; see
+        // sagitta_store::ipc).
         let data = stream::once(async { Ok(first) })
             .chain(input)
-            .map_err(|s| FlightError::Tonic(Box::new(s)));
+            .map_err(|s| FlightError::Tonic(Box::new(s)))
+            .and_then(|fd| async move {
+                if !fd.data_header.is_empty() {
+                    sagitta_store::ipc::check_message(&fd.data_header, fd.data_body.len(), true)
+                        .map_err(|e| FlightError::DecodeError(format!("DoPut: {e}")))?;
+                }
+                Ok(fd)
+            });
         let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(data);
         let (mut tx, rx) = futures::channel::mpsc::channel::<Result<PutResult, Status>>(2);
         let this = self.clone();

@@ -19,6 +19,7 @@ mod envelope;
 mod error;
 pub mod filter;
 pub mod ids;
+pub mod ipc;
 mod keysearch;
 pub mod limits;
 pub mod npy;

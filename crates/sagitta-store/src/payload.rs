@@ -419,6 +419,8 @@ impl Payload {
     /// timestamp (any unit, converted to µs) and list-of-string columns
     /// are accepted.
     pub fn from_ipc(bytes: &[u8]) -> Result<Payload, PayloadError> {
+        crate::ipc::check_stream(bytes, true)
+            .map_err(|e| malformed(format!("not an Arrow IPC stream: {e}")))?;
         let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
             .map_err(|e| malformed(format!("not an Arrow IPC stream: {e}")))?;
         let mut p = Payload::from_arrow_schema(&reader.schema())?;

@@ -725,12 +725,13 @@ impl Segment {
                     return Err(format!("section {} fails its checksum", s.kind));
                 }
             }
-            check_ipc_stream(self.bytes((po, pl)))?;
+            crate::ipc::check_stream(self.bytes((po, pl)), false)
+                .map_err(|e| format!("payload section: {e}"))?;
             let whole = self.map_buffer();
             let mut ipc = whole.slice_with_length(po, pl);
             let mut dec = arrow_ipc::reader::StreamDecoder::new();
             let mut batch = None;
-            // check_ipc_stream bounds every buffer, and the decoder
+            // ipc::check_stream bounds every buffer, and the decoder
             // validates array data; a panic inside Arrow on bytes that
             // slipped through both is still turned into an error.
             let decoded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -1047,61 +1048,6 @@ const SPARSE_GAP: usize = 64;
 
 /// False-positive rate of the segment key filters.
 const KEY_FILTER_FP: f64 = 1.0 / 64.0;
-
-/// Bounds of an Arrow IPC stream checked before Arrow reads it: every
-/// message's metadata is a verified flatbuffer, every body lies inside the
-/// section, every buffer inside its body, and nothing is compressed or
-/// dictionary-encoded (Sagitta writes neither).
-fn check_ipc_stream(b: &[u8]) -> std::result::Result<(), String> {
-    let bad = |what: &str, at: usize| format!("payload section: {what} at byte {at}");
-    let mut at = 0usize;
-    while at < b.len() {
-        let word = |o: usize| {
-            b.get(o..o + 4)
-                .map(|x| u32::from_le_bytes([x[0], x[1], x[2], x[3]]))
-        };
-        if word(at) != Some(u32::MAX) {
-            return Err(bad("missing message marker", at));
-        }
-        let mlen = word(at + 4).ok_or_else(|| bad("truncated message", at))? as usize;
-        if mlen == 0 {
-            return Ok(()); // end of stream
-        }
-        let meta_start = at + 8;
-        let meta = meta_start
-            .checked_add(mlen)
-            .and_then(|e| b.get(meta_start..e))
-            .ok_or_else(|| bad("message past the end", at))?;
-        let msg =
-            arrow_ipc::root_as_message(meta).map_err(|e| bad(&format!("bad message ({e})"), at))?;
-        let body = usize::try_from(msg.bodyLength()).map_err(|_| bad("negative body", at))?;
-        let body_start = meta_start + mlen;
-        let body_end = body_start
-            .checked_add(body)
-            .filter(|&e| e <= b.len())
-            .ok_or_else(|| bad("body past the end", at))?;
-        if msg.header_as_dictionary_batch().is_some() {
-            return Err(bad("unexpected dictionary batch", at));
-        }
-        if let Some(rb) = msg.header_as_record_batch() {
-            if rb.compression().is_some() {
-                return Err(bad("unexpected compression", at));
-            }
-            for buf in rb.buffers().iter().flatten() {
-                let ok = usize::try_from(buf.offset())
-                    .ok()
-                    .zip(usize::try_from(buf.length()).ok())
-                    .and_then(|(o, l)| o.checked_add(l))
-                    .is_some_and(|e| e <= body);
-                if !ok {
-                    return Err(bad("buffer outside its message body", at));
-                }
-            }
-        }
-        at = body_end;
-    }
-    Ok(())
-}
 
 fn parse_upper(
     b: &[u8],

@@ -444,3 +444,34 @@ fn arrow_ipc_payload_round_trips_through_a_sealed_segment() {
     assert!(Payload::from_ipc(b"not arrow").is_err());
     assert!(Payload::from_ipc(&ipc[..ipc.len() / 2]).is_err());
 }
+
+/// Found by the `arrow_batches` fuzz target: an IPC stream whose batch
+/// names a buffer past its message body made Arrow's reader panic; an
+/// upload is now checked first and refused with a typed error, and so is
+/// the same corruption planted in a valid stream.
+#[test]
+fn ipc_buffers_past_their_body_are_refused_not_read() {
+    let fuzzed = std::fs::read(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/fuzz/ipc-buffer-past-body.arrows"),
+    )
+    .unwrap();
+    assert!(sagitta_store::ipc::check_stream(&fuzzed, true).is_err());
+    assert!(matches!(
+        Payload::from_ipc(&fuzzed),
+        Err(PayloadError::Malformed(_))
+    ));
+    // A valid stream passes the check; every length field of it bumped
+    // past the body (one at a time) is refused or read, never a panic.
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(IndexKind::Flat, 100)).unwrap();
+    let keys: Vec<u64> = (0..8).collect();
+    upsert(&c, &keys);
+    let ipc = sagitta_store::payload::ipc_bytes(&c.payload_table(&keys, None).unwrap()).unwrap();
+    assert!(sagitta_store::ipc::check_stream(&ipc, true).is_ok());
+    for at in (0..ipc.len().saturating_sub(8)).step_by(4) {
+        let mut bad = ipc.clone();
+        bad[at..at + 4].copy_from_slice(&0x7fff_fff0u32.to_le_bytes());
+        let _ = Payload::from_ipc(&bad);
+    }
+}
