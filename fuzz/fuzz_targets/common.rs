@@ -81,3 +81,13 @@ pub fn patch_manifest(b: &[u8]) -> Vec<u8> {
     out.extend_from_slice(format!("crc32c:{c:08x}\n").as_bytes());
     out
 }
+
+/// Lets panics that the code under test catches itself (Sagitta turns a
+/// panic inside Arrow's IPC reader into a typed error, see
+/// `sagitta_store::ipc`) be caught: libfuzzer-sys's hook aborts on every
+/// panic, caught or not. An uncaught panic still ends the run as a crash
+/// (libfuzzer-sys aborts when the target unwinds).
+pub fn allow_caught_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| std::panic::set_hook(Box::new(|_| {})));
+}

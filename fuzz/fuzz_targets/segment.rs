@@ -10,6 +10,7 @@ use sagitta_index::{GraphView, IndexRead, SearchOptions, VectorRef};
 use sagitta_store::Segment;
 
 fuzz_target!(|data: &[u8]| {
+    common::allow_caught_panics();
     let mut b = data.to_vec();
     common::patch_segment(&mut b);
     let p = common::file("fuzz.sgt", &b);

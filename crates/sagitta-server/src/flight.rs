@@ -22,9 +22,10 @@ use arrow_flight::{
 use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
-use futures::{SinkExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, SinkExt, StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -410,7 +411,18 @@ impl FlightService for Flight {
             let mut total = 0usize;
             // The collection this stream writes to, fixed by its first batch.
             let mut target: Option<Arc<Entry>> = None;
-            while let Some(b) = batches.next().await {
+            // Arrow's decoder may panic on a message whose nodes are longer
+            // than its (in-body) buffers: that message is refused, the
+            // stream ends, the server goes on.
+            while let Some(b) = AssertUnwindSafe(batches.next())
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    Some(Err(FlightError::DecodeError(
+                        "DoPut: malformed Arrow data".into(),
+                    )))
+                })
+            {
                 let t0 = Instant::now();
                 let r = match b {
                     Ok(batch) => this.put_batch(&name, batch, &mut target).await,

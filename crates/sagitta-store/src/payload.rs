@@ -421,15 +421,23 @@ impl Payload {
     pub fn from_ipc(bytes: &[u8]) -> Result<Payload, PayloadError> {
         crate::ipc::check_stream(bytes, true)
             .map_err(|e| malformed(format!("not an Arrow IPC stream: {e}")))?;
-        let reader = arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-            .map_err(|e| malformed(format!("not an Arrow IPC stream: {e}")))?;
-        let mut p = Payload::from_arrow_schema(&reader.schema())?;
-        for batch in reader {
-            let batch = batch.map_err(|e| malformed(format!("bad Arrow record batch: {e}")))?;
-            p.append_columns(batch.columns())?;
-        }
-        p.validate(p.rows)?;
-        Ok(p)
+        // The check bounds every buffer by its body and Arrow validates the
+        // arrays it builds; a panic inside Arrow's reader on bytes that
+        // slip past both (a node longer than its buffers) is still an
+        // error here, not a crash (see crate::ipc).
+        std::panic::catch_unwind(|| {
+            let reader =
+                arrow_ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
+                    .map_err(|e| malformed(format!("not an Arrow IPC stream: {e}")))?;
+            let mut p = Payload::from_arrow_schema(&reader.schema())?;
+            for batch in reader {
+                let batch = batch.map_err(|e| malformed(format!("bad Arrow record batch: {e}")))?;
+                p.append_columns(batch.columns())?;
+            }
+            p.validate(p.rows)?;
+            Ok(p)
+        })
+        .unwrap_or_else(|_| Err(malformed("malformed Arrow data".to_string())))
     }
 
     /// The columns of an Arrow record batch (the types [`Payload::from_ipc`]

@@ -823,3 +823,16 @@ fn block_exact_scans_match_the_slot_by_slot_scan() {
         }
     }
 }
+
+/// Found by the `segment` fuzz target (checksums patched): a payload
+/// section whose IPC buffers lie inside their body but are shorter than
+/// their nodes make Arrow's decoder panic; the segment answers a typed
+/// `Corrupt` error for its payload instead, and keeps serving vectors.
+#[test]
+fn payload_arrow_panics_are_typed_errors() {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/fuzz/segment-payload-node-past-buffers.sgt");
+    let seg = Segment::open(&p).unwrap();
+    assert!(matches!(seg.payload(), Err(StoreError::Corrupt { .. })));
+    exercise(&seg);
+}
