@@ -9,24 +9,25 @@
 use arrow_ipc::Message;
 
 /// Checks one IPC message: `meta` its flatbuffer metadata, `body_len` the
-/// bytes of body that come with it. Dictionary batches are refused unless
-/// `dictionaries` (Sagitta never writes them; clients may send them).
-pub fn check_message(meta: &[u8], body_len: usize, dictionaries: bool) -> Result<(), String> {
+/// bytes of body that come with it. `client`: input from a client, which
+/// may hold dictionary batches (Sagitta never writes them, so a segment's
+/// payload section with one is refused).
+pub fn check_message(meta: &[u8], body_len: usize, client: bool) -> Result<(), String> {
     let msg = arrow_ipc::root_as_message(meta).map_err(|e| format!("bad message ({e})"))?;
     let body = usize::try_from(msg.bodyLength()).map_err(|_| "negative body length".to_string())?;
     if body > body_len {
         return Err(format!("body of {body} bytes past the {body_len} given"));
     }
-    check_buffers(&msg, body, dictionaries)
+    check_buffers(&msg, body, client)
 }
 
-fn check_buffers(msg: &Message<'_>, body: usize, dictionaries: bool) -> Result<(), String> {
+fn check_buffers(msg: &Message<'_>, body: usize, client: bool) -> Result<(), String> {
     let batch = match (
         msg.header_as_record_batch(),
         msg.header_as_dictionary_batch(),
     ) {
         (Some(rb), _) => Some(rb),
-        (None, Some(d)) if dictionaries => d.data(),
+        (None, Some(d)) if client => d.data(),
         (None, Some(_)) => return Err("unexpected dictionary batch".into()),
         (None, None) => None,
     };
@@ -47,9 +48,10 @@ fn check_buffers(msg: &Message<'_>, body: usize, dictionaries: bool) -> Result<(
 
 /// Checks a whole IPC stream (continuation marker, length, metadata,
 /// body; message after message up to the end marker or the end of `b`).
-/// Compressed batches are refused unless `dictionaries` (client input,
-/// which Arrow itself then refuses or reads); segments never hold them.
-pub fn check_stream(b: &[u8], dictionaries: bool) -> Result<(), String> {
+/// `client` as for [`check_message`]; besides, a segment's section must
+/// hold no compressed batch (Sagitta writes none), while a client's is
+/// left to Arrow, which reads it or refuses it with an error.
+pub fn check_stream(b: &[u8], client: bool) -> Result<(), String> {
     let bad = |what: &str, at: usize| format!("{what} at byte {at}");
     let mut at = 0usize;
     while at < b.len() {
@@ -77,14 +79,14 @@ pub fn check_stream(b: &[u8], dictionaries: bool) -> Result<(), String> {
             .checked_add(body)
             .filter(|&e| e <= b.len())
             .ok_or_else(|| bad("body past the end", at))?;
-        if !dictionaries
+        if !client
             && msg
                 .header_as_record_batch()
                 .is_some_and(|rb| rb.compression().is_some())
         {
             return Err(bad("unexpected compression", at));
         }
-        check_buffers(&msg, body, dictionaries).map_err(|e| bad(&e, at))?;
+        check_buffers(&msg, body, client).map_err(|e| bad(&e, at))?;
         at = body_end;
     }
     Ok(())
