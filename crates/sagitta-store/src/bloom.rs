@@ -15,9 +15,9 @@
 
 use crate::envelope::{self, BLOOM};
 use crate::error::{io, Result, StoreError};
+use crate::fault::{self, IoOp};
 use memmap2::{MmapMut, MmapOptions};
 use parking_lot::Mutex;
-use std::fs::File;
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -403,7 +403,8 @@ impl Bloom {
     /// thread, so the cost is the same for any number of keys. Until the
     /// check passes the filter answers "maybe" for every key.
     pub fn open(path: &Path) -> Result<Bloom> {
-        let file = File::open(path).map_err(io("open", path))?;
+        let file = fault::open(path)?;
+        fault::check(IoOp::Mmap, path).map_err(io("mmap", path))?;
         // SAFETY: bloom files are written once (tmp, fsync, rename) and
         // never modified in place; the mapping is private, so our own
         // inserts never reach the file. All reads are bounds checked
@@ -443,7 +444,7 @@ impl Bloom {
 
     /// Reads and checks a filter file completely.
     pub fn read(path: &Path) -> Result<Bloom> {
-        let b = std::fs::read(path).map_err(io("read", path))?;
+        let b = fault::read(path).map_err(io("read", path))?;
         Bloom::from_bytes(&b, path)
     }
 }

@@ -17,6 +17,7 @@ pub mod bloom;
 pub mod collection;
 mod envelope;
 mod error;
+mod fault;
 pub mod filter;
 pub mod ids;
 pub mod ipc;
@@ -33,6 +34,13 @@ pub use collection::{
     CollectionStats, Durability, IdWrite, OpenMode, Scan, ScanBatch, TextHit, TextSearch,
 };
 pub use error::{Result, StoreError};
+/// Fault injection into the store's file-system calls (tests only: cargo
+/// feature `failpoints`; see the `fault` module's docs).
+#[cfg(feature = "failpoints")]
+pub mod failpoints {
+    pub use crate::fault::armed::{clear, fired, inject, Fault};
+    pub use crate::fault::IoOp;
+}
 pub use filter::Filter;
 pub use ids::{parse_u128, string_key, u128_key, Id, IdColumn, IdError, IdType, STRING_ID_FIELD};
 pub use payload::{Field, FieldType, Payload, PayloadError, Schema, Value};

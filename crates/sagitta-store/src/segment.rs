@@ -57,6 +57,7 @@
 use crate::bloom::Bloom;
 use crate::envelope::SEGMENT;
 use crate::error::{io, Result, StoreError};
+use crate::fault::{self, IoOp};
 use crate::filter::SegmentPayload;
 use crate::keysearch::{lower_bound_from, lower_bounds};
 use crate::payload::{self, PayloadError, Schema};
@@ -72,7 +73,7 @@ use sagitta_index::{
 };
 use sagitta_kernels::Distance;
 use sagitta_text::{MemText, TextFieldSpec, TextSection};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{BufWriter, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -346,17 +347,20 @@ impl Segment {
         let tmp = tmp_path(path);
         let r = write_file(index, payload, text, &tmp);
         if r.is_err() {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = fault::remove(&tmp);
         }
         let info = r?;
-        std::fs::rename(&tmp, path).map_err(io("rename", path))?;
+        if let Err(e) = fault::rename(&tmp, path) {
+            let _ = fault::remove(&tmp);
+            return Err(e);
+        }
         sync_dir(path)?;
         Ok(info)
     }
 
     /// Maps and validates a segment. O(1) in the number of vectors.
     pub fn open(path: &Path) -> Result<Segment> {
-        let file = File::open(path).map_err(io("open", path))?;
+        let file = fault::open(path)?;
         let file_len = file.metadata().map_err(io("stat", path))?.len();
         if file_len < HEADER_LEN as u64 {
             return Err(Self::corrupt(
@@ -365,6 +369,7 @@ impl Segment {
                 format!("file of {file_len} bytes is shorter than the header"),
             ));
         }
+        fault::check(IoOp::Mmap, path).map_err(io("mmap", path))?;
         // SAFETY: segment files are immutable once renamed into place;
         // Sagitta never writes to them again. Another process truncating
         // or rewriting the file would break that contract (as for every
@@ -1321,32 +1326,34 @@ pub(crate) fn tmp_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Fsyncs the directory holding `path` (makes a rename or create durable).
-pub(crate) fn sync_dir(path: &Path) -> Result<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io("fsync dir", dir))
-}
+pub(crate) use fault::sync_dir;
 
 /// Writes `bytes` to `path` durably: `path.tmp`, fsync, rename, fsync of
 /// the directory. A crash leaves the old file or the new one, never a mix.
 pub(crate) fn write_durably(path: &Path, bytes: &[u8]) -> Result<()> {
+    replace(path, bytes)?;
+    sync_dir(path)
+}
+
+/// [`write_durably`] without the directory fsync: the new file is in
+/// place (whole, its bytes synced) but its name may not survive a power
+/// loss until the directory is synced. On failure `path` is untouched.
+pub(crate) fn replace(path: &Path, bytes: &[u8]) -> Result<()> {
     let tmp = tmp_path(path);
     let r = (|| {
-        let mut f = File::create(&tmp).map_err(io("create", &tmp))?;
-        f.write_all(bytes).map_err(io("write", &tmp))?;
-        f.sync_all().map_err(io("fsync", &tmp))
+        let mut f = fault::create(&tmp)?;
+        fault::write_all(&mut f, bytes, &tmp)?;
+        fault::sync_all(&f, &tmp)
     })();
     if r.is_err() {
-        let _ = std::fs::remove_file(&tmp);
+        let _ = fault::remove(&tmp);
     }
     r?;
-    std::fs::rename(&tmp, path).map_err(io("rename", path))?;
-    sync_dir(path)
+    let r = fault::rename(&tmp, path);
+    if r.is_err() {
+        let _ = fault::remove(&tmp);
+    }
+    r
 }
 
 /// Streams sections into a file, tracking offset and CRC of each.
@@ -1368,7 +1375,7 @@ const WRITEBACK_EVERY: u64 = 4 << 20;
 
 impl SectionWriter<'_> {
     fn raw(&mut self, b: &[u8]) -> Result<()> {
-        self.out.write_all(b).map_err(io("write", self.path))?;
+        fault::write_all(&mut self.out, b, self.path)?;
         self.pos += b.len() as u64;
         if self.pos - self.synced >= WRITEBACK_EVERY {
             self.start_writeback()?;
@@ -1490,12 +1497,7 @@ fn write_file(
         _ => None,
     };
     let nsec = nsec + if payload.is_some() { 2 } else { 0 } + usize::from(text.is_some());
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(tmp)
-        .map_err(io("create", tmp))?;
+    let file = fault::create(tmp)?;
     let mut w = SectionWriter {
         out: BufWriter::with_capacity(1 << 20, file),
         pos: 0,
@@ -1715,9 +1717,9 @@ fn write_file(
         source: e.into_error(),
     })?;
     file.seek(SeekFrom::Start(0)).map_err(io("seek", tmp))?;
-    file.write_all(&header).map_err(io("write", tmp))?;
-    file.write_all(&table).map_err(io("write", tmp))?;
-    file.sync_all().map_err(io("fsync", tmp))?;
+    fault::write_all(&mut file, &header, tmp)?;
+    fault::write_all(&mut file, &table, tmp)?;
+    fault::sync_all(&file, tmp)?;
     Ok(info)
 }
 

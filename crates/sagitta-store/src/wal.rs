@@ -14,8 +14,9 @@
 
 use crate::envelope::WAL;
 use crate::error::{io, Result};
+use crate::fault;
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
 /// Header bytes at the start of every log file.
@@ -120,10 +121,7 @@ impl Replay {
 /// empty and torn; a wrong magic is `Corrupt`, a version this build does
 /// not read `UnsupportedVersion` (see [`crate::envelope`]).
 pub fn read(path: &Path) -> Result<Replay> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(io("read", path))?;
+    let bytes = fault::read(path).map_err(io("read", path))?;
     if bytes.len() < HEADER_LEN as usize {
         return Ok(Replay {
             torn: !bytes.is_empty(),
@@ -167,65 +165,103 @@ pub fn read(path: &Path) -> Result<Replay> {
     })
 }
 
+/// What a failed fsync means for the records appended since the last
+/// good one (set by the collection's durability policy).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unsynced {
+    /// Nobody was told they were stored (every write call syncs before it
+    /// returns): they are cut from the file.
+    Drop,
+    /// They were acknowledged (a background sync): the log keeps a copy
+    /// and writes them again after cutting the file back.
+    Keep,
+    /// They were acknowledged without a promise of durability (no fsync
+    /// policy): they stay where they are.
+    Trust,
+}
+
 /// An open log being appended to.
+///
+/// A failed `write` or `fsync` poisons it: what the file holds past the
+/// last good fsync is then unknown (a failed fsync may have dropped dirty
+/// pages that a later fsync would report clean, the "fsyncgate" case), so
+/// nothing is appended until the file is repaired: cut back to its last
+/// durable length, that cut synced, and the kept records (see
+/// [`Unsynced`]) written and synced again. Every append and sync retries
+/// the repair first, so writes resume by themselves once the fault is
+/// gone, and a failed fsync is never taken for a good one.
 #[derive(Debug)]
 pub struct Wal {
     file: File,
     path: PathBuf,
+    /// Bytes in the file that hold accepted records.
     len: u64,
-    /// Bytes written since the last fsync.
-    dirty: bool,
+    /// Bytes known durable (the last good fsync).
+    synced: u64,
+    policy: Unsynced,
+    /// With [`Unsynced::Keep`]: the bytes `synced..len`.
+    kept: Vec<u8>,
+    poisoned: bool,
 }
 
 impl Wal {
     /// Creates a new, empty log durably (file and directory entry synced).
-    pub fn create(dir: &Path, first_seq: u64) -> Result<Wal> {
+    /// On failure the file is removed again (best effort; an incomplete
+    /// log reads as empty).
+    pub fn create(dir: &Path, first_seq: u64, policy: Unsynced) -> Result<Wal> {
         let path = dir.join(file_name(first_seq));
-        let mut file = OpenOptions::new()
-            .create(true)
-            .truncate(true)
-            .write(true)
-            .open(&path)
-            .map_err(io("create", &path))?;
-        let mut h = Vec::with_capacity(HEADER_LEN as usize);
-        WAL.begin(&mut h);
-        h.extend_from_slice(&0u32.to_le_bytes());
-        debug_assert_eq!(h.len() as u64, HEADER_LEN);
-        file.write_all(&h).map_err(io("write", &path))?;
-        file.sync_all().map_err(io("fsync", &path))?;
-        crate::segment::sync_dir(&path)?;
-        Ok(Wal {
-            file,
-            path,
-            len: HEADER_LEN,
-            dirty: false,
-        })
+        let r = (|| {
+            let mut file = fault::create(&path)?;
+            let mut h = Vec::with_capacity(HEADER_LEN as usize);
+            WAL.begin(&mut h);
+            h.extend_from_slice(&0u32.to_le_bytes());
+            debug_assert_eq!(h.len() as u64, HEADER_LEN);
+            fault::write_all(&mut file, &h, &path)?;
+            fault::sync_all(&file, &path)?;
+            crate::segment::sync_dir(&path)?;
+            Ok(file)
+        })();
+        match r {
+            Ok(file) => Ok(Wal {
+                file,
+                path,
+                len: HEADER_LEN,
+                synced: HEADER_LEN,
+                policy,
+                kept: Vec::new(),
+                poisoned: false,
+            }),
+            Err(e) => {
+                let _ = fault::remove(&path);
+                Err(e)
+            }
+        }
     }
 
     /// Opens an existing log for appending after its valid prefix,
     /// cutting any torn tail (and syncing the cut).
-    pub fn open_append(path: &Path, valid_len: u64) -> Result<Wal> {
+    pub fn open_append(path: &Path, valid_len: u64, policy: Unsynced) -> Result<Wal> {
+        fault::check(fault::IoOp::Create, path).map_err(io("open", path))?;
         let mut file = OpenOptions::new()
             .write(true)
             .open(path)
             .map_err(io("open", path))?;
         let actual = file.metadata().map_err(io("stat", path))?.len();
         if actual != valid_len {
-            file.set_len(valid_len).map_err(io("truncate", path))?;
-            file.sync_all().map_err(io("fsync", path))?;
+            fault::set_len(&file, valid_len, path)?;
+            fault::sync_all(&file, path)?;
         }
         if valid_len >= HEADER_LEN {
             // A version-1 log is upgraded in place (version 2 only adds an
             // op), so records with payload may follow the old ones.
             let mut h = [0u8; 4];
             file.seek(SeekFrom::Start(8)).map_err(io("seek", path))?;
-            let mut r = File::open(path).map_err(io("open", path))?;
+            let mut r = fault::open(path)?;
             r.seek(SeekFrom::Start(8)).map_err(io("seek", path))?;
             r.read_exact(&mut h).map_err(io("read", path))?;
             if u32::from_le_bytes(h) < WAL.newest {
-                file.write_all(&WAL.newest.to_le_bytes())
-                    .map_err(io("write", path))?;
-                file.sync_all().map_err(io("fsync", path))?;
+                fault::write_all(&mut file, &WAL.newest.to_le_bytes(), path)?;
+                fault::sync_all(&file, path)?;
             }
         }
         file.seek(SeekFrom::Start(valid_len))
@@ -234,38 +270,84 @@ impl Wal {
             file,
             path: path.to_path_buf(),
             len: valid_len,
-            dirty: false,
+            synced: valid_len,
+            policy,
+            kept: Vec::new(),
+            poisoned: false,
         })
     }
 
-    /// Appends encoded records (one `write` call).
+    /// Appends encoded records (one `write` call). On failure nothing of
+    /// them counts, and the log is repaired before the next append.
     pub fn append(&mut self, records: &[u8]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
-        if let Err(e) = self.file.write_all(records) {
-            // Leave no partial record behind for later appends to follow.
-            let _ = self.file.set_len(self.len);
-            let _ = self.file.seek(SeekFrom::Start(self.len));
-            return Err(io("write", &self.path)(e));
+        self.repair()?;
+        if let Err(e) = fault::write_all(&mut self.file, records, &self.path) {
+            // Part of the records may be in the file: the repair cuts them.
+            self.poisoned = true;
+            return Err(e);
         }
         self.len += records.len() as u64;
-        self.dirty = true;
+        if self.policy == Unsynced::Keep {
+            self.kept.extend_from_slice(records);
+        }
         Ok(())
     }
 
-    /// Makes everything appended so far durable.
+    /// Makes everything appended so far durable. On failure the records
+    /// appended since the last good sync are handled per the log's
+    /// [`Unsynced`] policy (with `Drop`, they are gone: the caller must
+    /// not apply them).
     pub fn sync(&mut self) -> Result<()> {
-        if self.dirty {
-            self.file.sync_data().map_err(io("fsync", &self.path))?;
-            self.dirty = false;
+        self.repair()?;
+        if self.len == self.synced {
+            return Ok(());
         }
+        if let Err(e) = fault::sync_data(&self.file, &self.path) {
+            self.poisoned = true;
+            if self.policy == Unsynced::Drop {
+                self.len = self.synced;
+            }
+            return Err(e);
+        }
+        self.synced = self.len;
+        self.kept.clear();
+        Ok(())
+    }
+
+    /// After a failed write or fsync: cuts the file back to what is known
+    /// good, syncs the cut, and writes the kept records again.
+    fn repair(&mut self) -> Result<()> {
+        if !self.poisoned {
+            return Ok(());
+        }
+        let base = if self.policy == Unsynced::Trust {
+            self.len
+        } else {
+            self.synced
+        };
+        fault::set_len(&self.file, base, &self.path)?;
+        self.file
+            .seek(SeekFrom::Start(base))
+            .map_err(io("seek", &self.path))?;
+        if self.policy != Unsynced::Trust {
+            fault::sync_all(&self.file, &self.path)?;
+            if !self.kept.is_empty() {
+                fault::write_all(&mut self.file, &self.kept, &self.path)?;
+                fault::sync_data(&self.file, &self.path)?;
+                self.kept.clear();
+            }
+            self.synced = self.len;
+        }
+        self.poisoned = false;
         Ok(())
     }
 
     /// Whether bytes were appended since the last sync.
     pub fn is_dirty(&self) -> bool {
-        self.dirty
+        self.len != self.synced || self.poisoned
     }
 
     /// Bytes in the file.
@@ -292,7 +374,7 @@ mod tests {
     #[test]
     fn append_read_and_torn_tails() {
         let dir = tempfile::tempdir().unwrap();
-        let mut w = Wal::create(dir.path(), 1).unwrap();
+        let mut w = Wal::create(dir.path(), 1, Unsynced::Drop).unwrap();
         let mut buf = Vec::new();
         for i in 1..=10u64 {
             encode(&mut buf, i, Op::Put, i * 10, &[i as u8; 12]);
@@ -328,7 +410,7 @@ mod tests {
         assert_eq!(r.records().count(), 4);
         assert!(r.torn);
         // Appending after the cut continues cleanly.
-        let mut w = Wal::open_append(&path, r.valid_len).unwrap();
+        let mut w = Wal::open_append(&path, r.valid_len, Unsynced::Drop).unwrap();
         let mut buf = Vec::new();
         encode(&mut buf, 5, Op::Put, 99, &[1; 12]);
         w.append(&buf).unwrap();

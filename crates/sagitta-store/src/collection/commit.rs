@@ -73,7 +73,7 @@ impl Inner {
         }
         if w.wal.len() > wal::HEADER_LEN {
             w.wal.sync()?;
-            w.wal = Wal::create(&self.dir, w.next_seq)?;
+            w.wal = Wal::create(&self.dir, w.next_seq, self.config.durability.unsynced())?;
         }
         self.opt.wake();
         Ok(())
@@ -109,7 +109,7 @@ impl Inner {
             }
             if w.wal.len() > wal::HEADER_LEN {
                 w.wal.sync()?;
-                w.wal = Wal::create(&self.dir, w.next_seq)?;
+                w.wal = Wal::create(&self.dir, w.next_seq, self.config.durability.unsynced())?;
             }
             last
         };
@@ -157,7 +157,7 @@ impl Inner {
                 &self.config.text_fields(),
                 &path,
             )?;
-            let seg = Segment::open(&path)?;
+            let seg = open_written(&path)?;
             // The file has the frozen part's slots: its dead set carries
             // over as is (and the commit carries kills made since).
             let dead = part.dead();
@@ -190,8 +190,65 @@ impl Inner {
     /// a key it adds after the bloom file was written likewise, so replay
     /// restores both. The writer lock is held only to carry the last kills
     /// and swap the state (no I/O).
+    ///
+    /// On a failure before the manifest is in place nothing changed: the
+    /// files of `change.add` are removed, and the generation is used up
+    /// anyway, so a retry never rewrites a file that a manifest renamed
+    /// into place (but not proven durable) may name. Once the manifest is
+    /// in place the state follows it whatever happens next; an error from
+    /// the directory fsync is returned, and the replaced files are then
+    /// kept (the old manifest may still be the durable one).
     pub(super) fn commit(&self, change: Change, carry: &[(Arc<Part>, Arc<Dead>)]) -> Result<()> {
         let mut mg = self.manifest.lock();
+        let r = self.commit_files(&mut mg, &change, carry);
+        if r.is_err() {
+            // The old manifest is the one in place: nothing names these.
+            let generation = mg.generation;
+            let names = change
+                .add
+                .iter()
+                .filter_map(|p| p.file().map(str::to_string))
+                .chain([tomb_file(generation), bloom_file(generation)]);
+            for f in names {
+                let _ = crate::fault::remove(&self.dir.join(f));
+            }
+        }
+        let m = r?;
+        {
+            let _w = self.writer.lock();
+            // Kills made while the files were written, second pass.
+            let out = change.add.first();
+            let gone: HashSet<u64> = change.remove.iter().copied().collect();
+            carry_kills(out, carry.iter().map(|(p, _)| p).zip(&m.1));
+            let mut cur = self.state.write();
+            let mut parts = sealed_after(&cur.parts, &gone, &change.add);
+            parts.extend(
+                cur.parts
+                    .iter()
+                    .filter(|p| p.is_frozen() && !gone.contains(&p.id))
+                    .cloned(),
+            );
+            *cur = Arc::new(State {
+                active: cur.active.clone(),
+                rows: cur.rows.clone(),
+                parts,
+            });
+        }
+        let old = std::mem::replace(&mut *mg, m.0);
+        sync_dir(&self.dir.join(files::MANIFEST))?;
+        files::remove_replaced(&self.dir, &old, &mg)?;
+        sync_dir(&self.dir.join(files::MANIFEST))
+    }
+
+    /// [`Inner::commit`] up to its commit point: the tombstone, bloom and
+    /// manifest files written and the manifest renamed into place.
+    /// Returns the new manifest and the dead sets of `carry` seen meanwhile.
+    fn commit_files(
+        &self,
+        mg: &mut files::Manifest,
+        change: &Change,
+        carry: &[(Arc<Part>, Arc<Dead>)],
+    ) -> Result<(files::Manifest, Vec<Arc<Dead>>)> {
         let gone: HashSet<u64> = change.remove.iter().copied().collect();
         let out = change.add.first();
         // Kills made while the new part was built, first pass.
@@ -199,6 +256,7 @@ impl Inner {
         let sealed = sealed_after(&self.snapshot().parts, &gone, &change.add);
         let mut m = mg.clone();
         m.generation += 1;
+        mg.generation = m.generation;
         m.next_segment_id = self.next_id.load(Ordering::Acquire);
         if let Some(s) = change.wal_seq {
             m.wal_seq = m.wal_seq.max(s);
@@ -211,9 +269,9 @@ impl Inner {
                 vectors: s.live_len() as u64,
             })
             .collect();
-        let tomb_name = format!("tomb-{:06}.bin", m.generation);
+        let tomb_name = tomb_file(m.generation);
         files::write_tombstones(&self.dir.join(&tomb_name), &sealed)?;
-        let bloom_name = format!("bloom-{:06}.bin", m.generation);
+        let bloom_name = bloom_file(m.generation);
         // A grown chain costs one probe per filter on every miss: fold it
         // back into one filter (O(n), but only each time the collection
         // has grown fourfold, so O(1) per insert amortised). A filter
@@ -242,28 +300,8 @@ impl Inner {
         m.tombstones = Some(tomb_name);
         m.bloom = Some(bloom_name);
         m.set_schema(&self.schema.read());
-        m.write(&self.dir)?; // the commit point
-        {
-            let _w = self.writer.lock();
-            // Kills made while the files were written, second pass.
-            carry_kills(out, carry.iter().map(|(p, _)| p).zip(&seen));
-            let mut cur = self.state.write();
-            let mut parts = sealed_after(&cur.parts, &gone, &change.add);
-            parts.extend(
-                cur.parts
-                    .iter()
-                    .filter(|p| p.is_frozen() && !gone.contains(&p.id))
-                    .cloned(),
-            );
-            *cur = Arc::new(State {
-                active: cur.active.clone(),
-                rows: cur.rows.clone(),
-                parts,
-            });
-        }
-        let old = std::mem::replace(&mut *mg, m);
-        files::remove_replaced(&self.dir, &old, &mg)?;
-        sync_dir(&self.dir.join(files::MANIFEST))
+        m.publish(&self.dir)?; // the commit point
+        Ok((m, seen))
     }
 
     /// The payload record batch for the segment `index` is written as:
@@ -293,6 +331,24 @@ impl Inner {
         let batch = payload::to_record_batch(&schema, rows.iter().map(|r| r.as_deref()))?;
         Ok(Some((schema, batch)))
     }
+}
+
+/// The tombstone file of a manifest generation.
+fn tomb_file(generation: u64) -> String {
+    format!("tomb-{generation:06}.bin")
+}
+
+/// The bloom file of a manifest generation.
+fn bloom_file(generation: u64) -> String {
+    format!("bloom-{generation:06}.bin")
+}
+
+/// Opens a segment file just written; removes it if it cannot be opened
+/// (nothing names it yet).
+pub(super) fn open_written(path: &std::path::Path) -> Result<Segment> {
+    Segment::open(path).inspect_err(|_| {
+        let _ = crate::fault::remove(path);
+    })
 }
 
 /// The sealed parts of `parts` without those in `gone`, plus `add`, by id

@@ -37,6 +37,16 @@ impl Durability {
         }
     }
 
+    /// What the log does with records appended since its last good fsync
+    /// when an fsync fails (see [`crate::wal::Unsynced`]).
+    pub fn unsynced(self) -> crate::wal::Unsynced {
+        match self {
+            Durability::Batch => crate::wal::Unsynced::Drop,
+            Durability::IntervalMs(_) => crate::wal::Unsynced::Keep,
+            Durability::Off => crate::wal::Unsynced::Trust,
+        }
+    }
+
     /// The policy as `parse` reads it.
     pub fn name(self) -> String {
         match self {

@@ -6,6 +6,7 @@ use super::config::ConfigFile;
 use super::part::Part;
 use crate::envelope::{self, TOMBSTONES};
 use crate::error::{io, Result, StoreError};
+use crate::fault;
 use crate::payload::{Field, FieldType, Schema};
 use crate::segment::write_durably;
 use crate::wal;
@@ -90,21 +91,28 @@ impl Manifest {
             .collect();
     }
 
-    /// Writes the manifest durably (tmp, fsync, rename, fsync dir): the
-    /// commit point of every change to the segment list.
+    /// Writes the manifest durably (tmp, fsync, rename, fsync dir).
     pub fn write(&self, dir: &Path) -> Result<()> {
+        self.publish(dir)?;
+        crate::segment::sync_dir(&dir.join(MANIFEST))
+    }
+
+    /// Puts the manifest in place (tmp, fsync, rename): the commit point
+    /// of every change to the segment list. The caller syncs the
+    /// directory before it removes any file the old manifest named.
+    pub fn publish(&self, dir: &Path) -> Result<()> {
         let path = dir.join(MANIFEST);
         let mut body = serde_json::to_vec_pretty(self)
             .map_err(|e| StoreError::Config(format!("cannot serialise the manifest: {e}")))?;
         body.push(b'\n');
         let crc = crc32c::crc32c(&body);
         body.extend_from_slice(format!("crc32c:{crc:08x}\n").as_bytes());
-        write_durably(&path, &body)
+        crate::segment::replace(&path, &body)
     }
 
     pub fn read(dir: &Path) -> Result<Manifest> {
         let path = dir.join(MANIFEST);
-        let bytes = match std::fs::read(&path) {
+        let bytes = match fault::read(&path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(StoreError::NotACollection {
@@ -167,7 +175,7 @@ pub(crate) fn write_tombstones(path: &Path, parts: &[Arc<Part>]) -> Result<()> {
 
 /// Reads a tombstone file: dead keys by segment id.
 pub(crate) fn read_tombstones(path: &Path) -> Result<HashMap<u64, Vec<u64>>> {
-    let b = std::fs::read(path).map_err(io("read", path))?;
+    let b = fault::read(path).map_err(io("read", path))?;
     let bad = |offset: usize, reason: &str| StoreError::Corrupt {
         file: path.to_path_buf(),
         offset: offset as u64,
@@ -217,7 +225,7 @@ pub(crate) fn remove_leftovers(dir: &Path, m: &Manifest) -> Result<()> {
     for e in rd.filter_map(|e| e.ok()) {
         let name = e.file_name().to_string_lossy().into_owned();
         if ours(&name) && !keep.contains(name.as_str()) {
-            std::fs::remove_file(e.path()).map_err(io("remove", &e.path()))?;
+            fault::remove(&e.path()).map_err(io("remove", &e.path()))?;
         }
     }
     remove_obsolete_logs(dir, m.wal_seq)
@@ -242,7 +250,7 @@ pub(crate) fn remove_replaced(dir: &Path, old: &Manifest, new: &Manifest) -> Res
     for name in named {
         if !keep.contains(name) {
             let p = dir.join(name);
-            match std::fs::remove_file(&p) {
+            match fault::remove(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io("remove", &p)(e)),
@@ -273,7 +281,7 @@ fn remove_obsolete_logs(dir: &Path, wal_seq: u64) -> Result<()> {
     for i in 0..wals.len() {
         let next_first = wals.get(i + 1).map(|w| w.0);
         if next_first.is_some_and(|n| n <= wal_seq + 1) {
-            std::fs::remove_file(&wals[i].1).map_err(io("remove", &wals[i].1))?;
+            fault::remove(&wals[i].1).map_err(io("remove", &wals[i].1))?;
         }
     }
     Ok(())

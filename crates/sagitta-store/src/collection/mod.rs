@@ -397,8 +397,10 @@ impl Collection {
         if mode == OpenMode::ReadWrite {
             let next_seq = last_seq.max(manifest.wal_seq) + 1;
             let wal = match tail {
-                Some((path, valid_len)) => Wal::open_append(&path, valid_len)?,
-                None => Wal::create(dir, next_seq)?,
+                Some((path, valid_len)) => {
+                    Wal::open_append(&path, valid_len, inner.config.durability.unsynced())?
+                }
+                None => Wal::create(dir, next_seq, inner.config.durability.unsynced())?,
             };
             *inner.writer.lock() = Some(Writer { wal, next_seq });
             background = Some(optimizer::Background::start(&inner));
@@ -535,6 +537,16 @@ impl Collection {
     /// when the collection is dropped.
     pub fn close(mut self) -> Result<()> {
         self.shutdown()
+    }
+
+    /// Stops background work and lets the collection go without sealing,
+    /// syncing or writing anything: what a crash of the process leaves on
+    /// disk (tests of the `failpoints` feature).
+    #[cfg(feature = "failpoints")]
+    pub fn abandon(mut self) {
+        if let Some(bg) = self.background.take() {
+            bg.stop();
+        }
     }
 
     fn shutdown(&mut self) -> Result<()> {

@@ -289,7 +289,7 @@ impl Shared {
         self.status.lock().stats.clone()
     }
 
-    fn failed(&self, e: &StoreError) {
+    pub(super) fn failed(&self, e: &StoreError) {
         let mut s = self.status.lock();
         s.stats.errors += 1;
         s.stats.last_error = Some(e.to_string());
@@ -382,8 +382,11 @@ fn sync_loop(c: &Inner, every: Duration) {
     let mut seen = 0;
     while !c.opt.stopping() {
         c.opt.wait(&mut seen, every);
-        if let Some(w) = c.writer.lock().as_mut() {
-            let _ = w.wal.sync();
+        let r = c.writer.lock().as_mut().map_or(Ok(()), |w| w.wal.sync());
+        if let Err(e) = r {
+            // The log keeps the records and writes them again (see
+            // `wal::Unsynced::Keep`); the next sync or write retries.
+            c.opt.failed(&e);
         }
     }
 }
@@ -654,7 +657,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
             &c.config.text_fields(),
             &path,
         )?;
-        let seg = Segment::open(&path)?;
+        let seg = super::commit::open_written(&path)?;
         Some(Arc::new(Part::new(id, Body::Sealed { file, seg })))
     };
     let carry: Vec<(Arc<Part>, Arc<Dead>)> = inputs.iter().cloned().zip(dead0).collect();

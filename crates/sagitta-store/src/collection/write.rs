@@ -323,7 +323,12 @@ impl Inner {
             self.apply_removes(&state, removes);
         }
         if self.is_full(&state) {
-            self.freeze_locked(w)?;
+            // The write is done (logged, synced per policy, applied): a
+            // failure to start the next log file is the background's to
+            // report and retry, not this write's.
+            if let Err(e) = self.freeze_locked(w) {
+                self.opt.failed(&e);
+            }
         }
         Ok(())
     }
@@ -469,7 +474,7 @@ impl Inner {
                 // Created but never completed: start a fresh log instead.
                 tail = None;
                 if self.mode == super::OpenMode::ReadWrite {
-                    std::fs::remove_file(path).map_err(crate::error::io("remove", path))?;
+                    crate::fault::remove(path).map_err(crate::error::io("remove", path))?;
                 }
             }
         }
