@@ -4,8 +4,9 @@
 //! The collection is configured so that background work never stops
 //! while it writes: a mutable part of [`SEGMENT_ROWS`] rows (frozen and
 //! flushed every dozen or so operations), merges up to four of those, an
-//! idle freeze after [`IDLE_SEAL_MS`]; the random updates and removes keep
-//! the optimizer compacting.
+//! idle freeze after [`IDLE_SEAL_MS`], HNSW builds of parts past
+//! [`INDEX_THRESHOLD`] rows; the random updates and removes keep the
+//! optimizer compacting.
 //!
 //! Protocol on stdout, one line per event:
 //!
@@ -15,10 +16,11 @@
 //!   the open minus the manifest's `wal_seq` before it), the rest are
 //!   [`CollectionStats`](sagitta_store::CollectionStats) figures of that
 //!   moment;
-//! * before each operation, `BG <frozen_segments> <task|-> <tasks_done>
-//!   <flushes> <errors>`: the background state (frozen parts waiting for
-//!   the flush thread, the optimizer's task in progress, tasks and flushes
-//!   done since the open, background failures);
+//! * before each operation, and whenever it changes, `BG <frozen_segments>
+//!   <task|-> <tasks_done> <flushes> <errors>`: the background state
+//!   (frozen parts waiting for the flush thread, the optimizer's task in
+//!   progress, tasks and flushes done since the open, background
+//!   failures);
 //! * `BEGIN <n> <kind> [<key>:<version> | <key>]...` when the operation
 //!   starts and `ACK <n>` once it returned (was acknowledged).
 //!
@@ -27,9 +29,11 @@
 
 use anyhow::{Context, Result};
 use sagitta_index::{DType, Metric, Space, VectorRef};
-use sagitta_store::{Collection, CollectionConfig, Durability, OpenMode};
+use sagitta_store::{Collection, CollectionConfig, CollectionStats, Durability, OpenMode};
 use std::fmt::Write as _;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 /// Dimensions of the crash-test vectors.
 pub const DIMS: usize = 8;
@@ -37,6 +41,9 @@ pub const DIMS: usize = 8;
 pub const SEGMENT_ROWS: u64 = 300;
 /// Merges go up to this many mutable parts (`max_segment_size`).
 pub const MAX_SEGMENT_PARTS: u64 = 4;
+/// Live rows from which a segment is indexed (HNSW); smaller ones stay
+/// Flat.
+pub const INDEX_THRESHOLD: u64 = SEGMENT_ROWS / 2;
 /// Idle time after which the mutable part is frozen anyway.
 pub const IDLE_SEAL_MS: u64 = 10;
 
@@ -84,11 +91,50 @@ pub fn run(dir: &Path, round: u64, ops: usize, keys: u64) -> Result<()> {
         cfg.segment_size = SEGMENT_ROWS * cfg.bytes_per_vector();
         cfg.max_segment_size = MAX_SEGMENT_PARTS * cfg.segment_size;
         cfg.idle_seal_ms = IDLE_SEAL_MS;
+        // Parts past half a mutable part get a graph: the optimizer then
+        // builds, merges (importing graphs) and compacts HNSW segments,
+        // and kills land in all three.
+        cfg.index_threshold = Some(INDEX_THRESHOLD);
         cfg.durability = Durability::Batch;
         let c = Collection::create(dir, cfg)?;
         println!("OPENED 0 0 0 0");
         c
     };
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        // Between operations too, a BG line whenever the background state
+        // changes, so a kill is classified by what ran when it landed.
+        scope.spawn(|| {
+            let mut last = (usize::MAX, None);
+            while !done.load(Ordering::Relaxed) {
+                let s = c.stats();
+                let now = (s.frozen_segments, s.optimizer.task.clone());
+                if now != last {
+                    println!("{}", bg_line(&s));
+                    last = now;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        });
+        let r = operations(&c, round, ops, keys);
+        done.store(true, Ordering::Relaxed);
+        r
+    })
+}
+
+fn bg_line(s: &CollectionStats) -> String {
+    let o = &s.optimizer;
+    format!(
+        "BG {} {} {} {} {}",
+        s.frozen_segments,
+        o.task.as_deref().unwrap_or("-"),
+        o.tasks_done,
+        o.flushes,
+        o.errors
+    )
+}
+
+fn operations(c: &Collection, round: u64, ops: usize, keys: u64) -> Result<()> {
     let mut z = round.wrapping_mul(0x2545_F491_4F6C_DD1D) | 1;
     let mut rand = move |n: u64| {
         z ^= z << 13;
@@ -97,16 +143,7 @@ pub fn run(dir: &Path, round: u64, ops: usize, keys: u64) -> Result<()> {
         z % n.max(1)
     };
     for n in 0..ops as u64 {
-        let s = c.stats();
-        let o = &s.optimizer;
-        println!(
-            "BG {} {} {} {} {}",
-            s.frozen_segments,
-            o.task.as_deref().unwrap_or("-"),
-            o.tasks_done,
-            o.flushes,
-            o.errors
-        );
+        println!("{}", bg_line(&c.stats()));
         // compact() waits for the optimizer to settle (seconds, see
         // Inner::wait_settled): rare (1 in 400), so rounds stay short; the
         // optimizer compacts on its own anyway. seal() is cheap.
@@ -145,6 +182,12 @@ pub fn run(dir: &Path, round: u64, ops: usize, keys: u64) -> Result<()> {
                 }
                 println!("{line}");
                 c.remove(&ks)?;
+            }
+            // With a large key space (few updates, so few compactions):
+            // optimize() now and then, so merges run while writes go on.
+            368..=383 if keys > 100_000 => {
+                println!("{line} optimize");
+                c.optimize()?;
             }
             368..=398 => {
                 println!("{line} seal");

@@ -53,6 +53,7 @@ enum Step {
     Remove(Vec<u64>),
     Seal,
     Compact,
+    Optimize,
 }
 
 fn parse(line: &str) -> (u64, Step) {
@@ -71,6 +72,7 @@ fn parse(line: &str) -> (u64, Step) {
         "remove" => Step::Remove(it.map(|k| k.parse().unwrap()).collect()),
         "seal" => Step::Seal,
         "compact" => Step::Compact,
+        "optimize" => Step::Optimize,
         other => panic!("unknown operation {other:?} in {line:?}"),
     };
     (n, step)
@@ -90,7 +92,7 @@ fn apply(m: &mut Model, s: &Step) {
                 m.remove(k);
             }
         }
-        Step::Seal | Step::Compact => {}
+        Step::Seal | Step::Compact | Step::Optimize => {}
     }
 }
 
@@ -107,6 +109,7 @@ fn step_name(s: Option<&Step>) -> &'static str {
         Some(Step::Remove(_)) => "remove",
         Some(Step::Seal) => "seal",
         Some(Step::Compact) => "compact",
+        Some(Step::Optimize) => "optimize",
         None => "between ops",
     }
 }
@@ -224,8 +227,13 @@ fn sigkill_at_random_moments_loses_no_acknowledged_write() {
         rng ^= rng << 17;
         let target = 1 + rng % 40;
         let ctx = format!("round {round} (kill after ACK {target}; {repro}; dir {dir:?})");
+        // Every other round writes mostly new keys (the optimizer then
+        // builds and merges graphs), the others update a small key space
+        // (it compacts).
+        let keys: u64 = if round % 2 == 0 { 3000 } else { 1 << 40 };
         let mut child = Command::new(bin)
-            .args(["crash-writer", "--round", &round.to_string(), "--dir"])
+            .args(["crash-writer", "--round", &round.to_string()])
+            .args(["--keys", &keys.to_string(), "--dir"])
             .arg(&dir)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

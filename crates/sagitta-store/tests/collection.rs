@@ -296,6 +296,54 @@ fn one_writer_many_readers() {
     ));
 }
 
+/// `stats()` while writes go on (a server's metrics scrape during
+/// ingest): it once held the bloom filter's read lock while waiting for
+/// the writer lock, and a write holding the writer lock waited for the
+/// bloom's write lock, so both stopped for good.
+#[test]
+fn stats_during_writes_never_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = std::sync::Arc::new(Collection::create(dir.path(), config(8, 100)).unwrap());
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let writer = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            for at in (0..20_000).step_by(50) {
+                add_range(&c, at..at + 50, 8);
+            }
+            done_tx.send(()).unwrap();
+        })
+    };
+    // With the lock-order inversion both threads stop for good: a
+    // watchdog turns that into a failure of the test binary, not a hang.
+    let (ok_tx, ok_rx) = std::sync::mpsc::channel::<()>();
+    std::thread::spawn(move || {
+        if ok_rx
+            .recv_timeout(std::time::Duration::from_secs(300))
+            .is_err()
+        {
+            eprintln!("stats_during_writes_never_deadlock: deadlocked");
+            std::process::exit(1);
+        }
+    });
+    let mut scrapes = 0u64;
+    let finished = loop {
+        match done_rx.try_recv() {
+            Ok(()) => break true,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => break false,
+            Err(std::sync::mpsc::TryRecvError::Empty) => {
+                let _ = c.stats();
+                scrapes += 1;
+            }
+        }
+    };
+    let _ = ok_tx.send(());
+    assert!(finished, "the writer thread died");
+    writer.join().unwrap();
+    assert!(scrapes > 0);
+    assert_eq!(c.len(), 20_000);
+}
+
 fn wal_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut v: Vec<_> = std::fs::read_dir(dir)
         .unwrap()

@@ -483,7 +483,12 @@ impl Collection {
     pub fn stats(&self) -> CollectionStats {
         let c = &*self.inner;
         let st = c.snapshot();
-        let bloom = c.bloom.read();
+        // Read and let go at once: writers take the writer lock, then the
+        // bloom's (see `wal_seq` below for the other order).
+        let (bloom_bytes, bloom_fill, bloom_filters) = {
+            let b = c.bloom.read();
+            (b.memory_bytes(), b.fill(), b.filters())
+        };
         let (mut bytes_on_disk, mut wal_bytes) = (0, 0);
         for e in std::fs::read_dir(&c.dir).into_iter().flatten().flatten() {
             let len = e.metadata().map_or(0, |m| m.len());
@@ -521,10 +526,10 @@ impl Collection {
             tombstones: st.parts.iter().map(|s| s.dead().keys.len()).sum(),
             bytes_on_disk,
             wal_bytes,
-            bytes_in_memory: mem + (st.active.memory_usage() + bloom.memory_bytes()) as u64,
+            bytes_in_memory: mem + (st.active.memory_usage() + bloom_bytes) as u64,
             bytes_mapped: mapped,
-            bloom_fill: bloom.fill(),
-            bloom_filters: bloom.filters(),
+            bloom_fill,
+            bloom_filters,
             wal_seq,
             optimizer: c.opt.stats(),
         }
