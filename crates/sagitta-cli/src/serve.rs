@@ -34,7 +34,9 @@ pub struct ServeArgs {
     /// Search threads (default: one per core).
     #[arg(long)]
     pub search_threads: Option<usize>,
-    /// Ingest threads, run at lower CPU priority (default: one per core).
+    /// Ingest lanes (requests written at once), run at lower CPU priority,
+    /// each with a thread per core for its parallel work (default: one per
+    /// core, at most 4).
     #[arg(long)]
     pub ingest_threads: Option<usize>,
     /// Searches queued or running before new ones get 503 / UNAVAILABLE

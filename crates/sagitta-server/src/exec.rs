@@ -4,9 +4,15 @@
 //!   search that finds no other search queued or running runs at once on
 //!   the I/O thread that received it (no hand-off: measured 50-100 µs less at
 //!   concurrency 1 on this 2-core machine).
-//! * Ingest (WAL append + fsync + index insert, sealing) runs on a second
-//!   pool whose threads run at a lower CPU priority (nice +10), so a
-//!   search never waits behind an ingest batch for a core.
+//! * Ingest (WAL append + fsync + index insert, sealing) runs on lanes of
+//!   their own at a lower CPU priority (nice +10), so a search never waits
+//!   behind an ingest batch for a core. Each lane is a thread that takes
+//!   one job at a time and runs it on the lane's own rayon pool: a job
+//!   holds its collection's writer lock while the index insert runs in
+//!   parallel, and a rayon thread waiting for its parallel work runs other
+//!   queued jobs of its pool meanwhile; with one shared pool that could be
+//!   the next write to the same collection, on the thread that already
+//!   holds the (non-reentrant) lock, and every write stopped for good.
 //! * Each pool has a bound on queued plus running jobs; past it a request
 //!   is refused at once (HTTP 503 + Retry-After, Flight UNAVAILABLE)
 //!   instead of queueing without bound.
@@ -41,7 +47,7 @@ impl Default for ExecConfig {
         ExecConfig {
             search_threads: cores,
             max_pending_searches: 64 * cores,
-            ingest_threads: cores,
+            ingest_threads: cores.min(4),
             max_pending_ingest: 4 * cores,
             timeout: Duration::from_secs(30),
         }
@@ -81,11 +87,67 @@ impl Work {
     }
 }
 
+type Job = Box<dyn FnOnce() + Send>;
+
+/// Where a kind's jobs run.
+#[derive(Debug)]
+enum Runner {
+    /// A rayon pool: jobs and their parallel work share its threads.
+    Pool(rayon::ThreadPool),
+    /// Lanes: each takes one job at a time (see the module docs).
+    Lanes(std::sync::mpsc::Sender<Job>),
+}
+
 #[derive(Debug)]
 struct Pool {
-    pool: rayon::ThreadPool,
+    runner: Runner,
     pending: Arc<AtomicUsize>,
     max_pending: usize,
+}
+
+impl Pool {
+    fn spawn(&self, job: impl FnOnce() + Send + 'static) {
+        match &self.runner {
+            Runner::Pool(p) => p.spawn(job),
+            Runner::Lanes(tx) => {
+                // The lanes live as long as the process; a send fails only
+                // if they are gone, and then the request times out.
+                let _ = tx.send(Box::new(job));
+            }
+        }
+    }
+}
+
+/// `lanes` threads named `sagitta-{name}-{i}` at nice +10, each running
+/// the jobs it takes on its own rayon pool of `threads` threads.
+fn lanes(name: &'static str, lanes: usize, threads: usize) -> std::io::Result<Runner> {
+    let (tx, rx) = std::sync::mpsc::channel::<Job>();
+    let rx = Arc::new(std::sync::Mutex::new(rx));
+    for i in 0..lanes.max(1) {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads.max(1))
+            .thread_name(move |t| format!("sagitta-{name}-{i}.{t}"))
+            .start_handler(|_| lower_priority())
+            .build()
+            .map_err(std::io::Error::other)?;
+        let rx = rx.clone();
+        std::thread::Builder::new()
+            .name(format!("sagitta-{name}-{i}"))
+            .spawn(move || {
+                lower_priority();
+                loop {
+                    let job = match rx.lock() {
+                        Ok(r) => r.recv(),
+                        Err(_) => return,
+                    };
+                    match job {
+                        Ok(job) => pool.install(job),
+                        Err(_) => return,
+                    }
+                }
+            })?;
+    }
+    Ok(Runner::Lanes(tx))
 }
 
 /// The two pools.
@@ -134,23 +196,20 @@ fn catch<T>(work: Work, f: impl FnOnce() -> ApiResult<T> + std::panic::UnwindSaf
 impl Exec {
     /// Starts the pools.
     pub fn new(cfg: &ExecConfig, metrics: Arc<Metrics>) -> std::io::Result<Exec> {
-        let build = |name: &'static str, threads: usize, nice: bool| {
-            let mut b = rayon::ThreadPoolBuilder::new()
-                .num_threads(threads.max(1))
-                .thread_name(move |i| format!("sagitta-{name}-{i}"));
-            if nice {
-                b = b.start_handler(|_| lower_priority());
-            }
-            b.build().map_err(std::io::Error::other)
-        };
+        let search = rayon::ThreadPoolBuilder::new()
+            .num_threads(cfg.search_threads.max(1))
+            .thread_name(|i| format!("sagitta-search-{i}"))
+            .build()
+            .map_err(std::io::Error::other)?;
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
         Ok(Exec {
             search: Pool {
-                pool: build("search", cfg.search_threads, false)?,
+                runner: Runner::Pool(search),
                 pending: Arc::new(AtomicUsize::new(0)),
                 max_pending: cfg.max_pending_searches.max(1),
             },
             ingest: Pool {
-                pool: build("ingest", cfg.ingest_threads, true)?,
+                runner: lanes("ingest", cfg.ingest_threads, cores)?,
                 pending: Arc::new(AtomicUsize::new(0)),
                 max_pending: cfg.max_pending_ingest.max(1),
             },
@@ -209,7 +268,7 @@ impl Exec {
         }
         let (tx, rx) = tokio::sync::oneshot::channel();
         let deadline = Instant::now() + self.timeout;
-        p.pool.spawn(move || {
+        p.spawn(move || {
             let _guard = guard;
             if Instant::now() >= deadline || tx.is_closed() {
                 return;
@@ -223,5 +282,62 @@ impl Exec {
                 Err(ApiError::Timeout(self.timeout.as_millis() as u64))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use rayon::prelude::*;
+
+    /// Ingest jobs that hold a lock while their parallel work runs (what a
+    /// write does with its collection's writer lock) all finish: no lane
+    /// thread is ever handed a second job while it waits for its own
+    /// parallel work. With one shared rayon pool for the jobs, the thread
+    /// holding the lock took the next job, which waited for that lock on
+    /// the same thread, forever.
+    /// Some microseconds of arithmetic, so the parallel pieces overlap.
+    fn work(x: u64) -> u64 {
+        (0..20_000u64).fold(x, |a, i| std::hint::black_box(a.wrapping_mul(31) ^ i)) % 7
+    }
+
+    #[test]
+    fn jobs_holding_a_lock_around_parallel_work_never_deadlock() {
+        let cfg = ExecConfig {
+            ingest_threads: 2,
+            max_pending_ingest: 1024,
+            timeout: Duration::from_secs(60),
+            ..ExecConfig::default()
+        };
+        let exec = Arc::new(Exec::new(&cfg, Arc::new(Metrics::default())).unwrap());
+        let lock = Arc::new(parking_lot::Mutex::new(0u64));
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_time()
+            .build()
+            .unwrap();
+        let total: u64 = rt.block_on(async {
+            let mut tasks = Vec::new();
+            for _ in 0..400 {
+                let (exec, lock) = (exec.clone(), lock.clone());
+                tasks.push(tokio::spawn(async move {
+                    exec.run(Work::Ingest, move || {
+                        let mut g = lock.lock();
+                        let sum: u64 = (0..64u64).into_par_iter().map(work).sum();
+                        *g += 1;
+                        Ok(sum)
+                    })
+                    .await
+                }));
+            }
+            let mut total = 0;
+            for t in tasks {
+                total += t.await.unwrap().unwrap();
+            }
+            total
+        });
+        assert_eq!(*lock.lock(), 400);
+        assert_eq!(total, 400 * (0..64u64).map(work).sum::<u64>());
     }
 }
