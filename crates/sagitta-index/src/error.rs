@@ -70,7 +70,8 @@ pub enum IndexError {
         /// The index's storage type.
         dtype: sagitta_kernels::DType,
     },
-    /// User error: the filter bitmap covers a different number of slots.
+    /// User error: the filter bitmap covers more slots than the index has
+    /// (one made before the index grew is fine: newer slots are excluded).
     #[error("filter covers {got} slots, the index has {expected}")]
     FilterSize {
         /// Slots in the index.

@@ -1084,7 +1084,7 @@ impl Index {
             m: self.params.m,
         };
         let result = match opts.filter {
-            Some(f) if f.len() != view.slots() => Err(IndexError::FilterSize {
+            Some(f) if f.len() > view.slots() => Err(IndexError::FilterSize {
                 expected: view.slots(),
                 got: f.len(),
             }),

@@ -207,19 +207,42 @@ fn filters_apply_inside_the_scan_and_never_return_fewer_than_k() {
         ks.sort_unstable();
         assert_eq!(ks, allowed);
     }
-    // A filter of the wrong size is refused.
-    let small = Bitset::new(3);
+    // A filter covering more slots than the index has is refused.
+    let large = Bitset::new(4001);
     let err = idx
         .search(
             VectorRef::F32(&rows[0]),
             1,
             &SearchOptions {
-                filter: Some(&small),
+                filter: Some(&large),
                 ..Default::default()
             },
         )
         .unwrap_err();
     assert!(matches!(err, IndexError::FilterSize { .. }), "{err:?}");
+    // One made before the index grew allows only the slots it covers
+    // (the first 100 here): slots added since are not returned.
+    let older = Bitset::full(100);
+    let first: Vec<u64> = {
+        use sagitta_index::GraphView;
+        let v = idx.view();
+        (0..100u32).map(|slot| v.key(slot)).collect()
+    };
+    for q in data(5, dims, 9) {
+        let got = idx
+            .search(
+                VectorRef::F32(&q),
+                10,
+                &SearchOptions {
+                    filter: Some(&older),
+                    exact: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(got.len(), 10);
+        assert!(got.iter().all(|n| first.contains(&n.key)), "{got:?}");
+    }
 }
 
 #[test]

@@ -475,3 +475,51 @@ fn ipc_buffers_past_their_body_are_refused_not_read() {
         let _ = Payload::from_ipc(&bad);
     }
 }
+
+/// Reads while writes go on: a filtered search over the mutable part
+/// never fails because the part grew between building the filter and
+/// searching (it answered "filter covers N slots, the index has M"), and
+/// a row found is never seen without its payload (the vector used to
+/// become visible before its row was written).
+#[test]
+fn reads_during_writes_see_whole_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = std::sync::Arc::new(
+        Collection::create(dir.path(), config(IndexKind::Hnsw, 1 << 20)).unwrap(),
+    );
+    upsert(&c, &(0..200).collect::<Vec<_>>());
+    let f = c
+        .bind_filter(&Filter::parse(&json!({"field": "year", "op": ">=", "value": 2000})).unwrap())
+        .unwrap();
+    let writer = {
+        let c = c.clone();
+        std::thread::spawn(move || {
+            for b in 0..600u64 {
+                // New keys and new versions of old ones (a new slot each).
+                let keys: Vec<u64> = (0..32)
+                    .map(|i| (b * 32 + i) % 15_000 + 200 * (b % 2))
+                    .collect();
+                upsert(&c, &keys);
+            }
+        })
+    };
+    let (mut searches, mut rows_checked) = (0u64, 0u64);
+    while !writer.is_finished() {
+        let q = vector(searches + 1_000_000);
+        let opts = CollectionSearch {
+            predicate: Some(&f),
+            ..Default::default()
+        };
+        let hits = c.search(&[VectorRef::F32(&q)], 10, &opts).unwrap();
+        searches += 1;
+        let keys: Vec<u64> = hits[0].iter().map(|n| n.key).collect();
+        for (k, r) in keys.iter().zip(c.payload_rows(&keys).unwrap()) {
+            let r = r.unwrap_or_else(|| panic!("key {k} found, then missing"));
+            let want = row(*k);
+            assert_eq!(r.len(), want.len(), "key {k}: {r:?}");
+            rows_checked += 1;
+        }
+    }
+    writer.join().unwrap();
+    assert!(searches > 0 && rows_checked > 0);
+}

@@ -89,19 +89,29 @@ impl Scan {
 
     /// Fills `out` from the mutable part; true when it is done.
     fn fill_active(&mut self, out: &mut ScanBatch) -> bool {
-        let view = self.st.active.view();
         let n = self.active_slots;
         let mask = self.masks[0].as_ref();
-        while self.next < n && out.len() < self.batch {
-            let slot = self.next;
-            self.next += 1;
-            if !view.is_live(slot) || mask.is_some_and(|m| !m.contains(slot as usize)) {
-                continue;
+        let mut slots = Vec::new();
+        {
+            let view = self.st.active.view();
+            while self.next < n && out.len() < self.batch {
+                let slot = self.next;
+                self.next += 1;
+                if !view.is_live(slot) || mask.is_some_and(|m| !m.contains(slot as usize)) {
+                    continue;
+                }
+                out.keys.push(view.key(slot));
+                out.vectors.extend_from_slice(&view.vector(slot)[..self.vb]);
+                slots.push(slot);
             }
-            out.keys.push(view.key(slot));
-            out.vectors.extend_from_slice(&view.vector(slot)[..self.vb]);
-            out.rows.push(self.st.rows.get(slot).unwrap_or_default());
         }
+        // Rows after the view is let go: a write holds the rows' lock
+        // while it may need the index's exclusively (to grow it).
+        out.rows.extend(
+            slots
+                .into_iter()
+                .map(|s| self.st.rows.get(s).unwrap_or_default()),
+        );
         self.next >= n
     }
 

@@ -360,12 +360,16 @@ impl Inner {
                 }
             }
         }
+        // The payload rows' lock is taken before the new vectors become
+        // visible and let go once their rows are written: a reader that
+        // finds a new slot reads its row after that, never an empty one
+        // (no reader holds the index's lock while it waits for this one).
+        let locked = rows.map(|r| (r, state.rows.rows.write()));
         state.active.upsert_encoded_batch(keys, stored, 0)?;
-        if let Some(rows) = rows {
+        if let Some((rows, mut slots)) = locked {
             let schema = state.rows.text.as_ref().map(|_| self.schema.read().clone());
             let mut docs: Vec<(u32, &[Value])> = Vec::new();
             {
-                let mut slots = state.rows.rows.write();
                 slots.resize(state.active.slot_count(), None);
                 for (k, r) in keys.iter().zip(rows) {
                     if let Some(slot) = state.active.slot_of(*k) {
@@ -377,6 +381,7 @@ impl Inner {
                         }
                     }
                 }
+                drop(slots);
             }
             if let Some(schema) = &schema {
                 state.rows.index_text(schema, &docs);
