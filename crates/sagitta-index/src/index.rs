@@ -1269,7 +1269,7 @@ impl Index {
         loop {
             let store = self.store.read();
             let claimed = {
-                let mut keymap = self.keymap.lock();
+                let keymap = self.keymap.lock();
                 let old = keymap.get(&key).copied();
                 if old.is_some() && !replace {
                     return Err(IndexError::DuplicateKey(key));
@@ -1279,16 +1279,13 @@ impl Index {
                     None
                 } else {
                     store.used.store(slot + 1, Ordering::Release);
-                    keymap.insert(key, slot as u32);
-                    if let Some(old) = old {
-                        store.deleted.set(old as usize);
-                    } else {
-                        self.live.fetch_add(1, Ordering::AcqRel);
-                    }
-                    Some(slot)
+                    // The key names the new slot only once it is ready
+                    // (below): until then a replaced key keeps its old
+                    // slot, so readers never find it missing.
+                    Some((slot, old))
                 }
             };
-            let Some(slot) = claimed else {
+            let Some((slot, old)) = claimed else {
                 let cap = store.capacity();
                 drop(store);
                 self.grow_to(cap + 1)?;
@@ -1317,6 +1314,29 @@ impl Index {
             }
             scratch.put_query(q);
             store.ready.set(slot);
+            // Publish: the key names the new slot, and its previous one
+            // (the one at the claim, or a newer one another thread
+            // finished meanwhile) is dead. A key removed meanwhile leaves
+            // the new slot dead too; one added meanwhile by a
+            // non-replacing insert is a duplicate.
+            let mut keymap = self.keymap.lock();
+            match (keymap.get(&key).copied(), old) {
+                (Some(cur), _) if replace => {
+                    store.deleted.set(cur as usize);
+                    keymap.insert(key, slot as u32);
+                }
+                (Some(_), _) => {
+                    store.deleted.set(slot);
+                    return Err(IndexError::DuplicateKey(key));
+                }
+                (None, Some(_)) => {
+                    store.deleted.set(slot);
+                }
+                (None, None) => {
+                    keymap.insert(key, slot as u32);
+                    self.live.fetch_add(1, Ordering::AcqRel);
+                }
+            }
             return Ok(());
         }
     }

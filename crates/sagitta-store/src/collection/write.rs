@@ -360,6 +360,14 @@ impl Inner {
                 }
             }
         }
+        // Into the bloom filter before the keys become visible: a reader
+        // that finds one by search never has its lookup stopped there.
+        {
+            let mut bloom = self.bloom.write();
+            for &k in keys {
+                bloom.insert(k);
+            }
+        }
         // The payload rows' lock is taken before the new vectors become
         // visible and let go once their rows are written: a reader that
         // finds a new slot reads its row after that, never an empty one
@@ -391,10 +399,6 @@ impl Inner {
         // claimed so far now has its final row.
         state.rows.mark_complete(state.active.slot_count());
         kill_in(&state.parts, &kills);
-        let mut bloom = self.bloom.write();
-        for &k in keys {
-            bloom.insert(k);
-        }
         Ok(())
     }
 
