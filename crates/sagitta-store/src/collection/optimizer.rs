@@ -40,6 +40,9 @@ const DEFER_MS: u64 = 300;
 /// every core and its index is built right after, while sustained ingest
 /// still gets indexed as it goes.
 const BACKLOG_PARTS: u64 = 4;
+/// ...or the collection has more segments than this (each one costs every
+/// search a walk): under writes that never pause, merges still run.
+const MAX_DEFERRED_SEGMENTS: usize = 16;
 
 /// What the optimizer is doing and has done.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -471,6 +474,7 @@ fn optimize_loop(c: &Inner) {
             if p.kind != TaskKind::Compact
                 && quiet < DEFER_MS
                 && backlog < BACKLOG_PARTS * c.config.rows_per_segment()
+                && st.parts.len() <= MAX_DEFERRED_SEGMENTS
             {
                 c.opt
                     .wait(&mut seen, Duration::from_millis(DEFER_MS - quiet));
