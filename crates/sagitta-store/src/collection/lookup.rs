@@ -200,12 +200,12 @@ impl Collection {
             .zip(keys)
             .map(|(loc, &k)| match loc {
                 Loc::Missing => Ok(None),
-                Loc::Active => Ok(Some(
-                    st.active
-                        .slot_of(k)
-                        .and_then(|slot| st.rows.get(slot))
-                        .unwrap_or_default(),
-                )),
+                // Deleted since it was located (the mutable part changes
+                // under the snapshot): missing, not an empty row.
+                Loc::Active => Ok(st
+                    .active
+                    .slot_of(k)
+                    .map(|slot| st.rows.get(slot).unwrap_or_default())),
                 Loc::Part { part, slot } => st.parts[part].payload_row(&schema, slot).map(Some),
             })
             .collect()
