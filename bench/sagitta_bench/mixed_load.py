@@ -549,7 +549,10 @@ class FlightApi:
         out: Hits = []
         for i, (key, score) in enumerate(zip(ids, scores)):
             p = {c: pay[c][i] for c in cols if pay[c][i] is not None}
-            out.append((key, score, p))
+            # Every row written here has an owner: no payload at all means
+            # the row was deleted between the search and the server's read
+            # of its payload (what HTTP says by leaving `payload` out).
+            out.append((key, score, p or None))
         return out
 
     def _rows(self, t: Any) -> Rows:
@@ -911,7 +914,11 @@ class Client(threading.Thread):
         c.check("search_unique_ids", len(set(keys)) == len(keys), keys)
         c.check("search_k", len(hits) <= K, len(hits))
         # Every version of a key has the owner of its range: a hit whose
-        # payload says otherwise (or has none) is a torn or foreign read.
+        # payload says otherwise (an empty one included) is a torn or
+        # foreign read. A hit without payload (None) is a row deleted
+        # between the search and the read of its payload (HTTP leaves
+        # `payload` out; over Flight all its columns are null, which an
+        # empty row would look like too: HTTP tells the two apart).
         torn = [h for h in hits if h[2] is not None and h[2].get("owner") != h[0] // self.nkeys]
         c.check("search_hit_payload_owner", not torn, torn[:3])
         mine = [h for h in hits if m.owns(h[0]) and h[0] not in m.uncertain]
