@@ -1313,31 +1313,35 @@ impl Index {
                 self.ivf_append(t, slot as u32, qb);
             }
             scratch.put_query(q);
-            store.ready.set(slot);
             // Publish: the key names the new slot, and its previous one
             // (the one at the claim, or a newer one another thread
-            // finished meanwhile) is dead. A key removed meanwhile leaves
+            // finished meanwhile) is dead, retired before the new one is
+            // ready so no search sees both. A key removed meanwhile leaves
             // the new slot dead too; one added meanwhile by a
             // non-replacing insert is a duplicate.
             let mut keymap = self.keymap.lock();
-            match (keymap.get(&key).copied(), old) {
+            let r = match (keymap.get(&key).copied(), old) {
                 (Some(cur), _) if replace => {
                     store.deleted.set(cur as usize);
                     keymap.insert(key, slot as u32);
+                    Ok(())
                 }
                 (Some(_), _) => {
                     store.deleted.set(slot);
-                    return Err(IndexError::DuplicateKey(key));
+                    Err(IndexError::DuplicateKey(key))
                 }
                 (None, Some(_)) => {
                     store.deleted.set(slot);
+                    Ok(())
                 }
                 (None, None) => {
                     keymap.insert(key, slot as u32);
                     self.live.fetch_add(1, Ordering::AcqRel);
+                    Ok(())
                 }
-            }
-            return Ok(());
+            };
+            store.ready.set(slot);
+            return r;
         }
     }
 
