@@ -921,6 +921,10 @@ class Client(threading.Thread):
         # empty row would look like too: HTTP tells the two apart).
         torn = [h for h in hits if h[2] is not None and h[2].get("owner") != h[0] // self.nkeys]
         c.check("search_hit_payload_owner", not torn, [type(self.api).__name__, *torn[:3]])
+        for h in hits:
+            if h[2] is None:
+                # Counted (in the JSON's passed checks), not failed.
+                c.check("search_hit_deleted_before_payload_read", True)
         mine = [h for h in hits if m.owns(h[0]) and h[0] not in m.uncertain]
         if f is not None and f.own:
             c.check("search_owner_filter_only_own_rows", all(m.owns(k) for k in keys), keys)
