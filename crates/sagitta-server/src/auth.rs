@@ -26,6 +26,15 @@ impl Role {
         }
     }
 
+    /// `read`, `write` or `admin`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Read => "read",
+            Role::Write => "write",
+            Role::Admin => "admin",
+        }
+    }
+
     /// What a request needing this role does (for the error message).
     pub fn action(self) -> &'static str {
         match self {
@@ -114,6 +123,15 @@ impl Keys {
         found
     }
 
+    /// The role `presented` has: every role when no key is configured,
+    /// `None` for an unknown key.
+    pub fn role(&self, presented: Option<&[u8]>) -> Option<Role> {
+        if !self.enabled() {
+            return Some(Role::Admin);
+        }
+        presented.and_then(|p| self.role_of(p))
+    }
+
     /// Checks that `presented` (the key a request carries) may do what
     /// `need` allows.
     pub fn check(&self, presented: Option<&[u8]>, need: Role) -> ApiResult<()> {
@@ -171,6 +189,11 @@ mod tests {
         // A prefix of a key is not the key.
         assert!(k.check(Some(b"admin-key-0123456789"), Role::Read).is_err());
         assert!(Keys::default().check(None, Role::Admin).is_ok());
+        assert_eq!(Keys::default().role(None), Some(Role::Admin));
+        assert_eq!(k.role(Some(b"reader-key-0123456789")), Some(Role::Read));
+        assert_eq!(k.role(Some(b"writer-key-0123456789")), Some(Role::Write));
+        assert_eq!(k.role(Some(b"nope")), None);
+        assert_eq!(k.role(None), None);
         assert!(Keys::parse_file("root short").is_err());
         assert!(Keys::parse_file("boss some-long-key-0123456789").is_err());
         let e = Keys::parse_env("ro:reader-key-0123456789, admin:admin-key-01234567890").unwrap();

@@ -4,6 +4,7 @@
 //! [`crate::ops`].
 
 use crate::auth::{self, Role};
+use crate::browse::{self, ScrollRequest, ScrollResponse, SegmentsResponse, WhoAmI};
 use crate::classify::{ClassifyRequest, ClassifyResponse};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::exec::Work;
@@ -327,12 +328,60 @@ async fn classify(
     .await
 }
 
+/// A collection's parts: its sealed segments (rows, tombstones, bytes,
+/// index, when written) and frozen parts, the mutable part's size, and
+/// the optimizer's totals.
+#[utoipa::path(get, path = "/collections/{name}/segments", tag = "collections",
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
+    responses((status = 200, body = SegmentsResponse), (status = 404, body = ErrorBody)))]
+async fn segments(AxState(st): S, Name(name): Name) -> ApiResult<Json<SegmentsResponse>> {
+    let e = st.registry.get(&name)?;
+    on_pool(&st, Work::Search, move || Ok(Json(browse::segments(&e)))).await
+}
+
+/// Rows in storage order, a page at a time, optionally filtered.
+#[utoipa::path(post, path = "/collections/{name}/scroll", tag = "rows",
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
+    request_body = ScrollRequest,
+    responses((status = 200, body = ScrollResponse), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 503, body = ErrorBody)))]
+async fn scroll(
+    AxState(st): S,
+    Name(name): Name,
+    ApiJson(req): ApiJson<ScrollRequest>,
+) -> ApiResult<Json<ScrollResponse>> {
+    let e = st.registry.get(&name)?;
+    on_pool(&st, Work::Search, move || {
+        browse::run_scroll(&e, req).map(Json)
+    })
+    .await
+}
+
+/// The role of the presented API key (401 for an unknown key).
+#[utoipa::path(get, path = "/whoami", tag = "server",
+    responses((status = 200, body = WhoAmI), (status = 401, body = ErrorBody)))]
+async fn whoami(AxState(st): S, headers: axum::http::HeaderMap) -> ApiResult<Json<WhoAmI>> {
+    let key = auth::bearer(
+        headers.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
+        headers.get("x-api-key").map(|v| v.as_bytes()),
+    );
+    let role = st
+        .keys
+        .role(key.as_deref())
+        .ok_or(ApiError::Unauthenticated)?;
+    Ok(Json(WhoAmI {
+        role: role.name().into(),
+        auth: st.keys.enabled(),
+    }))
+}
+
 /// The OpenAPI document.
 #[derive(Debug, OpenApi)]
 #[openapi(
     info(title = "Sagitta", description = "Vector search over HTTP/JSON. Arrow Flight is served on its own port (see docs/SERVER.md)."),
     paths(health, ready, metrics, list_collections, create_collection, describe_collection,
-          drop_collection, index_status, upsert, get_rows, delete_rows, count_rows, search, classify),
+          drop_collection, index_status, segments, upsert, get_rows, delete_rows, count_rows, scroll,
+          search, classify, whoami),
     modifiers(&BearerAuth),
     security(("api_key" = [])),
     tags((name = "collections"), (name = "rows"), (name = "search"), (name = "server"))
@@ -376,7 +425,7 @@ async fn not_found() -> ApiError {
 /// Role a route needs (`None`: open to all).
 fn role_for(method: &Method, route: &str) -> Option<Role> {
     match route {
-        "/health" | "/ready" | "/openapi.json" | "/docs" => None,
+        "/health" | "/ready" | "/openapi.json" | "/docs" | "/ui" | "/ui/" | "/ui/{*file}" => None,
         "/collections" if method == Method::POST => Some(Role::Admin),
         "/collections/{name}" if method == Method::DELETE => Some(Role::Admin),
         r if r.ends_with("/upsert") || r.ends_with("/delete") => Some(Role::Write),
@@ -407,7 +456,8 @@ async fn guard(AxState(st): S, req: Request, next: Next) -> Response {
         );
         if let Err(e) = st.keys.check(key.as_deref(), need) {
             st.metrics.rejected("unauthenticated");
-            let r = e.into_response();
+            let mut r = e.into_response();
+            crate::ui::security_headers(&mut r);
             st.metrics.observe(
                 "http",
                 &route,
@@ -420,13 +470,14 @@ async fn guard(AxState(st): S, req: Request, next: Next) -> Response {
     }
     let method = req.method().clone();
     let timeout = st.exec.timeout() + std::time::Duration::from_millis(500);
-    let r = match tokio::time::timeout(timeout, next.run(req)).await {
+    let mut r = match tokio::time::timeout(timeout, next.run(req)).await {
         Ok(r) => r,
         Err(_) => {
             st.metrics.rejected("timeout");
             ApiError::Timeout(timeout.as_millis() as u64).into_response()
         }
     };
+    crate::ui::security_headers(&mut r);
     if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
         st.metrics.rejected("body_too_large");
     }
@@ -461,6 +512,12 @@ pub fn router(st: Arc<State>) -> Router {
             get(describe_collection).delete(drop_collection),
         )
         .route("/collections/{name}/index", get(index_status))
+        .route("/collections/{name}/segments", get(segments))
+        .route("/collections/{name}/scroll", post(scroll))
+        .route("/whoami", get(whoami))
+        .route("/ui", get(crate::ui::root))
+        .route("/ui/", get(crate::ui::index))
+        .route("/ui/{*file}", get(crate::ui::file))
         .route("/collections/{name}/upsert", post(upsert))
         .route("/collections/{name}/get", post(get_rows))
         .route("/collections/{name}/delete", post(delete_rows))

@@ -9,6 +9,7 @@
 //! place ([`error`]). See docs/SERVER.md.
 
 pub mod auth;
+pub mod browse;
 pub mod classify;
 pub mod convert;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod metrics;
 pub mod ops;
 pub mod registry;
 pub mod text;
+pub mod ui;
 
 use std::future::Future;
 use std::net::SocketAddr;

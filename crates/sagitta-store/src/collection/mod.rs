@@ -55,6 +55,8 @@ mod ids;
 mod lookup;
 pub(crate) mod optimizer;
 mod part;
+mod parts;
+pub use parts::PartSummary;
 mod scan;
 mod search;
 pub use ids::IdWrite;

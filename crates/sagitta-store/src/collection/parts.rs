@@ -1,0 +1,69 @@
+//! What a collection is made of, part by part (for operators and the web
+//! console): each immutable part's rows, dead keys, bytes and index, and
+//! when its file was written.
+
+use super::Collection;
+use std::time::UNIX_EPOCH;
+
+/// One immutable part of a collection, as [`Collection::parts`] lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartSummary {
+    /// Part id (segment ids grow: a merge's output has a larger id than
+    /// its inputs).
+    pub id: u64,
+    /// The segment file, or `None` for a frozen part still in memory.
+    pub file: Option<String>,
+    /// Rows stored (live, replaced and deleted).
+    pub rows: usize,
+    /// Live rows.
+    pub live: usize,
+    /// Keys replaced or deleted since the part was written (tombstones).
+    pub dead: usize,
+    /// `flat`, `hnsw` or `ivf_rq`: the index its rows are searched with.
+    pub kind: &'static str,
+    /// Whether the part is searched through the collection's index kind
+    /// (false: exact scan, waiting for the optimizer or under the index
+    /// threshold).
+    pub indexed: bool,
+    /// Bytes of the segment file (0 for a frozen part).
+    pub file_bytes: u64,
+    /// Bytes held in memory (frozen parts).
+    pub memory_bytes: u64,
+    /// When the file was written, milliseconds since the Unix epoch (its
+    /// modification time; `None` for a frozen part).
+    pub written_ms: Option<u64>,
+}
+
+impl Collection {
+    /// The immutable parts as they are now: sealed segments by id, then
+    /// frozen parts, oldest first. The mutable part is
+    /// [`stats`](Collection::stats)`().active_vectors`.
+    pub fn parts(&self) -> Vec<PartSummary> {
+        let c = &*self.inner;
+        let st = c.snapshot();
+        st.parts
+            .iter()
+            .map(|p| {
+                let (memory_bytes, file_bytes) = p.bytes();
+                let written_ms = p.file().and_then(|f| {
+                    let m = std::fs::metadata(c.dir.join(f)).ok()?.modified().ok()?;
+                    let d = m.duration_since(UNIX_EPOCH).ok()?;
+                    Some(d.as_millis() as u64)
+                });
+                let kind = p.kind();
+                PartSummary {
+                    id: p.id,
+                    file: p.file().map(str::to_string),
+                    rows: p.slot_count(),
+                    live: p.live_len(),
+                    dead: p.dead().keys.len(),
+                    kind: kind.name(),
+                    indexed: c.config.is_built(kind),
+                    file_bytes,
+                    memory_bytes,
+                    written_ms,
+                }
+            })
+            .collect()
+    }
+}
