@@ -125,6 +125,7 @@ async function api(method, path, body) {
 // ---- who am I --------------------------------------------------------------
 
 let role = null; // "read" | "write" | "admin" | null (unknown)
+let needKey = false; // the server refused the request for want of a key
 
 async function refreshRole() {
   try {
@@ -133,8 +134,11 @@ async function refreshRole() {
     $("#who").textContent = w.auth ? "role: " + w.role : "no API keys configured (loopback)";
   } catch (e) {
     role = null;
-    $("#who").textContent = e.status === 401 ? "not signed in" : "";
+    needKey = e.status === 401;
+    $("#who").textContent = needKey ? "no API key" : "";
+    return;
   }
+  needKey = false;
   document.body.dataset.role = role || "none";
 }
 
@@ -183,9 +187,17 @@ function setupKeyDialog() {
 let timers = [];
 let charts = [];
 
+let polls = 0;
+
+/** Runs `f` now and every `ms` while the page is shown; counts the runs
+ * done in body[data-polls] (tests wait on it). */
 function every(ms, f) {
-  f();
-  timers.push(setInterval(f, ms));
+  const tick = async () => {
+    await f();
+    document.body.dataset.polls = String(++polls);
+  };
+  tick();
+  timers.push(setInterval(tick, ms));
 }
 
 function clearPage() {
@@ -494,7 +506,7 @@ function pageSearch(name, params) {
   const vector = el("textarea", { id: "s-vector", rows: 2, placeholder: "[0.1, 0.2, …] (optional with a text query)" });
   const likeId = el("input", { id: "s-like", placeholder: "row id", style: { width: "120px" } });
   const likeMsg = el("span", { className: "error", id: "s-like-error" });
-  const filter = el("textarea", { id: "s-filter", rows: 3, placeholder: '{"field": "text", "op": "contains", "value": "python"}' });
+  const filter = el("textarea", { id: "s-filter", rows: 3, placeholder: '{"and": [{"field": "lang", "op": "eq", "value": "en"}, {"field": "year", "op": ">=", "value": 2020}]}' });
   const filterErr = el("p", { className: "error", id: "filter-error" });
   const fusion = el("select", { id: "s-fusion" }, ["alpha", "rrf", "dbsf"].map((f) => el("option", { value: f }, f)));
   const alpha = el("input", { id: "s-alpha", type: "number", min: 0, max: 1, step: 0.05, placeholder: "0.3", style: { width: "80px" } });
@@ -612,7 +624,7 @@ function pageSearch(name, params) {
   const showSnippets = (path, body) => {
     const url = location.origin + path;
     const json = JSON.stringify(body);
-    const auth = apiKey() ? " -H 'Authorization: Bearer $SAGITTA_API_KEY'" : "";
+    const auth = apiKey() ? ' -H "Authorization: Bearer $SAGITTA_API_KEY"' : "";
     const curl = "curl -s " + url + " -H 'Content-Type: application/json'" + auth + " \\\n  -d '" + json.replace(/'/g, "'\\''") + "'";
     const py = "import os, requests\n\nr = requests.post(\n    " + JSON.stringify(url) + ",\n    json=" + pyLiteral(body) + "," +
       (apiKey() ? "\n    headers={\"Authorization\": \"Bearer \" + os.environ[\"SAGITTA_API_KEY\"]}," : "") +
@@ -815,6 +827,13 @@ function pageLive() {
 
 function route() {
   clearPage();
+  if (needKey) {
+    // Nothing to show without a key: ask for one (and poll nothing).
+    show(el("h1", {}, "Sign in"), el("div", { className: "card", id: "sign-in" },
+      el("p", {}, "This server checks API keys. Enter a key (read-only keys see everything but cannot write)."),
+      el("button", { className: "primary", type: "button", onclick: openKeyDialog }, "Enter API key")));
+    return;
+  }
   const h = location.hash.replace(/^#/, "") || "/";
   const [path, query] = h.split("?");
   const params = new URLSearchParams(query || "");
