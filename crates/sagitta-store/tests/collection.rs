@@ -761,3 +761,42 @@ fn batch_lookups_route_spread_keys_through_segment_key_filters() {
         assert!(probe.iter().all(|k| c.contains(*k) == live(k)));
     }
 }
+
+/// `parts()` lists what `stats()` counts: every sealed segment with its
+/// rows, tombstones and file, and a compaction's output in place of its
+/// inputs.
+#[test]
+fn parts_describe_segments_tombstones_and_merges() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 8;
+    let c = Collection::create(dir.path(), config(dims, 1000)).unwrap();
+    for i in 0..3u64 {
+        add_range(&c, i * 100..(i + 1) * 100, dims);
+        c.seal().unwrap();
+    }
+    c.remove(&[1, 2, 3, 150]).unwrap();
+    // (the optimizer may merge the three meanwhile: a merge drops the
+    // dead rows, so only these hold whatever it did)
+    let parts = c.parts();
+    assert!((1..=3).contains(&parts.len()), "{parts:?}");
+    assert_eq!(parts.iter().map(|p| p.live).sum::<usize>(), 296);
+    assert!(parts.iter().map(|p| p.dead).sum::<usize>() <= 4);
+    let mut files = 0;
+    for p in &parts {
+        assert_eq!(p.live + p.dead, p.rows, "{p:?}");
+        if let Some(f) = &p.file {
+            files += 1;
+            let len = std::fs::metadata(dir.path().join(f)).unwrap().len();
+            assert_eq!(p.file_bytes, len);
+            assert!(p.written_ms.unwrap() > 1_700_000_000_000);
+        }
+    }
+    assert!(files >= 1);
+    let before: Vec<u64> = parts.iter().map(|p| p.id).collect();
+    c.compact().unwrap();
+    let after = c.parts();
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].live, 296);
+    assert_eq!(after[0].dead, 0);
+    assert!(after[0].id > *before.iter().max().unwrap());
+}
