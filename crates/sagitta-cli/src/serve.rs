@@ -291,6 +291,7 @@ pub fn demo_server(
         let (h, f) = (bound.http, bound.flight);
         println!("serving: {}", serde_json::json!({"http": h.to_string(), "flight": f.to_string()}));
         println!("  HTTP API + OpenAPI: http://{h}/docs  http://{h}/openapi.json   metrics: http://{h}/metrics");
+        println!("  web console: http://{h}/ui/  (collections, segments, a search playground, live charts)");
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(bound.run(async move {
             tokio::select! {

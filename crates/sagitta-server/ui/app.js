@@ -766,25 +766,29 @@ function sample(now, s) {
   }
 }
 
+/** A live chart: its box now, its uPlot once the box is in the page
+ * (`mount`, sized to the box). */
 function chart(title, id, series, unit) {
   const box = el("div", { className: "chart", id });
   const value = el("span", { className: "big", id: id + "-value" }, "–");
   box.append(el("h3", {}, title, " "), value);
-  const opts = {
-    width: 560, height: 220,
-    scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(hi * 1.1, 1e-3)] } },
-    axes: [{}, { values: (u, v) => v.map((x) => x + unit) , size: 60 }],
-    series: [{}, ...series],
-    legend: { show: true },
+  const c = { box, value, plot: null };
+  c.mount = () => {
+    if (!window.uPlot) {
+      box.append(el("p", { className: "error" }, "The chart library did not load."));
+      return;
+    }
+    const opts = {
+      width: Math.max(240, box.clientWidth - 18), height: 220,
+      scales: { x: { time: true }, y: { range: (u, lo, hi) => [0, Math.max(hi * 1.1, 1e-3)] } },
+      axes: [{}, { values: (u, v) => v.map((x) => x + unit), size: 60 }],
+      series: [{}, ...series],
+      legend: { live: false },
+    };
+    c.plot = new uPlot(opts, [[], ...series.map(() => [])], box);
+    charts.push(c.plot);
   };
-  let plot = null;
-  if (window.uPlot) {
-    plot = new uPlot(opts, [[], ...series.map(() => [])], box);
-    charts.push(plot);
-  } else {
-    box.append(el("p", { className: "error" }, "The chart library did not load."));
-  }
-  return { box, plot, value };
+  return c;
 }
 
 function pageLive() {
@@ -797,6 +801,7 @@ function pageLive() {
     el("p", { className: "muted" }, "From the server's /metrics, sampled every second, over the last " + WINDOW +
       " s: requests to collections (searches, gets, writes, counts) over HTTP and Flight; the console's own polling is left out."),
     err, el("div", { className: "grid2" }, qps.box, lat.box, ing.box));
+  [qps, lat, ing].forEach((c) => c.mount());
   const last = (a) => (a.length ? a[a.length - 1] : null);
   every(1000, async () => {
     try {
