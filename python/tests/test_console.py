@@ -138,6 +138,7 @@ def test_every_page_loads_without_console_errors(console, demo):
     console.open("#/c/sample")
     expect(p.locator("#schema")).to_contain_text("string")
     expect(p.locator("#segments .seg").first).to_be_attached()
+    expect(p.locator("#history")).to_be_attached()
     rows = p.locator("#sample tbody tr")
     expect(rows).to_have_count(20)
     first = int(rows.first.get_attribute("data-id"))

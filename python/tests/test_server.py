@@ -835,4 +835,6 @@ def test_scroll_pages_every_row_once_and_segments_describe_the_parts(server, loa
     assert rows == live
     for g in segs["segments"]:
         assert g["rows"] == g["live"] + g["tombstones"] and g["kind"] in ("flat", "hnsw")
+    for h in segs["history"]:
+        assert h["what"] in ("seal", "build", "merge", "compact") and h["at_ms"] > 0
     assert raw(server, "GET", "/whoami")[2] == {"role": "admin", "auth": False}

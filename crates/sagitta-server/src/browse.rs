@@ -64,11 +64,30 @@ pub struct OptimizerTotals {
     pub last_error: Option<String>,
 }
 
+/// A change to the part list.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct PartChange {
+    /// When, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// `seal`, `build`, `merge` or `compact`.
+    pub what: String,
+    /// Ids of the parts it replaced.
+    pub inputs: Vec<u64>,
+    /// Id of the part it wrote.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<u64>,
+    /// Rows of that part.
+    pub rows: usize,
+}
+
 /// A collection's parts.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SegmentsResponse {
     /// Sealed segments by id, then frozen parts.
     pub segments: Vec<SegmentEntry>,
+    /// The latest seals, builds, merges and compactions since the
+    /// collection was opened (at most 256), oldest first.
+    pub history: Vec<PartChange>,
     /// Rows in the mutable part (in memory, in the WAL).
     pub active_vectors: usize,
     /// Bytes of write-ahead log.
@@ -97,6 +116,18 @@ pub fn segments(e: &Entry) -> SegmentsResponse {
                 file_bytes: p.file_bytes,
                 memory_bytes: p.memory_bytes,
                 written_ms: p.written_ms,
+            })
+            .collect(),
+        history: e
+            .coll
+            .history()
+            .into_iter()
+            .map(|h| PartChange {
+                at_ms: h.at_ms,
+                what: h.what.to_string(),
+                inputs: h.inputs,
+                output: h.output,
+                rows: h.rows,
             })
             .collect(),
         active_vectors: s.active_vectors,

@@ -334,9 +334,6 @@ function pageCollection(name) {
   show(head, el("div", { className: "grid2" }, settings, status), segs, rows);
   head.replaceChildren(el("h1", {}, "Collection ", el("code", {}, name)),
     el("p", {}, el("a", { href: "#/search/" + encodeURIComponent(name) }, "Search this collection →")));
-  const events = el("div", { className: "events", id: "events" });
-  let known = null; // segment id -> rows, from the last look
-  const log = (text) => events.prepend(el("div", {}, new Date().toLocaleTimeString() + "  " + text));
 
   api("GET", "/collections/" + encodeURIComponent(name)).then((c) => {
     settings.replaceChildren(el("h2", {}, "Settings"), kvList([
@@ -375,20 +372,6 @@ function pageCollection(name) {
         ["rows indexed", fmtInt(s.optimizer.rows_indexed)],
         ["optimizer errors", s.optimizer.errors ? fmtInt(s.optimizer.errors) + ": " + (s.optimizer.last_error || "") : "0"],
       ]));
-      // Seals and merges seen since the page opened.
-      const now = new Map(s.segments.map((g) => [g.id, g]));
-      if (known) {
-        const gone = [...known.keys()].filter((id) => !now.has(id));
-        const added = [...now.keys()].filter((id) => !known.has(id));
-        for (const id of added) {
-          const g = now.get(id);
-          if (gone.length && !g.file) continue;
-          if (gone.length) log("merge/rebuild: #" + gone.join(", #") + " → #" + id + " (" + fmtInt(g.rows) + " rows)");
-          else log((g.file ? "sealed" : "frozen") + " #" + id + " (" + fmtInt(g.rows) + " rows)");
-        }
-        if (gone.length && !added.length) log("removed #" + gone.join(", #"));
-      }
-      known = new Map([...now].map(([id, g]) => [id, g.rows]));
       const maxRows = Math.max(1, ...s.segments.map((g) => g.rows));
       const timeline = el("div", { className: "timeline" }, s.segments.map((g) => {
         const h = 12 + 78 * Math.sqrt(g.rows / maxRows);
@@ -411,13 +394,35 @@ function pageCollection(name) {
           el("td", { className: "num" }, fmtInt(g.rows)), el("td", { className: "num" }, fmtInt(g.live)),
           el("td", { className: "num" }, fmtInt(g.tombstones)), el("td", {}, g.kind + (g.indexed ? "" : " (exact)")),
           el("td", { className: "num" }, fmtBytes(g.file_bytes || g.memory_bytes)))))),
-        el("h2", {}, "Seals and merges seen here"), events);
-      if (!events.childElementCount) log("watching " + s.segments.length + " segments");
+        el("h2", {}, "Seals, builds and merges"), historyView(s.history));
     } catch (e) {
       status.replaceChildren(errorBox(e));
     }
   });
   sampleRows(name, rows);
+}
+
+const KIND_COLOR = { seal: "#e0772f", build: "#2f6fdf", merge: "#7b4fd6", compact: "#c93a3a" };
+
+/** The part list's changes since open: on a time axis, then newest first. */
+function historyView(h) {
+  if (!h.length) {
+    return el("p", { className: "muted", id: "history" }, "No seal, build or merge since the collection was opened.");
+  }
+  const t0 = h[0].at_ms;
+  const t1 = Math.max(h[h.length - 1].at_ms, t0 + 1000);
+  const label = (e) => e.what + " " + (e.inputs.length ? "#" + e.inputs.join(" #") : "") +
+    (e.output !== undefined ? " → #" + e.output + " (" + fmtInt(e.rows) + " rows)" : " → nothing left");
+  const axis = el("div", { className: "axis" }, h.map((e) => el("span", {
+    className: "mark", title: fmtTime(e.at_ms) + "  " + label(e),
+    style: { left: (100 * (e.at_ms - t0) / (t1 - t0)).toFixed(2) + "%", background: KIND_COLOR[e.what] || "#67717e" },
+  })));
+  const legend = el("div", { className: "muted legend" }, Object.entries(KIND_COLOR).map(([k, c]) =>
+    el("span", {}, el("span", { className: "mark", style: { background: c, position: "static", display: "inline-block" } }), " " + k)),
+  " · " + fmtTime(t0) + " – " + fmtTime(t1));
+  return el("div", { id: "history" }, axis, legend,
+    el("div", { className: "events" }, h.slice().reverse().map((e) =>
+      el("div", { dataset: { what: e.what } }, fmtTime(e.at_ms) + "  " + label(e)))));
 }
 
 async function sampleRows(name, box) {

@@ -799,4 +799,12 @@ fn parts_describe_segments_tombstones_and_merges() {
     assert_eq!(after[0].live, 296);
     assert_eq!(after[0].dead, 0);
     assert!(after[0].id > *before.iter().max().unwrap());
+    // The history: the three seals, then whatever the optimizer and
+    // compact() did, ending with the part left.
+    let h = c.history();
+    assert_eq!(h.iter().filter(|e| e.what == "seal").count(), 3, "{h:?}");
+    let last = h.last().unwrap();
+    assert_eq!(last.output, Some(after[0].id), "{h:?}");
+    assert!(["merge", "compact", "build"].contains(&last.what), "{h:?}");
+    assert!(h.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
 }

@@ -26,6 +26,9 @@ pub(crate) struct Change {
     pub add: Vec<Arc<Part>>,
     /// New `wal_seq` (a flush of a frozen part).
     pub wal_seq: Option<u64>,
+    /// What the change is, for the history (`seal`, `build`, `merge`,
+    /// `compact`); `None`: not recorded (a checkpoint).
+    pub what: Option<&'static str>,
 }
 
 impl Inner {
@@ -171,6 +174,7 @@ impl Inner {
                     remove: vec![part.id],
                     add: vec![sealed],
                     wal_seq: Some(*last_seq),
+                    what: Some("seal"),
                 },
                 &[(part.clone(), dead)],
             )?;
@@ -233,6 +237,9 @@ impl Inner {
                 rows: cur.rows.clone(),
                 parts,
             });
+        }
+        if let Some(what) = change.what {
+            self.record(what, &change);
         }
         let old = std::mem::replace(&mut *mg, m.0);
         sync_dir(&self.dir.join(files::MANIFEST))?;

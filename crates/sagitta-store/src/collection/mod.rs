@@ -56,7 +56,7 @@ mod lookup;
 pub(crate) mod optimizer;
 mod part;
 mod parts;
-pub use parts::PartSummary;
+pub use parts::{PartEvent, PartSummary};
 mod scan;
 mod search;
 pub use ids::IdWrite;
@@ -221,6 +221,9 @@ pub(crate) struct Inner {
     last_write: AtomicU64,
     epoch: std::time::Instant,
     opt: optimizer::Shared,
+    /// The latest changes to the part list (seals, builds, merges,
+    /// compactions) since open, oldest first.
+    history: Mutex<std::collections::VecDeque<PartEvent>>,
     _lock: Option<File>,
 }
 
@@ -391,6 +394,7 @@ impl Collection {
             last_write: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
             opt: optimizer::Shared::default(),
+            history: Mutex::default(),
             _lock: lock,
         };
         let (last_seq, tail) = inner.replay(manifest.wal_seq)?;

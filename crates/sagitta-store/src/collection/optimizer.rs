@@ -670,6 +670,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
             remove: p.inputs.clone(),
             add: out.into_iter().collect(),
             wal_seq: None,
+            what: Some(p.kind.name()),
         },
         &carry,
     )?;

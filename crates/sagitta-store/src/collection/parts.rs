@@ -2,8 +2,30 @@
 //! console): each immutable part's rows, dead keys, bytes and index, and
 //! when its file was written.
 
-use super::Collection;
-use std::time::UNIX_EPOCH;
+use super::commit::Change;
+use super::{Collection, Inner};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Changes kept in [`Collection::history`].
+pub const HISTORY: usize = 256;
+
+/// A change to the part list: what the background optimizer (or `seal`,
+/// `optimize`, `compact`) did, as [`Collection::history`] lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartEvent {
+    /// When it was committed, milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// `seal` (a frozen part written as a segment file), `build` (a
+    /// segment's index built), `merge` (segments merged into one) or
+    /// `compact` (a segment rewritten without its dead rows).
+    pub what: &'static str,
+    /// Ids of the parts it replaced.
+    pub inputs: Vec<u64>,
+    /// Id of the part it wrote (none when every row was dead).
+    pub output: Option<u64>,
+    /// Rows of that part.
+    pub rows: usize,
+}
 
 /// One immutable part of a collection, as [`Collection::parts`] lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,7 +56,34 @@ pub struct PartSummary {
     pub written_ms: Option<u64>,
 }
 
+impl Inner {
+    /// Adds a committed change to the history.
+    pub(super) fn record(&self, what: &'static str, change: &Change) {
+        let out = change.add.first();
+        let e = PartEvent {
+            at_ms: SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64),
+            what,
+            inputs: change.remove.clone(),
+            output: out.map(|p| p.id),
+            rows: out.map_or(0, |p| p.slot_count()),
+        };
+        let mut h = self.history.lock();
+        if h.len() == HISTORY {
+            h.pop_front();
+        }
+        h.push_back(e);
+    }
+}
+
 impl Collection {
+    /// The latest changes to the part list since the collection was
+    /// opened (at most [`HISTORY`]), oldest first.
+    pub fn history(&self) -> Vec<PartEvent> {
+        self.inner.history.lock().iter().cloned().collect()
+    }
+
     /// The immutable parts as they are now: sealed segments by id, then
     /// frozen parts, oldest first. The mutable part is
     /// [`stats`](Collection::stats)`().active_vectors`.
