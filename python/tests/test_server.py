@@ -90,6 +90,46 @@ def test_http_search_matches_the_exact_oracle(loaded, data):
     )
 
 
+def test_scroll_pages_every_row_once_and_segments_describe_the_parts(server, loaded, data):
+    x, cat, year = data
+
+    def scroll(body):
+        return raw(server, "POST", "/collections/vec/scroll", json.dumps(body).encode())
+
+    seen, offset = [], 0
+    while True:
+        s, _, page = scroll({"limit": 1000, "offset": offset, "columns": ["cat"]})
+        assert s == 200, page
+        for it in page["items"]:
+            assert it["payload"] == {"cat": str(cat[it["id"]])}
+        seen += [it["id"] for it in page["items"]]
+        if "next_offset" not in page:
+            break
+        offset = page["next_offset"]
+    live = loaded.count()
+    assert sorted(seen) == sorted(set(seen)) and len(seen) == live
+    # A filtered page: only matching rows, with their vectors.
+    flt = {"field": "cat", "op": "eq", "value": "d"}
+    s, _, page = scroll({"limit": 5, "filter": flt, "include_vectors": True})
+    assert s == 200 and len(page["items"]) == 5
+    for it in page["items"]:
+        assert cat[it["id"]] == "d" and it["payload"]["year"] == int(year[it["id"]])
+        np.testing.assert_allclose(it["vector"], x[it["id"]], rtol=1e-6)
+    for bad in [{"limit": 0}, {"limit": 1001}, {"offset": 2_000_000}, {"filter": {"field": "zz"}}]:
+        s, _, err = scroll(bad)
+        assert s == 400 and err["error"]["code"] == "invalid_argument", (bad, err)
+    assert raw(server, "POST", "/collections/nope/scroll", b"{}")[0] == 404
+    s, _, segs = raw(server, "GET", "/collections/vec/segments")
+    assert s == 200
+    rows = sum(g["live"] for g in segs["segments"]) + segs["active_vectors"]
+    assert rows == live
+    for g in segs["segments"]:
+        assert g["rows"] == g["live"] + g["tombstones"] and g["kind"] in ("flat", "hnsw")
+    for h in segs["history"]:
+        assert h["what"] in ("seal", "build", "merge", "compact") and h["at_ms"] > 0
+    assert raw(server, "GET", "/whoami")[2] == {"role": "admin", "auth": False}
+
+
 def test_http_classify_is_the_vote_of_the_exact_neighbours(server, loaded, data):
     x, cat, _year = data
     q = np.random.default_rng(9).standard_normal((20, D)).astype(np.float32)
@@ -798,43 +838,3 @@ def test_index_threshold_over_http(server):
     assert 400 <= status < 500, r
     for name in ("thr_default", "thr_zero"):
         raw(server, "DELETE", f"/collections/{name}", b"")
-
-
-def test_scroll_pages_every_row_once_and_segments_describe_the_parts(server, loaded, data):
-    x, cat, year = data
-
-    def scroll(body):
-        return raw(server, "POST", "/collections/vec/scroll", json.dumps(body).encode())
-
-    seen, offset = [], 0
-    while True:
-        s, _, page = scroll({"limit": 1000, "offset": offset, "columns": ["cat"]})
-        assert s == 200, page
-        for it in page["items"]:
-            assert it["payload"] == {"cat": str(cat[it["id"]])}
-        seen += [it["id"] for it in page["items"]]
-        if "next_offset" not in page:
-            break
-        offset = page["next_offset"]
-    live = loaded.count()
-    assert sorted(seen) == sorted(set(seen)) and len(seen) == live
-    # A filtered page: only matching rows, with their vectors.
-    flt = {"field": "cat", "op": "eq", "value": "d"}
-    s, _, page = scroll({"limit": 5, "filter": flt, "include_vectors": True})
-    assert s == 200 and len(page["items"]) == 5
-    for it in page["items"]:
-        assert cat[it["id"]] == "d" and it["payload"]["year"] == int(year[it["id"]])
-        np.testing.assert_allclose(it["vector"], x[it["id"]], rtol=1e-6)
-    for bad in [{"limit": 0}, {"limit": 1001}, {"offset": 2_000_000}, {"filter": {"field": "zz"}}]:
-        s, _, err = scroll(bad)
-        assert s == 400 and err["error"]["code"] == "invalid_argument", (bad, err)
-    assert raw(server, "POST", "/collections/nope/scroll", b"{}")[0] == 404
-    s, _, segs = raw(server, "GET", "/collections/vec/segments")
-    assert s == 200
-    rows = sum(g["live"] for g in segs["segments"]) + segs["active_vectors"]
-    assert rows == live
-    for g in segs["segments"]:
-        assert g["rows"] == g["live"] + g["tombstones"] and g["kind"] in ("flat", "hnsw")
-    for h in segs["history"]:
-        assert h["what"] in ("seal", "build", "merge", "compact") and h["at_ms"] > 0
-    assert raw(server, "GET", "/whoami")[2] == {"role": "admin", "auth": False}
