@@ -15,7 +15,9 @@ then drives Debian's Chromium (headless, through Playwright):
   browser's own clock (``performance.now()``); median and max;
 * **assets**: bytes of every file under ``/ui/``, raw and gzip-compressed;
 * **screenshots** (``--shots DIR``, default ``docs/console``) of every
-  page; the live page's while searches and upserts run against the server.
+  page, the live page's while searches and upserts run against the
+  server, and the segments and history of a second collection with 256
+  KiB segments written meanwhile (``segments.png``).
 
 ``python -m sagitta_bench.console --rounds 10``
 """
@@ -128,16 +130,28 @@ def main() -> int:
             shots = Path(a.shots)
             shots.mkdir(parents=True, exist_ok=True)
 
-            def traffic():
-                import sagitta
+            import sagitta
 
-                c = sagitta.Client(url, api_key=KEY).collection("sample")
+            client = sagitta.Client(url, api_key=KEY)
+            # A collection with small segments, written all through the
+            # screenshots: its page shows seals, builds and merges.
+            client.create_collection(
+                "stream", ndim=384, text_fields=["text"], segment_size=256 << 10
+            )
+
+            def traffic():
+                c = sagitta.Client(url, api_key=KEY)
+                sample, stream = c.collection("sample"), c.collection("stream")
                 i = 0
                 while not stop.is_set():
                     j = i % len(vecs)
-                    c.search(vecs[j], 10)
+                    sample.search(vecs[j], 10)
                     if i % 20 == 0:
-                        c.upsert([100000 + i], vecs[j : j + 1], payload={"text": [texts[j]]})
+                        sample.upsert([100000 + i], vecs[j : j + 1], payload={"text": [texts[j]]})
+                    if i % 4 == 0:
+                        k = (i // 4 * 25) % len(vecs)
+                        rows = np.arange(k, min(k + 25, len(vecs)))
+                        stream.upsert(rows, vecs[rows], payload={"text": [texts[r] for r in rows]})
                     i += 1
 
             t = threading.Thread(target=traffic, daemon=True)
@@ -159,6 +173,12 @@ def main() -> int:
                         f"() => Number(document.body.dataset.polls) >= {n}", timeout=120_000
                     )
                 page.screenshot(path=str(shots / f"{name}.png"), full_page=name != "collection")
+            page.goto(url + "/ui/#/c/stream")
+            five = "() => document.querySelectorAll('#history .events div').length >= 5"
+            page.wait_for_function(five, timeout=120_000)
+            polls = int(page.evaluate("document.body.dataset.polls"))
+            page.wait_for_function(f"() => Number(document.body.dataset.polls) >= {polls + 2}")
+            page.locator("#segments").screenshot(path=str(shots / "segments.png"))
             ctx.close()
             browser.close()
     finally:
@@ -173,7 +193,8 @@ def main() -> int:
     print(f"page load, navigation start to data shown, {a.rounds} fresh contexts each (ms):")
     for name, ts in times.items():
         print(f"  {name:12} median {statistics.median(ts):7.1f}   max {max(ts):7.1f}")
-    print(f"screenshots: {a.shots}/{{{','.join(p[0] for p in PAGES)}}}.png")
+    names = ",".join([p[0] for p in PAGES] + ["segments"])
+    print(f"screenshots: {a.shots}/{{{names}}}.png")
     with open("/proc/loadavg") as f:
         print("load average:", " ".join(f.read().split()[:3]))
     return 0

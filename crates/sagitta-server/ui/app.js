@@ -389,11 +389,13 @@ function pageCollection(name) {
           el("th", { className: "num" }, "id"), el("th", {}, "written"), el("th", { className: "num" }, "rows"),
           el("th", { className: "num" }, "live"), el("th", { className: "num" }, "tombstones"), el("th", {}, "index"),
           el("th", { className: "num" }, "bytes"))),
-        el("tbody", {}, s.segments.slice().reverse().slice(0, 50).map((g) => el("tr", {},
+        el("tbody", {}, s.segments.slice().reverse().slice(0, 25).map((g) => el("tr", {},
           el("td", { className: "num" }, "#" + g.id), el("td", {}, g.file ? fmtTime(g.written_ms) : "in memory"),
           el("td", { className: "num" }, fmtInt(g.rows)), el("td", { className: "num" }, fmtInt(g.live)),
           el("td", { className: "num" }, fmtInt(g.tombstones)), el("td", {}, g.kind + (g.indexed ? "" : " (exact)")),
-          el("td", { className: "num" }, fmtBytes(g.file_bytes || g.memory_bytes)))))),
+          el("td", { className: "num" }, fmtBytes(g.file_bytes || g.memory_bytes)))),
+        s.segments.length > 25 ? el("tr", {}, el("td", { colSpan: 7, className: "muted" },
+          "… and " + (s.segments.length - 25) + " older segments")) : null)),
         el("h2", {}, "Seals, builds and merges"), historyView(s.history));
     } catch (e) {
       status.replaceChildren(errorBox(e));
@@ -411,8 +413,10 @@ function historyView(h) {
   }
   const t0 = h[0].at_ms;
   const t1 = Math.max(h[h.length - 1].at_ms, t0 + 1000);
-  const label = (e) => e.what + " " + (e.inputs.length ? "#" + e.inputs.join(" #") : "") +
-    (e.output !== undefined ? " → #" + e.output + " (" + fmtInt(e.rows) + " rows)" : " → nothing left");
+  // A seal writes a frozen part as a file under the same id.
+  const label = (e) => e.what + " " +
+    (e.inputs.length && !(e.what === "seal" && e.inputs[0] === e.output) ? "#" + e.inputs.join(" #") + " → " : "") +
+    (e.output !== undefined ? "#" + e.output + " (" + fmtInt(e.rows) + " rows)" : "nothing left");
   const axis = el("div", { className: "axis" }, h.map((e) => el("span", {
     className: "mark", title: fmtTime(e.at_ms) + "  " + label(e),
     style: { left: (100 * (e.at_ms - t0) / (t1 - t0)).toFixed(2) + "%", background: KIND_COLOR[e.what] || "#67717e" },
