@@ -286,12 +286,13 @@ function createForm() {
   const dims = el("input", { id: "new-dims", type: "number", min: 1, value: 384, style: { width: "90px" } });
   const metric = el("select", { id: "new-metric" }, ["cos", "l2", "ip", "hamming", "nphd"].map((m) => el("option", { value: m }, m)));
   const text = el("input", { id: "new-text", placeholder: "text fields, comma separated" });
+  const idType = el("select", { id: "new-id-type" }, ["uint64", "int64", "string", "uint128"].map((t) => el("option", { value: t }, t)));
   const msg = el("p", { className: "error", id: "create-error" });
   const go = el("button", {
     className: "primary write admin", type: "button", id: "create-button",
     onclick: async () => {
       msg.textContent = "";
-      const body = { name: name.value.trim(), dims: Number(dims.value), metric: metric.value };
+      const body = { name: name.value.trim(), dims: Number(dims.value), metric: metric.value, id_type: idType.value };
       const tf = text.value.split(",").map((s) => s.trim()).filter(Boolean);
       if (tf.length) body.text_fields = tf;
       try {
@@ -305,7 +306,8 @@ function createForm() {
   return el("div", { className: "card" }, el("h2", {}, "New collection"),
     el("div", { className: "row" },
       el("div", {}, el("label", {}, "name"), name), el("div", {}, el("label", {}, "dims"), dims),
-      el("div", {}, el("label", {}, "metric"), metric), el("div", {}, el("label", {}, "text fields"), text), go),
+      el("div", {}, el("label", {}, "metric"), metric), el("div", {}, el("label", {}, "id type"), idType),
+      el("div", {}, el("label", {}, "text fields"), text), go),
     msg);
 }
 
@@ -334,6 +336,27 @@ function pageCollection(name) {
   show(head, el("div", { className: "grid2" }, settings, status), segs, rows);
   head.replaceChildren(el("h1", {}, "Collection ", el("code", {}, name)),
     el("p", {}, el("a", { href: "#/search/" + encodeURIComponent(name) }, "Search this collection →")));
+  if (isAdmin()) {
+    // Dropping deletes the files: the name must be typed to confirm.
+    const confirmName = el("input", { id: "drop-confirm", placeholder: "type " + name + " to drop it" });
+    const dropMsg = el("span", { className: "error", id: "drop-error" });
+    const drop = el("button", {
+      className: "danger write admin", type: "button", id: "drop-button",
+      onclick: async () => {
+        if (confirmName.value !== name) {
+          dropMsg.textContent = "Type the collection's name to confirm.";
+          return;
+        }
+        try {
+          await api("DELETE", "/collections/" + encodeURIComponent(name));
+          location.hash = "#/";
+        } catch (e) {
+          dropMsg.textContent = e.message;
+        }
+      },
+    }, "Drop collection");
+    head.append(el("div", { className: "row" }, confirmName, drop, dropMsg));
+  }
 
   api("GET", "/collections/" + encodeURIComponent(name)).then((c) => {
     settings.replaceChildren(el("h2", {}, "Settings"), kvList([
@@ -644,11 +667,14 @@ function pageSearch(name, params) {
     snippets.replaceChildren(el("div", { className: "grid2" }, block("curl", curl, "snippet-curl"), block("Python", py, "snippet-python")));
   };
 
+  const idTypes = new Map();
   const like = async () => {
     likeMsg.textContent = "";
     const raw = likeId.value.trim();
     if (!raw) return;
-    const id = /^-?\d+$/.test(raw) && Math.abs(Number(raw)) < Number.MAX_SAFE_INTEGER ? Number(raw) : raw;
+    // Integer ids go as JSON numbers; string and 128-bit ids as strings.
+    const textual = ["string", "uint128"].includes(idTypes.get(coll.value));
+    const id = !textual && /^-?\d+$/.test(raw) && Math.abs(Number(raw)) < Number.MAX_SAFE_INTEGER ? Number(raw) : raw;
     try {
       const r = await api("POST", "/collections/" + encodeURIComponent(coll.value) + "/get", { ids: [id], include_vectors: true });
       if (!r.items.length) {
@@ -677,6 +703,7 @@ function pageSearch(name, params) {
 
   api("GET", "/collections").then(async (r) => {
     coll.replaceChildren(...r.collections.map((c) => el("option", { value: c.name }, c.name)));
+    r.collections.forEach((c) => idTypes.set(c.name, c.id_type));
     if (!r.collections.length) {
       err.replaceChildren(errorBox({ message: "No collections to search yet." }));
       return;
