@@ -213,19 +213,30 @@ pub fn run_scroll(e: &Entry, req: ScrollRequest) -> ApiResult<ScrollResponse> {
     let coll = &e.coll;
     let pred = ops::bind(coll, req.filter.as_ref())?;
     let want = req.offset + req.limit + 1;
-    let mut keys = Vec::with_capacity(want.min(8192));
-    for batch in coll.scan(pred.as_ref(), want.min(4096))? {
-        keys.extend(batch?.keys);
-        if keys.len() >= want {
+    // Keys and payload rows from the scan itself: one snapshot per page,
+    // no second lookup by key.
+    let mut scan = coll.scan(pred.as_ref(), want.min(4096))?;
+    let schema = scan.schema().clone();
+    let picks = ops::payload_picks(&schema, req.columns.as_deref())?;
+    let (mut keys, mut rows) = (Vec::new(), Vec::new());
+    let mut seen = 0usize;
+    for batch in scan.by_ref() {
+        let batch = batch?;
+        for (k, row) in batch.keys.into_iter().zip(batch.rows) {
+            if seen >= req.offset && keys.len() < req.limit {
+                keys.push(k);
+                rows.push(row);
+            }
+            seen += 1;
+        }
+        if seen >= want {
             break;
         }
     }
-    let more = keys.len() > req.offset + req.limit;
-    let keys: Vec<u64> = keys.into_iter().skip(req.offset).take(req.limit).collect();
+    let more = seen > req.offset + req.limit;
     let ids = coll.ids_of(&keys)?;
-    let payloads = ops::payload_json(coll, &keys, req.columns.as_deref())?;
     let mut items = Vec::with_capacity(keys.len());
-    for ((k, id), payload) in keys.iter().zip(ids).zip(payloads) {
+    for ((k, id), row) in keys.iter().zip(ids).zip(rows) {
         // A row deleted since the scan read it has no id any more.
         let Some(id) = id else {
             continue;
@@ -237,7 +248,7 @@ pub fn run_scroll(e: &Entry, req: ScrollRequest) -> ApiResult<ScrollResponse> {
         };
         items.push(ScrollRow {
             id: Id::from_store(id),
-            payload,
+            payload: Some(ops::row_json(&schema, &picks, &row)),
             vector,
         });
     }

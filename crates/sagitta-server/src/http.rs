@@ -433,6 +433,14 @@ fn role_for(method: &Method, route: &str) -> Option<Role> {
     }
 }
 
+/// The API key a request carries (`Authorization: Bearer` or `x-api-key`).
+fn presented_key(h: &axum::http::HeaderMap) -> Option<Vec<u8>> {
+    auth::bearer(
+        h.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
+        h.get("x-api-key").map(|v| v.as_bytes()),
+    )
+}
+
 /// Authentication, timeout and metrics around every request.
 async fn guard(AxState(st): S, req: Request, next: Next) -> Response {
     let t0 = Instant::now();
@@ -449,11 +457,7 @@ async fn guard(AxState(st): S, req: Request, next: Next) -> Response {
         .unwrap_or("")
         .to_string();
     if let Some(need) = role_for(req.method(), &route) {
-        let h = req.headers();
-        let key = auth::bearer(
-            h.get(header::AUTHORIZATION).map(|v| v.as_bytes()),
-            h.get("x-api-key").map(|v| v.as_bytes()),
-        );
+        let key = presented_key(req.headers());
         if let Err(e) = st.keys.check(key.as_deref(), need) {
             st.metrics.rejected("unauthenticated");
             let mut r = e.into_response();

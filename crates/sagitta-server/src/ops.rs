@@ -9,7 +9,7 @@ use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, Vect
 use sagitta_store::filter::Bound;
 use sagitta_store::{
     default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
-    Filter, IdColumn, Payload, Schema,
+    Filter, IdColumn, Payload, Schema, Value,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -812,7 +812,18 @@ pub fn payload_json(
     columns: Option<&[String]>,
 ) -> ApiResult<Vec<Option<serde_json::Map<String, Json>>>> {
     let schema = coll.schema();
-    let picks: Vec<usize> = match columns {
+    let picks = payload_picks(&schema, columns)?;
+    let rows = coll.payload_rows(keys)?;
+    Ok(rows
+        .into_iter()
+        .map(|r| r.map(|row| row_json(&schema, &picks, &row)))
+        .collect())
+}
+
+/// The columns of `schema` a response shows: `columns`, or every column
+/// but the hidden string-id one.
+pub fn payload_picks(schema: &Schema, columns: Option<&[String]>) -> ApiResult<Vec<usize>> {
+    Ok(match columns {
         None => (0..schema.len())
             .filter(|&i| schema.fields()[i].name != sagitta_store::STRING_ID_FIELD)
             .collect(),
@@ -820,22 +831,19 @@ pub fn payload_json(
             .iter()
             .map(|c| schema.field(c).map(|(i, _)| i))
             .collect::<Result<_, _>>()?,
-    };
-    let rows = coll.payload_rows(keys)?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            r.map(|row| {
-                let mut m = serde_json::Map::new();
-                for &i in &picks {
-                    if let Some(v) = row.get(i).filter(|v| !v.is_null()) {
-                        m.insert(schema.fields()[i].name.clone(), v.to_json());
-                    }
-                }
-                m
-            })
-        })
-        .collect())
+    })
+}
+
+/// A payload row laid out by `schema` as a JSON object of the `picks`
+/// columns (null values left out).
+pub fn row_json(schema: &Schema, picks: &[usize], row: &[Value]) -> serde_json::Map<String, Json> {
+    let mut m = serde_json::Map::new();
+    for &i in picks {
+        if let Some(v) = row.get(i).filter(|v| !v.is_null()) {
+            m.insert(schema.fields()[i].name.clone(), v.to_json());
+        }
+    }
+    m
 }
 
 /// Runs a search request.
