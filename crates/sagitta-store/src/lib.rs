@@ -31,8 +31,8 @@ pub mod wal;
 
 pub use collection::{
     default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch,
-    CollectionStats, Durability, IdWrite, OpenMode, PartEvent, PartSummary, Scan, ScanBatch,
-    TextHit, TextSearch,
+    CollectionStats, Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent,
+    PartSummary, Scan, ScanBatch, TextHit, TextSearch,
 };
 pub use error::{Result, StoreError};
 /// Fault injection into the store's file-system calls (tests only: cargo

@@ -121,13 +121,19 @@ impl Manifest {
             }
             Err(e) => return Err(io("read", &path)(e)),
         };
+        Manifest::parse(&path, &bytes)
+    }
+
+    /// Parses and checks manifest bytes (`path` names them in errors).
+    pub fn parse(path: &Path, bytes: &[u8]) -> Result<Manifest> {
+        let path = path.to_path_buf();
         let corrupt = |offset: usize, reason: String| StoreError::Corrupt {
             file: path.clone(),
             offset: offset as u64,
             reason,
         };
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|e| corrupt(e.valid_up_to(), "not UTF-8".into()))?;
+        let text =
+            std::str::from_utf8(bytes).map_err(|e| corrupt(e.valid_up_to(), "not UTF-8".into()))?;
         let at = text
             .rfind("crc32c:")
             .ok_or_else(|| corrupt(bytes.len(), "no checksum line".into()))?;
