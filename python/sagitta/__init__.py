@@ -19,6 +19,7 @@ from ._sagitta import (
     LowDimIndex,
     PayloadError,
     ReadOnlyError,
+    RemoteStoreError,
     SearchResult,
     TextSearchResult,
     __version__,
@@ -37,6 +38,7 @@ from .client import (
     ServerError,
     UnavailableError,
 )
+from .remote import fetch, publish, published
 
 __all__ = [
     "NO_KEY",
@@ -55,12 +57,16 @@ __all__ = [
     "ReadOnlyError",
     "RemoteCollection",
     "RemoteSearchResult",
+    "RemoteStoreError",
     "RemoteTextResult",
     "SearchResult",
     "ServerError",
     "TextSearchResult",
     "UnavailableError",
     "__version__",
+    "fetch",
     "isa",
+    "publish",
+    "published",
     "string_key",
 ]

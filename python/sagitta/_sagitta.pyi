@@ -42,6 +42,21 @@ class PayloadError(ValueError):
 class LockedError(OSError):
     """Another process has the collection open for writing."""
 
+class RemoteStoreError(OSError):
+    """The object store refused an operation, or another writer published
+    to the same location."""
+
+def publish(
+    collection: Collection, location: str, meta: str | None = None, seal: bool = True, keep: int = 2
+) -> dict[str, Any]:
+    """Publishes the collection to object storage (see sagitta.remote)."""
+
+def fetch(location: str, path: str) -> dict[str, Any]:
+    """Fetches the latest published version into ``path``."""
+
+def published(location: str) -> dict[str, Any] | None:
+    """The latest published version at ``location``."""
+
 def string_key(s: str) -> int:
     """The 64-bit key of a string id (the store's one definition)."""
     ...

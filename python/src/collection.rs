@@ -91,7 +91,7 @@ impl PyCollectionIter {
 }
 
 impl PyCollection {
-    fn coll(&self) -> PyResult<Arc<Collection>> {
+    pub(crate) fn coll(&self) -> PyResult<Arc<Collection>> {
         self.inner
             .read()
             .clone()

@@ -7,6 +7,7 @@ mod errors;
 mod index;
 mod keys128;
 mod lowdim;
+mod remote;
 mod text;
 
 use pyo3::prelude::*;
@@ -47,5 +48,12 @@ fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(isa, m)?)?;
     m.add_function(wrap_pyfunction!(string_key, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::publish, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::fetch, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::published, m)?)?;
+    m.add(
+        "RemoteStoreError",
+        py.get_type::<remote::RemoteStoreError>(),
+    )?;
     Ok(())
 }
