@@ -1,0 +1,511 @@
+"""The cluster's client: a ``Collection``-shaped handle that routes writes
+to each shard's primary and fans searches out to one replica per shard,
+with failover, and merges the answers exactly."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ._controller import Controller
+from ._layout import NO_KEY, merge_topk, shard_of
+from ._replica import ShardUnavailable
+
+NAMESPACE = "sagitta"
+# Seconds a replica that failed a call is avoided for.
+SUSPECT_FOR = 5.0
+
+
+class ClusterUnavailable(RuntimeError):
+    """A shard did not answer (reads) or could not acknowledge (writes)
+    within the call's time limit: too few live replicas, or nodes lost
+    faster than the controller can replace them."""
+
+
+@dataclass
+class ClusterSearchResult:
+    """Keys (``NO_KEY`` in empty slots) and distances, ``(n, k)`` for a
+    batch or ``(k,)`` for one query, nearest first; ``payload``: a pyarrow
+    Table, one row per entry of ``keys`` (row-major), when asked for."""
+
+    keys: np.ndarray
+    distances: np.ndarray
+    payload: Any = None
+
+    def __iter__(self):
+        return iter((self.keys, self.distances))
+
+
+def _controller_name(name: str) -> str:
+    return f"cluster:{name}"
+
+
+def _as_table(payload: Any, n: int) -> Any:
+    import pyarrow as pa
+
+    if payload is None:
+        return None
+    if isinstance(payload, pa.Table):
+        t = payload
+    elif isinstance(payload, pa.RecordBatch):
+        t = pa.Table.from_batches([payload])
+    elif hasattr(payload, "to_dict") and hasattr(payload, "columns"):
+        t = pa.Table.from_pandas(payload, preserve_index=False)
+    elif isinstance(payload, dict):
+        t = pa.table({k: (v if hasattr(v, "__len__") else list(v)) for k, v in payload.items()})
+    else:
+        t = pa.Table.from_pylist(list(payload))
+    if t.num_rows != n:
+        raise ValueError(f"payload: {t.num_rows} rows for {n} keys")
+    return t
+
+
+def _is_lost(e: BaseException) -> bool:
+    """Whether an error means "that replica is gone or not in charge", as
+    opposed to a bad request (which is raised to the caller)."""
+    import ray
+
+    return isinstance(
+        e,
+        (
+            ray.exceptions.RayActorError,
+            ray.exceptions.ActorUnavailableError,
+            ray.exceptions.GetTimeoutError,
+            ray.exceptions.ObjectLostError,
+            ShardUnavailable,
+        ),
+    )
+
+
+class Cluster:
+    """A collection sharded and replicated over a Ray cluster.
+
+    ``Cluster.create(name, ndim=..., location=...)`` starts a controller
+    and ``shards x replicas`` replicas; ``Cluster.connect(name)`` attaches
+    to one from any driver of the same Ray cluster. Keys are 64-bit."""
+
+    def __init__(self, name: str, controller: Any, timeout: float, hedge_after: float):
+        import ray
+
+        self.name = name
+        self._controller = controller
+        self.timeout = timeout
+        self.hedge_after = hedge_after
+        self._table = ray.get(controller.table.remote())
+        self._rr = 0
+        # Replicas that failed a call recently (actor id -> until when):
+        # skipped while another replica of the shard is available.
+        self._suspect: dict = {}
+        self.counters: Counter = Counter()
+
+    # -- life ------------------------------------------------------------
+    @classmethod
+    def create(
+        cls,
+        name: str,
+        *,
+        ndim: int,
+        location: str,
+        shards: int = 3,
+        replicas: int = 2,
+        quorum: int | None = None,
+        root: str | None = None,
+        publish_interval: float = 30.0,
+        check_interval: float = 0.2,
+        timeout: float = 30.0,
+        hedge_after: float = 0.25,
+        **collection_options: Any,
+    ) -> Cluster:
+        """Creates the cluster ``name``: ``shards`` shards of ``replicas``
+        replicas each on distinct Ray nodes, every shard's collection made
+        with ``Collection.create(ndim=..., **collection_options)``.
+        ``location``: object storage for published segments (a directory
+        or ``file://`` / ``s3://`` URL). A write is acknowledged once it is
+        in ``quorum`` replicas' write-ahead logs (default ``min(2,
+        replicas)``: it survives the loss of any one node). ``root``: the
+        local directory replicas keep their collections under (on each
+        node). Each shard is published every ``publish_interval`` seconds
+        (0: only when a replica joins or on :meth:`publish`)."""
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        if shards < 1 or replicas < 1:
+            raise ValueError("shards and replicas must be at least 1")
+        quorum = min(2, replicas) if quorum is None else quorum
+        if not 1 <= quorum <= replicas:
+            raise ValueError(f"quorum must be within 1..{replicas}")
+        spec = {
+            "name": name,
+            "shards": shards,
+            "replicas": replicas,
+            "quorum": quorum,
+            "location": location,
+            "root": root or os.path.join(tempfile.gettempdir(), "sagitta-cluster", name),
+            "config": {"ndim": ndim, **collection_options},
+            "publish_interval": publish_interval,
+            "check_interval": check_interval,
+        }
+        try:
+            ray.get_actor(_controller_name(name), namespace=NAMESPACE)
+        except ValueError:
+            pass
+        else:
+            raise FileExistsError(f"cluster {name!r} already exists")
+        here = ray.get_runtime_context().get_node_id()
+        ctl = (
+            ray.remote(Controller)
+            .options(
+                name=_controller_name(name),
+                namespace=NAMESPACE,
+                lifetime="detached",
+                num_cpus=0,
+                max_concurrency=16,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+            )
+            .remote(spec)
+        )
+        try:
+            ray.get(ctl.start.remote())
+        except Exception:
+            ray.kill(ctl)
+            raise
+        return cls(name, ctl, timeout, hedge_after)
+
+    @classmethod
+    def connect(cls, name: str, *, timeout: float = 30.0, hedge_after: float = 0.25) -> Cluster:
+        """Attaches to an existing cluster (``KeyError`` when there is none)."""
+        import ray
+
+        try:
+            ctl = ray.get_actor(_controller_name(name), namespace=NAMESPACE)
+        except ValueError:
+            raise KeyError(f"no cluster named {name!r}") from None
+        return cls(name, ctl, timeout, hedge_after)
+
+    def drop(self) -> None:
+        """Removes every replica (and its local files) and the controller.
+        Published objects stay in the object store."""
+        import ray
+
+        ray.get(self._controller.drop.remote())
+        ray.kill(self._controller)
+
+    # -- routing ---------------------------------------------------------
+    def _refresh(self) -> None:
+        import ray
+
+        self.counters["table_refreshes"] += 1
+        self._table = ray.get(self._controller.refresh.remote(self._table["epoch"]))
+
+    @property
+    def shards(self) -> int:
+        return len(self._table["shards"])
+
+    def _split(self, keys: np.ndarray) -> dict:
+        sh = shard_of(keys, self.shards)
+        return {s: np.flatnonzero(sh == s) for s in range(self.shards) if (sh == s).any()}
+
+    # -- writes ----------------------------------------------------------
+    def _write_all(self, calls: dict) -> dict:
+        """Sends each shard's write to its primary (all shards at once) and
+        retries a shard whose primary is lost or not in charge, until
+        ``timeout``. ``calls``: shard -> (op, keys, vectors, payload,
+        where). Returns shard -> the primary's answer."""
+        import ray
+
+        deadline = time.monotonic() + self.timeout
+        out: dict = {}
+        todo = dict(calls)
+        last: BaseException | None = None
+        while todo:
+            refs = {}
+            for s, args in todo.items():
+                p = self._table["shards"][s]["primary"]
+                if p is not None:
+                    refs[s] = p.write.remote(*args)
+            lost = False
+            for s, ref in refs.items():
+                try:
+                    left = max(0.1, deadline - time.monotonic())
+                    out[s] = ray.get(ref, timeout=left)
+                    del todo[s]
+                except Exception as e:
+                    if not _is_lost(e):
+                        raise
+                    last, lost = e, True
+            if todo:
+                if time.monotonic() >= deadline:
+                    raise ClusterUnavailable(
+                        f"shards {sorted(todo)} did not acknowledge within {self.timeout} s: {last}"
+                    )
+                self.counters["write_retries"] += 1
+                if lost or any(self._table["shards"][s]["primary"] is None for s in todo):
+                    self._refresh()
+        return out
+
+    def upsert(self, keys: Any, vectors: Any, payload: Any = None) -> int:
+        """Inserts or replaces rows (with optional payload columns: a dict
+        of columns, a DataFrame or a pyarrow Table); returns once every
+        row is in ``quorum`` replicas' logs."""
+        keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+        vectors = np.asarray(vectors)
+        if vectors.ndim == 1:
+            vectors = vectors[None, :]
+        if len(vectors) != len(keys):
+            raise ValueError(f"vectors: {len(vectors)} rows for {len(keys)} keys")
+        table = _as_table(payload, len(keys))
+        calls = {
+            s: (
+                "upsert",
+                keys[idx],
+                np.ascontiguousarray(vectors[idx]),
+                None if table is None else table.take(idx),
+                None,
+            )
+            for s, idx in self._split(keys).items()
+        }
+        self._write_all(calls)
+        self.counters["upserted"] += len(keys)
+        return len(keys)
+
+    def remove(self, keys: Any = None, *, where: Any = None) -> int:
+        """Deletes keys, or every row whose payload passes ``where``;
+        returns how many were live."""
+        if (keys is None) == (where is None):
+            raise ValueError("give exactly one of keys or where")
+        if keys is not None:
+            keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+            calls = {
+                s: ("remove", keys[idx], None, None, None) for s, idx in self._split(keys).items()
+            }
+        else:
+            calls = {s: ("remove", None, None, None, where) for s in range(self.shards)}
+        got = self._write_all(calls)
+        return int(sum(r["result"] for r in got.values()))
+
+    # -- reads -----------------------------------------------------------
+    def _read_all(self, method: str, args: dict) -> dict:
+        """Calls ``method`` on one replica of each shard in ``args`` (shard
+        -> arguments), all at once. A shard that has not answered after
+        ``hedge_after`` seconds is asked again on another replica (first
+        answer wins); a lost replica is replaced by the next one, then by
+        a fresh routing table, until ``timeout``."""
+        import ray
+
+        deadline = time.monotonic() + self.timeout
+        out: dict = {}
+        tried: dict = {s: set() for s in args}
+        inflight: dict = {}
+        hedged: set = set()
+
+        def send(s: int) -> bool:
+            reps = self._table["shards"][s]["replicas"]
+            fresh = [r for r in reps if r._actor_id.hex() not in tried[s]]
+            if not fresh:
+                return False
+            now = time.monotonic()
+            trusted = [r for r in fresh if self._suspect.get(r._actor_id.hex(), 0) < now]
+            fresh = trusted or fresh
+            r = fresh[self._rr % len(fresh)]
+            self._rr += 1
+            tried[s].add(r._actor_id.hex())
+            inflight[getattr(r, method).remote(*args[s])] = (s, r._actor_id.hex())
+            return True
+
+        for s in args:
+            if not send(s):
+                self._refresh()
+                tried[s] = set()
+                send(s)
+        started = time.monotonic()
+        while len(out) < len(args):
+            now = time.monotonic()
+            if now >= deadline:
+                missing = sorted(set(args) - set(out))
+                raise ClusterUnavailable(f"shards {missing} did not answer within {self.timeout} s")
+            waiting = sorted(set(args) - set(out))
+            if not inflight:
+                self._refresh()
+                for s in waiting:
+                    tried[s] = set()
+                    send(s)
+                continue
+            hedge_at = started + self.hedge_after
+            wait = (hedge_at - now) if (hedge_at > now and not hedged) else (deadline - now)
+            ready, _ = ray.wait(list(inflight), num_returns=1, timeout=max(0.0, min(wait, 0.5)))
+            if not ready:
+                if time.monotonic() >= hedge_at:
+                    for s in waiting:
+                        if s not in hedged and send(s):
+                            hedged.add(s)
+                            self.counters["hedged"] += 1
+                continue
+            ref = ready[0]
+            s, rid = inflight.pop(ref)
+            if s in out:
+                continue
+            try:
+                out[s] = ray.get(ref)
+            except Exception as e:
+                if not _is_lost(e):
+                    raise
+                self._suspect[rid] = time.monotonic() + SUSPECT_FOR
+                self.counters["read_retries"] += 1
+                if not any(v[0] == s for v in inflight.values()) and not send(s):
+                    self._refresh()
+                    tried[s] = set()
+                    send(s)
+        for ref in inflight:
+            ray.cancel(ref)
+        return out
+
+    def search(
+        self,
+        queries: Any,
+        k: int = 10,
+        *,
+        where: Any = None,
+        columns: list | None = None,
+        exact: bool = False,
+        expansion: int | None = None,
+    ) -> ClusterSearchResult:
+        """The ``k`` nearest rows over every shard, merged by distance then
+        key exactly as a local collection merges its segments. ``where``:
+        a filter in the API's language; ``columns``: payload columns to
+        return."""
+        import pyarrow as pa
+
+        if k < 1:
+            raise ValueError("k: must be at least 1")
+        q = np.asarray(queries, dtype=np.float32)
+        one = q.ndim == 1
+        q2 = np.ascontiguousarray(q[None, :] if one else q)
+        opts: dict = {"exact": exact}
+        if where is not None:
+            opts["where"] = where
+        if columns is not None:
+            opts["columns"] = list(columns)
+        if expansion is not None:
+            opts["expansion"] = expansion
+        got = self._read_all("search", {s: (q2, k, opts) for s in range(self.shards)})
+        parts = [got[s] for s in range(self.shards)]
+        keys, dists, src = merge_topk([(p[0], p[1]) for p in parts], k)
+        payload = None
+        if columns is not None:
+            width = max(p[0].shape[1] for p in parts)
+            tables, offsets, base = [], [], 0
+            for p in parts:
+                offsets.append(base)
+                t = p[2]
+                if t is None:
+                    t = pa.table({c: pa.nulls(0) for c in columns})
+                tables.append(t)
+                base += t.num_rows
+            allrows = pa.concat_tables(tables, promote_options="permissive")
+            take = []
+            for i, row in enumerate(src):
+                for v in row:
+                    if v < 0:
+                        take.append(None)
+                    else:
+                        part, col = divmod(int(v), width)
+                        take.append(offsets[part] + i * parts[part][0].shape[1] + col)
+            payload = allrows.take(pa.array(take, type=pa.int64()))
+        self.counters["searches"] += len(q2)
+        if one:
+            return ClusterSearchResult(keys[0], dists[0], payload)
+        return ClusterSearchResult(keys, dists, payload)
+
+    def get(self, keys: Any, *, columns: list | None = None) -> Any:
+        """Stored vectors of ``keys`` (a list, None for a missing key); with
+        ``columns``, ``(vectors, pyarrow Table)`` in the order of ``keys``."""
+        import pyarrow as pa
+
+        keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+        split = self._split(keys)
+        got = self._read_all("get", {s: (keys[idx], columns) for s, idx in split.items()})
+        vecs: list = [None] * len(keys)
+        order = np.empty(len(keys), dtype=np.int64)
+        tables, base = [], 0
+        for s, idx in split.items():
+            r = got[s]
+            v = r[0] if columns is not None else r
+            for j, i in enumerate(idx):
+                vecs[i] = v[j]
+            if columns is not None:
+                tables.append(r[1])
+                order[idx] = base + np.arange(len(idx))
+                base += len(idx)
+        if columns is None:
+            return vecs
+        t = pa.concat_tables(tables, promote_options="permissive") if tables else None
+        return vecs, (t.take(pa.array(order)) if t is not None else None)
+
+    def count(self, where: Any = None) -> int:
+        """Live rows (whose payload passes ``where``)."""
+        got = self._read_all("count", {s: (where,) for s in range(self.shards)})
+        return int(sum(got.values()))
+
+    def __len__(self) -> int:
+        return self.count()
+
+    # -- operations ------------------------------------------------------
+    def stats(self) -> dict:
+        """Cluster status: nodes, shards with their replicas (node, role,
+        applied sequence, lag, rows), counters (controller and this
+        client) and recent events (losses, promotions, joins, moves)."""
+        import ray
+
+        st = ray.get(self._controller.status.remote())
+        st["client"] = dict(self.counters)
+        return st
+
+    status = stats
+
+    def publish(self) -> list:
+        """Publishes every shard to the object store now."""
+        import ray
+
+        return ray.get(self._controller.publish_all.remote())
+
+    def rebalance(self) -> list:
+        """Moves replicas onto nodes that joined (see
+        :meth:`Controller.rebalance`); returns the moves made."""
+        import ray
+
+        moves = ray.get(self._controller.rebalance.remote())
+        self._refresh()
+        return moves
+
+    def metrics_text(self) -> str:
+        """Prometheus text: cluster health, replicas by state, counters."""
+        st = self.stats()
+        lines = [
+            "# TYPE sagitta_cluster_healthy gauge",
+            f'sagitta_cluster_healthy{{cluster="{self.name}"}} {int(st["healthy"])}',
+            "# TYPE sagitta_cluster_nodes gauge",
+            f'sagitta_cluster_nodes{{cluster="{self.name}"}} {len(st["nodes"])}',
+            "# TYPE sagitta_cluster_replicas gauge",
+        ]
+        for sh in st["shards"]:
+            lag = max((r.get("lag", 0) for r in sh["replicas"]), default=0)
+            lines.append(
+                f'sagitta_cluster_replicas{{cluster="{self.name}",shard="{sh["shard"]}"}} '
+                f"{len(sh['replicas'])}"
+            )
+            lines.append(
+                f'sagitta_cluster_replica_lag{{cluster="{self.name}",shard="{sh["shard"]}"}} {lag}'
+            )
+        for k, v in sorted({**st["counters"], **st["client"]}.items()):
+            lines.append(f"# TYPE sagitta_cluster_{k}_total counter")
+            lines.append(f'sagitta_cluster_{k}_total{{cluster="{self.name}"}} {v}')
+        return "\n".join(lines) + "\n"
+
+
+__all__ = ["NO_KEY", "Cluster", "ClusterSearchResult", "ClusterUnavailable"]

@@ -1,0 +1,422 @@
+"""The cluster's controller: a Ray actor that places replicas on nodes,
+watches them, promotes a follower when a primary is lost, recreates lost
+replicas on live nodes from the object store, publishes each shard on a
+schedule, moves replicas when nodes join, and reports status.
+
+It is not on the data path: clients send writes to each shard's primary
+and searches to its replicas directly, from a routing table they fetch
+here (refetched when its ``epoch`` changes or a call fails).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from collections import Counter, deque
+from typing import Any
+
+from ._layout import place, rebalance_moves
+from ._replica import Replica
+
+
+def live_nodes() -> dict:
+    """Live Ray nodes by name: the ``sagitta_node_*`` resource a node was
+    started with (``sagitta.cluster.local`` names them so), else the first
+    12 hex digits of its node id. Values are node ids."""
+    import ray
+
+    out = {}
+    for n in ray.nodes():
+        if not n.get("Alive"):
+            continue
+        tags = sorted(r for r in n.get("Resources", {}) if r.startswith("sagitta_node_"))
+        name = tags[0][len("sagitta_node_") :] if tags else n["NodeID"][:12]
+        out[name] = n["NodeID"]
+    return out
+
+
+class _Copy:
+    """The controller's record of one replica."""
+
+    def __init__(self, handle: Any, node: str):
+        self.handle = handle
+        self.node = node
+        self.id = handle._actor_id.hex()
+
+
+class Controller:
+    def __init__(self, spec: dict):
+        self.spec = spec
+        self.name = spec["name"]
+        self.shards: list[dict] = []  # {"primary": _Copy, "followers": [_Copy]}
+        self.epoch = 0
+        self.lock = threading.RLock()
+        # Held by a whole check round or rebalance (they add and remove
+        # replicas); `lock` guards the table only, briefly.
+        self.ops = threading.Lock()
+        self.wake = threading.Event()
+        self.stopping = False
+        self.events: deque = deque(maxlen=256)
+        self.counters: Counter = Counter()
+        self.last_publish: dict = {}
+        self.dead_nodes: set = set()
+        self.started = False
+        self.thread: threading.Thread | None = None
+
+    # -- placement -------------------------------------------------------
+    def _new_replica(self, shard: int, node: str, node_id: str) -> _Copy:
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        spec = self.spec
+        actor = (
+            ray.remote(Replica)
+            .options(
+                num_cpus=0,
+                max_concurrency=8,
+                max_restarts=0,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+            )
+            .remote(
+                shard,
+                node,
+                spec["root"],
+                spec["config"],
+                f"{spec['location'].rstrip('/')}/{self.name}/shard-{shard}",
+                spec["quorum"],
+            )
+        )
+        return _Copy(actor, node)
+
+    def start(self) -> dict:
+        """Creates every shard's replicas (empty collections) on distinct
+        nodes, least loaded first, and starts watching them."""
+        import ray
+
+        with self.lock:
+            if self.started:
+                return self.table()
+            nodes = live_nodes()
+            names = sorted(nodes)
+            replicas = self.spec["replicas"]
+            if len(names) < self.spec["quorum"]:
+                raise RuntimeError(
+                    f"{len(names)} live node(s): a write quorum of {self.spec['quorum']} "
+                    "needs as many nodes"
+                )
+            load: Counter = Counter()
+            created = []
+            for s in range(self.spec["shards"]):
+                where = place(replicas, names, load)
+                copies = [self._new_replica(s, n, nodes[n]) for n in where]
+                created.append(copies)
+            ray.get([c.handle.create.remote() for copies in created for c in copies])
+            for s, copies in enumerate(created):
+                ray.get(copies[0].handle.promote.remote([c.handle for c in copies[1:]]))
+                self.shards.append({"primary": copies[0], "followers": copies[1:]})
+                self.last_publish[s] = time.monotonic()
+            self.epoch = 1
+            self.started = True
+            self.thread = threading.Thread(target=self._watch, daemon=True)
+            self.thread.start()
+            return self.table()
+
+    # -- routing ---------------------------------------------------------
+    def table(self) -> dict:
+        """The routing table: per shard its primary and every replica."""
+        with self.lock:
+            return {
+                "epoch": self.epoch,
+                "shards": [
+                    {
+                        "primary": sh["primary"].handle if sh["primary"] else None,
+                        "replicas": [
+                            c.handle
+                            for c in ([sh["primary"]] if sh["primary"] else []) + sh["followers"]
+                        ],
+                    }
+                    for sh in self.shards
+                ],
+            }
+
+    def refresh(self, seen_epoch: int, timeout: float = 5.0) -> dict:
+        """A client saw a failure under ``seen_epoch``: checks the replicas
+        now and returns the table once it changed (or after ``timeout``)."""
+        self.wake.set()
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self.lock:
+                if self.epoch != seen_epoch:
+                    return self.table()
+            self.wake.set()
+            time.sleep(0.02)
+        return self.table()
+
+    # -- watching --------------------------------------------------------
+    def _watch(self) -> None:
+        interval = self.spec["check_interval"]
+        while not self.stopping:
+            self.wake.wait(interval)
+            self.wake.clear()
+            if self.stopping:
+                return
+            try:
+                with self.ops:
+                    self.check()
+            except Exception:  # keep watching; the error is in status()
+                self.counters["check_errors"] += 1
+                self.events.append(
+                    {"t": time.time(), "event": "check_error", "error": traceback.format_exc()}
+                )
+
+    def check(self) -> None:
+        """One round: drop replicas that are gone, promote where a primary
+        was lost, recreate missing replicas, publish what is due."""
+        import ray
+
+        nodes = live_nodes()
+        with self.lock:
+            copies = [c for sh in self.shards for c in [sh["primary"], *sh["followers"]] if c]
+        refs = {c.id: c.handle.ping.remote() for c in copies if c.node in nodes}
+        applied = {}
+        t0 = time.monotonic()
+        for c in copies:
+            if c.id not in refs:
+                continue
+            try:
+                applied[c.id] = ray.get(
+                    refs[c.id], timeout=max(0.05, 2.0 - (time.monotonic() - t0))
+                )
+            except ray.exceptions.GetTimeoutError:
+                applied[c.id] = None  # slow, not gone
+            except ray.exceptions.RayActorError:
+                pass
+        gone = [c for c in copies if c.id not in applied]
+        for n in set(c.node for c in copies) - set(nodes):
+            if n not in self.dead_nodes:
+                self.dead_nodes.add(n)
+                self.events.append({"t": time.time(), "event": "node_lost", "node": n})
+        if gone:
+            self._drop(gone, applied)
+        self._repair(nodes)
+        self._publish_due()
+
+    def _drop(self, gone: list, applied: dict) -> None:
+        import ray
+
+        gone_ids = {c.id for c in gone}
+        with self.lock:
+            for s, sh in enumerate(self.shards):
+                lost = [c for c in [sh["primary"], *sh["followers"]] if c and c.id in gone_ids]
+                if not lost:
+                    continue
+                t = time.time()
+                sh["followers"] = [c for c in sh["followers"] if c.id not in gone_ids]
+                for c in lost:
+                    self.counters["replicas_lost"] += 1
+                    self.events.append(
+                        {"t": t, "event": "replica_lost", "shard": s, "node": c.node}
+                    )
+                if sh["primary"] and sh["primary"].id in gone_ids:
+                    sh["primary"] = None
+                    # The most advanced follower (all hold every acknowledged
+                    # write: writes wait for them).
+                    cands = sorted(sh["followers"], key=lambda c: -(applied.get(c.id) or 0))
+                    if cands:
+                        new = cands[0]
+                        rest = [c for c in sh["followers"] if c is not new]
+                        ray.get(new.handle.promote.remote([c.handle for c in rest]))
+                        sh["primary"], sh["followers"] = new, rest
+                        self.counters["promotions"] += 1
+                        self.events.append(
+                            {"t": time.time(), "event": "promoted", "shard": s, "node": new.node}
+                        )
+                else:
+                    # The primary forwards to the followers it still has.
+                    for c in lost:
+                        ray.get(sh["primary"].handle.detach.remote(c.id))
+            self.epoch += 1
+
+    def _repair(self, nodes: dict) -> None:
+        """Brings every shard back to its replica count on live nodes."""
+        import ray
+
+        want = self.spec["replicas"]
+        for s in range(len(self.shards)):
+            while True:
+                with self.lock:
+                    sh = self.shards[s]
+                    have = [c for c in [sh["primary"], *sh["followers"]] if c]
+                    if sh["primary"] is None or len(have) >= want:
+                        break
+                    load = Counter(
+                        c.node for x in self.shards for c in [x["primary"], *x["followers"]] if c
+                    )
+                    for n in nodes:
+                        load[n] += 0
+                    target = place(1, sorted(nodes), load, avoid=[c.node for c in have])
+                    if not target:
+                        break  # not enough live nodes: stays under-replicated
+                    primary = sh["primary"]
+                t = time.time()
+                new = self._new_replica(s, target[0], nodes[target[0]])
+                try:
+                    ray.get(primary.handle.begin_join.remote())
+                    boot = ray.get(new.handle.bootstrap.remote())
+                    ray.get(primary.handle.attach.remote(new.handle))
+                except Exception:
+                    ray.kill(new.handle)
+                    raise
+                with self.lock:
+                    if self.shards[s]["primary"] is primary:
+                        self.shards[s]["followers"].append(new)
+                        self.epoch += 1
+                self.counters["replicas_added"] += 1
+                self.last_publish[s] = time.monotonic()
+                self.events.append(
+                    {
+                        "t": time.time(),
+                        "event": "replica_added",
+                        "shard": s,
+                        "node": target[0],
+                        "seconds": time.time() - t,
+                        "fetch_seconds": boot["fetch_s"],
+                    }
+                )
+
+    def _publish_due(self) -> None:
+        import ray
+
+        every = self.spec["publish_interval"]
+        if not every:
+            return
+        now = time.monotonic()
+        for s, sh in enumerate(self.shards):
+            if sh["primary"] and now - self.last_publish.get(s, 0) >= every:
+                ray.get(sh["primary"].handle.publish.remote())
+                self.last_publish[s] = time.monotonic()
+                self.counters["publishes"] += 1
+
+    # -- operations ------------------------------------------------------
+    def publish_all(self) -> list:
+        """Publishes every shard now."""
+        import ray
+
+        with self.lock:
+            prim = [sh["primary"] for sh in self.shards]
+        out = ray.get([p.handle.publish.remote() for p in prim if p])
+        for s in range(len(prim)):
+            self.last_publish[s] = time.monotonic()
+        return out
+
+    def rebalance(self) -> list:
+        """Moves replicas so that live nodes hold within one of each other
+        (a node that joined gets its share): each move adds the replica on
+        the new node (joined from the object store) before it removes the
+        old one; a moved primary hands over to a follower first."""
+        with self.ops:
+            return self._rebalance()
+
+    def _rebalance(self) -> list:
+        import ray
+
+        nodes = live_nodes()
+        names = sorted(nodes)
+        with self.lock:
+            assignment = {
+                s: [c.node for c in [sh["primary"], *sh["followers"]] if c]
+                for s, sh in enumerate(self.shards)
+            }
+        moves = rebalance_moves(assignment, names)
+        done = []
+        for s, src, dst in moves:
+            t = time.time()
+            with self.lock:
+                sh = self.shards[s]
+                primary = sh["primary"]
+            new = self._new_replica(s, dst, nodes[dst])
+            ray.get(primary.handle.begin_join.remote())
+            ray.get(new.handle.bootstrap.remote())
+            ray.get(primary.handle.attach.remote(new.handle))
+            with self.lock:
+                sh["followers"].append(new)
+                old = next(c for c in [sh["primary"], *sh["followers"]] if c.node == src)
+                if old is sh["primary"]:
+                    ray.get(old.handle.demote.remote())
+                    heir = new
+                    rest = [c for c in sh["followers"] if c is not heir]
+                    ray.get(heir.handle.promote.remote([c.handle for c in rest]))
+                    sh["primary"], sh["followers"] = heir, rest
+                else:
+                    ray.get(sh["primary"].handle.detach.remote(old.id))
+                    sh["followers"] = [c for c in sh["followers"] if c is not old]
+                self.epoch += 1
+            ray.get(old.handle.close.remote())
+            ray.kill(old.handle)
+            self.counters["moves"] += 1
+            ev = {"t": time.time(), "event": "moved", "shard": s, "from": src, "to": dst}
+            ev["seconds"] = time.time() - t
+            self.events.append(ev)
+            done.append(ev)
+        return done
+
+    def status(self) -> dict:
+        """Nodes, shards, replicas (node, role, sequence, lag, rows),
+        counters and recent events."""
+        import ray
+
+        nodes = live_nodes()
+        with self.lock:
+            shards = [(s, sh["primary"], list(sh["followers"])) for s, sh in enumerate(self.shards)]
+            epoch = self.epoch
+        out = []
+        for s, p, fs in shards:
+            infos = []
+            for c in ([p] if p else []) + fs:
+                try:
+                    info = ray.get(c.handle.info.remote(), timeout=5)
+                except Exception as e:
+                    info = {"error": type(e).__name__, "node": c.node}
+                info["role"] = "primary" if c is p else "follower"
+                infos.append(info)
+            top = max((i.get("applied", 0) for i in infos), default=0)
+            for i in infos:
+                i["lag"] = top - i.get("applied", 0)
+            out.append(
+                {
+                    "shard": s,
+                    "replicas": infos,
+                    "healthy": p is not None and len(infos) >= self.spec["replicas"],
+                }
+            )
+        return {
+            "name": self.name,
+            "epoch": epoch,
+            "nodes": sorted(nodes),
+            "dead_nodes": sorted(self.dead_nodes - set(nodes)),
+            "shards": out,
+            "healthy": all(x["healthy"] for x in out),
+            "counters": dict(self.counters),
+            "events": list(self.events),
+            "spec": {k: v for k, v in self.spec.items() if k != "config"},
+            "config": self.spec["config"],
+        }
+
+    def drop(self) -> None:
+        """Stops watching and removes every replica and its directory."""
+        import ray
+
+        self.stopping = True
+        self.wake.set()
+        if self.thread is not None:
+            self.thread.join(timeout=10)
+        with self.lock:
+            copies = [c for sh in self.shards for c in [sh["primary"], *sh["followers"]] if c]
+            self.shards = []
+        for c in copies:
+            try:
+                ray.get(c.handle.close.remote(), timeout=10)
+            except Exception:
+                pass
+            ray.kill(c.handle)
