@@ -37,7 +37,10 @@ pub enum RemoteError {
 }
 
 /// A `map_err` adapter for local I/O errors.
-pub(crate) fn io(op: &'static str, path: &std::path::Path) -> impl FnOnce(std::io::Error) -> RemoteError {
+pub(crate) fn io(
+    op: &'static str,
+    path: &std::path::Path,
+) -> impl FnOnce(std::io::Error) -> RemoteError {
     let path = path.to_path_buf();
     move |source| RemoteError::Io { op, path, source }
 }

@@ -72,7 +72,11 @@ impl Remote {
             .await?
             .bytes()
             .await?;
-        check(&p.manifest, manifest.len() as u64, crc32c::crc32c(&manifest))?;
+        check(
+            &p.manifest,
+            manifest.len() as u64,
+            crc32c::crc32c(&manifest),
+        )?;
         Collection::install(dir, &manifest)?;
         let downloaded: Vec<u64> = results.iter().flatten().copied().collect();
         Ok(FetchReport {

@@ -62,7 +62,11 @@ impl Remote {
     }
 
     /// A location in a store the caller built (`prefix` inside it).
-    pub fn with_store(store: Arc<dyn ObjectStore>, prefix: ObjectPath, label: &str) -> Result<Remote> {
+    pub fn with_store(
+        store: Arc<dyn ObjectStore>,
+        prefix: ObjectPath,
+        label: &str,
+    ) -> Result<Remote> {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()

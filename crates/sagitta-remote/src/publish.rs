@@ -91,7 +91,10 @@ impl Remote {
         let object = published::data_object("MANIFEST", export.manifest.len() as u64, crc);
         if !self.has(&object, export.manifest.len() as u64).await? {
             self.store
-                .put(&self.path(&object), PutPayload::from(export.manifest.clone()))
+                .put(
+                    &self.path(&object),
+                    PutPayload::from(export.manifest.clone()),
+                )
                 .await?;
             report.uploaded_files += 1;
             report.uploaded_bytes += export.manifest.len() as u64;
@@ -147,7 +150,8 @@ impl Remote {
         let mut left = f.len;
         while left > 0 {
             let want = (left as usize).min(CHUNK);
-            file.read_exact(&mut buf[..want]).map_err(io("read", &path))?;
+            file.read_exact(&mut buf[..want])
+                .map_err(io("read", &path))?;
             crc = crc32c::crc32c_append(crc, &buf[..want]);
             left -= want as u64;
         }
@@ -177,7 +181,8 @@ impl Remote {
         let r: Result<()> = async {
             while left > 0 {
                 let want = (left as usize).min(CHUNK);
-                file.read_exact(&mut buf[..want]).map_err(io("read", &path))?;
+                file.read_exact(&mut buf[..want])
+                    .map_err(io("read", &path))?;
                 w.write_all(&buf[..want])
                     .await
                     .map_err(io("upload", &path))?;

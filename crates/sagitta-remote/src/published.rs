@@ -71,8 +71,8 @@ impl Published {
         if crc32c::crc32c(&bytes[..at]) != want {
             return Err(bad("checksum mismatch".into()));
         }
-        let p: Published =
-            serde_json::from_slice(&bytes[..at]).map_err(|e| bad(format!("bad version file: {e}")))?;
+        let p: Published = serde_json::from_slice(&bytes[..at])
+            .map_err(|e| bad(format!("bad version file: {e}")))?;
         if p.format != VERSION_FORMAT {
             return Err(bad(format!(
                 "version file format {} (this build reads {VERSION_FORMAT})",

@@ -106,9 +106,7 @@ fn later_publishes_upload_only_new_files_and_keep_the_newest_versions() {
         .published
         .files
         .iter()
-        .filter(|f| {
-            !second.published.files.contains(f) && !third.published.files.contains(f)
-        })
+        .filter(|f| !second.published.files.contains(f) && !third.published.files.contains(f))
         .collect();
     for f in only_first {
         assert!(!t.path().join("b").join(&f.object).exists(), "{}", f.object);
@@ -127,7 +125,10 @@ fn corrupt_objects_are_refused_and_nothing_is_installed() {
     c.seal().unwrap();
     let bucket = t.path().join("b");
     let remote = Remote::open(bucket.to_str().unwrap()).unwrap();
-    let p = remote.publish(&c, serde_json::Value::Null, 2).unwrap().published;
+    let p = remote
+        .publish(&c, serde_json::Value::Null, 2)
+        .unwrap()
+        .published;
     let seg = p.files.iter().find(|f| f.name.starts_with("seg-")).unwrap();
     let path = bucket.join(&seg.object);
     let mut bytes = std::fs::read(&path).unwrap();
@@ -144,7 +145,10 @@ fn corrupt_objects_are_refused_and_nothing_is_installed() {
     // A cut-short version file is refused too.
     let latest = std::fs::read(bucket.join("LATEST")).unwrap();
     std::fs::write(bucket.join("LATEST"), &latest[..latest.len() / 2]).unwrap();
-    assert!(matches!(remote.fetch(&node), Err(RemoteError::Corrupt { .. })));
+    assert!(matches!(
+        remote.fetch(&node),
+        Err(RemoteError::Corrupt { .. })
+    ));
 }
 
 #[test]
@@ -155,12 +159,19 @@ fn a_partial_upload_is_never_visible() {
     c.seal().unwrap();
     let bucket = t.path().join("b");
     let remote = Remote::open(bucket.to_str().unwrap()).unwrap();
-    let v1 = remote.publish(&c, serde_json::Value::Null, 2).unwrap().published;
+    let v1 = remote
+        .publish(&c, serde_json::Value::Null, 2)
+        .unwrap()
+        .published;
     // A publish that died after its data and version file, before LATEST:
     // readers still get version 1; the next publish numbers past it and
     // collects the orphan.
     std::fs::write(bucket.join("data/00000000-1-seg-999999.sgt"), b"x").unwrap();
-    std::fs::write(bucket.join("versions/00000000000000000002.json"), v1.encode()).unwrap();
+    std::fs::write(
+        bucket.join("versions/00000000000000000002.json"),
+        v1.encode(),
+    )
+    .unwrap();
     assert_eq!(remote.latest().unwrap().unwrap().version, 1);
     remote.fetch(&t.path().join("n1")).unwrap();
     add(&c, 600..700);
@@ -178,7 +189,10 @@ fn bad_locations_and_targets_give_typed_errors() {
         Remote::open("ftp://somewhere/x"),
         Err(RemoteError::Location(..))
     ));
-    assert!(matches!(Remote::open("file://relative"), Err(RemoteError::Location(..))));
+    assert!(matches!(
+        Remote::open("file://relative"),
+        Err(RemoteError::Location(..))
+    ));
     let remote = Remote::open(t.path().join("empty").to_str().unwrap()).unwrap();
     assert!(matches!(
         remote.fetch(&t.path().join("n")),
