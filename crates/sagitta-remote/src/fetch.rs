@@ -1,7 +1,7 @@
 //! Fetching the latest published version into a local directory.
 
 use crate::error::{io, RemoteError, Result};
-use crate::published::{Published, PublishedFile};
+use crate::published::{matches, Digest, Published, PublishedFile};
 use crate::Remote;
 use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStoreExt;
@@ -72,11 +72,9 @@ impl Remote {
             .await?
             .bytes()
             .await?;
-        check(
-            &p.manifest,
-            manifest.len() as u64,
-            crc32c::crc32c(&manifest),
-        )?;
+        let mut d = Digest::default();
+        d.update(&manifest);
+        check(&p.manifest, manifest.len() as u64, d.finish())?;
         Collection::install(dir, &manifest)?;
         let downloaded: Vec<u64> = results.iter().flatten().copied().collect();
         Ok(FetchReport {
@@ -98,14 +96,14 @@ impl Remote {
         let r: Result<()> = async {
             let mut out = std::fs::File::create(&tmp).map_err(io("create", &tmp))?;
             let mut stream = self.store.get(&self.path(&f.object)).await?.into_stream();
-            let (mut len, mut crc) = (0u64, 0u32);
+            let mut d = Digest::default();
             while let Some(chunk) = stream.next().await {
                 let chunk = chunk?;
-                crc = crc32c::crc32c_append(crc, &chunk);
-                len += chunk.len() as u64;
+                d.update(&chunk);
                 out.write_all(&chunk).map_err(io("write", &tmp))?;
             }
-            check(f, len, crc)?;
+            let len = d.len;
+            check(f, len, d.finish())?;
             out.sync_all().map_err(io("fsync", &tmp))?;
             std::fs::rename(&tmp, &path).map_err(io("rename", &tmp))
         }
@@ -118,20 +116,24 @@ impl Remote {
 }
 
 /// Whether the bytes match what the version file lists.
-fn check(f: &PublishedFile, len: u64, crc: u32) -> Result<()> {
-    if len != f.len || format!("{crc:08x}") != f.crc32c {
+fn check(f: &PublishedFile, len: u64, got: (String, String)) -> Result<()> {
+    if !matches(f, len, &got) {
         return Err(RemoteError::Corrupt {
             object: f.object.clone(),
             reason: format!(
-                "{len} bytes with CRC32C {crc:08x}, the version lists {} bytes with {}",
-                f.len, f.crc32c
+                "{len} bytes with CRC32C {} and SHA-256 {}, the version lists {} bytes with {} and {}",
+                got.0,
+                got.1,
+                f.len,
+                f.crc32c,
+                f.sha256.as_deref().unwrap_or("-")
             ),
         });
     }
     Ok(())
 }
 
-/// Whether `path` exists with the listed length and checksum.
+/// Whether `path` exists with the listed length and checksums.
 fn local_matches(path: &Path, f: &PublishedFile) -> bool {
     let Ok(mut file) = std::fs::File::open(path) else {
         return false;
@@ -140,13 +142,14 @@ fn local_matches(path: &Path, f: &PublishedFile) -> bool {
         return false;
     }
     let mut buf = vec![0u8; 1 << 20];
-    let mut crc = 0u32;
+    let mut d = Digest::default();
     loop {
         match file.read(&mut buf) {
             Ok(0) => break,
-            Ok(n) => crc = crc32c::crc32c_append(crc, &buf[..n]),
+            Ok(n) => d.update(&buf[..n]),
             Err(_) => return false,
         }
     }
-    format!("{crc:08x}") == f.crc32c
+    let len = d.len;
+    matches(f, len, &d.finish())
 }

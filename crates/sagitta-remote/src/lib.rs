@@ -40,10 +40,10 @@ pub struct Remote {
     prefix: ObjectPath,
     location: String,
     rt: tokio::runtime::Runtime,
-    /// CRC32C of files already checksummed, by (directory, name, length):
+    /// CRC32C and SHA-256 of files already read, by (directory, name, length):
     /// files a manifest names never change, so a publish reads only the
     /// new ones.
-    crcs: Mutex<HashMap<(PathBuf, String, u64), u32>>,
+    crcs: Mutex<HashMap<(PathBuf, String, u64), (String, String)>>,
 }
 
 impl std::fmt::Debug for Remote {

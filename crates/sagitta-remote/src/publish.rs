@@ -61,6 +61,7 @@ impl Remote {
                     object: String::new(),
                     len: export.manifest.len() as u64,
                     crc32c: String::new(),
+                    sha256: None,
                 },
                 files: Vec::new(),
                 meta,
@@ -71,8 +72,8 @@ impl Remote {
             removed_objects: 0,
         };
         for f in &export.files {
-            let crc = self.file_crc(&dir, f)?;
-            let object = published::data_object(&f.name, f.len, crc);
+            let (crc, sha) = self.file_digest(&dir, f)?;
+            let object = published::data_object(&f.name, f.len, &sha);
             if self.has(&object, f.len).await? {
                 report.reused_files += 1;
             } else {
@@ -84,11 +85,14 @@ impl Remote {
                 name: f.name.clone(),
                 object,
                 len: f.len,
-                crc32c: format!("{crc:08x}"),
+                crc32c: crc,
+                sha256: Some(sha),
             });
         }
-        let crc = crc32c::crc32c(&export.manifest);
-        let object = published::data_object("MANIFEST", export.manifest.len() as u64, crc);
+        let mut d = published::Digest::default();
+        d.update(&export.manifest);
+        let (crc, sha) = d.finish();
+        let object = published::data_object("MANIFEST", export.manifest.len() as u64, &sha);
         if !self.has(&object, export.manifest.len() as u64).await? {
             self.store
                 .put(
@@ -100,7 +104,8 @@ impl Remote {
             report.uploaded_bytes += export.manifest.len() as u64;
         }
         report.published.manifest.object = object;
-        report.published.manifest.crc32c = format!("{crc:08x}");
+        report.published.manifest.crc32c = crc;
+        report.published.manifest.sha256 = Some(sha);
 
         // The version number: past every version file (one written by a
         // publish that died before LATEST included) and past LATEST.
@@ -136,31 +141,33 @@ impl Remote {
         Ok(report)
     }
 
-    /// CRC32C of an exported file (read once per file and length).
-    fn file_crc(&self, dir: &std::path::Path, f: &ExportFile) -> Result<u32> {
+    /// CRC32C and SHA-256 of an exported file (read once per file and
+    /// length: the files a manifest names never change).
+    fn file_digest(&self, dir: &std::path::Path, f: &ExportFile) -> Result<(String, String)> {
         let key = (dir.to_path_buf(), f.name.clone(), f.len);
-        if let Some(&c) = self.crcs.lock().get(&key) {
-            return Ok(c);
+        if let Some(c) = self.crcs.lock().get(&key) {
+            return Ok(c.clone());
         }
         let path = dir.join(&f.name);
         let mut file = &f.file;
         file.seek(SeekFrom::Start(0)).map_err(io("seek", &path))?;
         let mut buf = vec![0u8; CHUNK];
-        let mut crc = 0u32;
+        let mut d = published::Digest::default();
         let mut left = f.len;
         while left > 0 {
             let want = (left as usize).min(CHUNK);
             file.read_exact(&mut buf[..want])
                 .map_err(io("read", &path))?;
-            crc = crc32c::crc32c_append(crc, &buf[..want]);
+            d.update(&buf[..want]);
             left -= want as u64;
         }
-        self.crcs.lock().insert(key, crc);
-        Ok(crc)
+        let got = d.finish();
+        self.crcs.lock().insert(key, got.clone());
+        Ok(got)
     }
 
     /// Whether `object` is stored with length `len` (its name carries the
-    /// checksum, so the bytes are the same).
+    /// SHA-256, so the bytes are the same).
     async fn has(&self, object: &str, len: u64) -> Result<bool> {
         match self.store.head(&self.path(object)).await {
             Ok(m) => Ok(m.size == len),

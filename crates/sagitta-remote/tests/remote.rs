@@ -253,7 +253,84 @@ fn frozen_version_files_read_back() {
     assert_eq!(p.version, 7);
     assert_eq!(p.manifest.name, "MANIFEST");
     assert!(p.files.iter().any(|f| f.name.starts_with("seg-")));
+    assert!(p.files.iter().all(|f| f.sha256.is_none()));
     assert_eq!(p.meta["log_seq"], 1234);
     // Re-encoding gives the same bytes (the format is stable).
     assert_eq!(p.encode(), bytes);
+
+    let bytes = std::fs::read(dir.join("version-format-2.json")).unwrap();
+    let p = Published::decode("version-format-2.json", &bytes).unwrap();
+    assert_eq!(
+        (p.format, p.version, p.meta["seq"].as_u64()),
+        (2, 9, Some(77))
+    );
+    for f in std::iter::once(&p.manifest).chain(&p.files) {
+        let sha = f.sha256.as_deref().unwrap();
+        assert!(
+            f.object.starts_with(&format!("data/{sha}-")),
+            "{}",
+            f.object
+        );
+    }
+    assert_eq!(p.encode(), bytes);
+    // Format 2 without a file's SHA-256 is refused.
+    let text = String::from_utf8(bytes).unwrap();
+    let body = &text[..text.rfind("crc32c:").unwrap()];
+    let mut v: serde_json::Value = serde_json::from_str(body).unwrap();
+    v["files"][0].as_object_mut().unwrap().remove("sha256");
+    let mut stripped = serde_json::to_vec_pretty(&v).unwrap();
+    stripped.push(b'\n');
+    let crc = crc32c::crc32c(&stripped);
+    stripped.extend_from_slice(format!("crc32c:{crc:08x}\n").as_bytes());
+    assert!(matches!(
+        Published::decode("x", &stripped),
+        Err(RemoteError::Corrupt { .. })
+    ));
+}
+
+/// Regression: files that end with their own CRC32C (bloom filters,
+/// tombstones) all have one whole-file CRC32C, so naming objects by it made
+/// a second writer's bloom filter of the same size resolve to the first
+/// writer's object: a replica fetched after a failover got a filter
+/// without the newer keys, missed them on lookup and kept duplicates on
+/// upsert. Objects are named by SHA-256 now; fetched files are the
+/// publisher's, byte for byte.
+#[test]
+fn writers_with_same_size_files_never_share_objects() {
+    let t = tempfile::tempdir().unwrap();
+    let bucket = t.path().join("b");
+    let remote = Remote::open(bucket.to_str().unwrap()).unwrap();
+    let a = create(&t.path().join("a"));
+    add(&a, 0..400);
+    a.seal().unwrap();
+    let pa = remote.publish(&a, serde_json::Value::Null, 2).unwrap();
+    // A second writer of the same location (a promoted replica): other
+    // keys, same sizes of bloom and tombstone files.
+    let b = create(&t.path().join("b2"));
+    add(&b, 5000..5400);
+    b.seal().unwrap();
+    let pb = remote.publish(&b, serde_json::Value::Null, 2).unwrap();
+    let bloom = |p: &Published| {
+        p.published_file("bloom-")
+            .map(|f| (f.len, f.crc32c.clone(), f.object.clone()))
+            .unwrap()
+    };
+    let (la, ca, oa) = bloom(&pa.published);
+    let (lb, cb, ob) = bloom(&pb.published);
+    assert_eq!(
+        (la, &ca),
+        (lb, &cb),
+        "the premise: same size, same whole-file CRC"
+    );
+    assert_ne!(oa, ob);
+    let n = t.path().join("n");
+    remote.fetch(&n).unwrap();
+    for f in &pb.published.files {
+        let got = std::fs::read(n.join(&f.name)).unwrap();
+        let want = std::fs::read(t.path().join("b2").join(&f.name)).unwrap();
+        assert!(got == want, "{} differs from the publisher's", f.name);
+    }
+    let copy = Collection::open(&n, OpenMode::ReadWrite).unwrap();
+    add(&copy, 5000..5400);
+    assert_eq!(copy.len(), 400, "an upsert of present keys replaces them");
 }
