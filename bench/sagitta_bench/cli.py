@@ -246,6 +246,11 @@ def main(argv: list[str] | None = None) -> None:
 
         server.main(args_in[1:])
         return
+    if args_in[:1] == ["cluster"]:
+        from . import cluster
+
+        cluster.main(args_in[1:])
+        return
     if args_in[:1] == ["longbow"]:
         from . import longbow
 
@@ -312,6 +317,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser(
         "longbow",
         help="Arrow Flight: sagitta serve beside the peer Longbow (see sagitta_bench.longbow)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "cluster",
+        help="sagitta.cluster on 3 Ray nodes vs one node: search, failover, cold open",
         add_help=False,
     )
     w = sub.add_parser("report", help="rewrite BENCHMARKS.md from the runs in a results dir")

@@ -13,11 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from ._controller import Controller
+from ._controller import NAMESPACE, Controller, head_node_id
 from ._layout import NO_KEY, merge_topk, shard_of
 from ._replica import ShardUnavailable
 
-NAMESPACE = "sagitta"
 # Seconds a replica that failed a call is avoided for.
 SUSPECT_FOR = 5.0
 
@@ -133,8 +132,9 @@ class Cluster:
         node). Each shard is published every ``publish_interval`` seconds
         (0: only when a replica joins or on :meth:`publish`)."""
         import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+        if not name or len(name) > 128 or not all(c.isalnum() or c in "-_." for c in name):
+            raise ValueError("name: 1 to 128 letters, digits, '-', '_' or '.'")
         if shards < 1 or replicas < 1:
             raise ValueError("shards and replicas must be at least 1")
         quorum = min(2, replicas) if quorum is None else quorum
@@ -157,7 +157,9 @@ class Cluster:
             pass
         else:
             raise FileExistsError(f"cluster {name!r} already exists")
-        here = ray.get_runtime_context().get_node_id()
+        # The controller lives on the head node (whose loss takes the Ray
+        # cluster down anyway), else anywhere.
+        home = {"node:__internal_head__": 0.001} if head_node_id() else {}
         ctl = (
             ray.remote(Controller)
             .options(
@@ -166,7 +168,11 @@ class Cluster:
                 lifetime="detached",
                 num_cpus=0,
                 max_concurrency=16,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=True),
+                # Restarted by Ray on a live node when its node dies; it
+                # then takes the live replicas over (Controller._recover).
+                max_restarts=-1,
+                max_task_retries=3,
+                resources=home,
             )
             .remote(spec)
         )
@@ -195,6 +201,15 @@ class Cluster:
 
         ray.get(self._controller.drop.remote())
         ray.kill(self._controller)
+        # The name is released asynchronously: wait for it, so that a
+        # create or connect right after sees the cluster gone.
+        end = time.monotonic() + self.timeout
+        while time.monotonic() < end:
+            try:
+                ray.get_actor(_controller_name(self.name), namespace=NAMESPACE)
+            except ValueError:
+                return
+            time.sleep(0.05)
 
     # -- routing ---------------------------------------------------------
     def _refresh(self) -> None:
@@ -455,6 +470,15 @@ class Cluster:
     def __len__(self) -> int:
         return self.count()
 
+    def schema(self) -> dict:
+        """Payload columns and their types, over every shard."""
+        got = self._read_all("schema", {s: () for s in range(self.shards)})
+        out: dict = {}
+        for s in range(self.shards):
+            for name, kind in got[s].items():
+                out.setdefault(name, kind)
+        return out
+
     # -- operations ------------------------------------------------------
     def stats(self) -> dict:
         """Cluster status: nodes, shards with their replicas (node, role,
@@ -467,6 +491,30 @@ class Cluster:
         return st
 
     status = stats
+
+    def verify(self, keys: Any) -> list:
+        """A consistency check: asks every replica of every shard whether
+        it holds each of ``keys`` (those of its shard). Returns one entry
+        per replica (its info, ``missing_count`` and up to 100 ``missing``
+        keys); all counts are 0 when the replicas agree with the caller."""
+        import ray
+
+        keys = np.asarray(keys, dtype=np.uint64).reshape(-1)
+        split = self._split(keys)
+        calls = []
+        for s, sh in enumerate(self._table["shards"]):
+            mine = keys[split[s]] if s in split else keys[:0]
+            calls += [r.missing.remote(mine) for r in sh["replicas"]]
+        return ray.get(calls, timeout=self.timeout)
+
+    def optimize(self) -> list:
+        """Waits until every replica has indexed and merged every row it
+        holds (as :meth:`sagitta.Collection.optimize`); returns each
+        replica's info."""
+        import ray
+
+        reps = [r for sh in self._table["shards"] for r in sh["replicas"]]
+        return ray.get([r.optimize.remote() for r in reps], timeout=None)
 
     def publish(self) -> list:
         """Publishes every shard to the object store now."""

@@ -13,11 +13,49 @@ from __future__ import annotations
 import threading
 import time
 import traceback
+import uuid
+import warnings
 from collections import Counter, deque
 from typing import Any
 
 from ._layout import place, rebalance_moves
 from ._replica import Replica
+
+NAMESPACE = "sagitta"
+
+
+def replica_prefix(cluster: str) -> str:
+    """Name prefix of the replica actors of ``cluster``."""
+    return f"replica:{cluster}:"
+
+
+def head_node_id() -> str | None:
+    """The Ray head node's id (its loss takes the whole Ray cluster down,
+    so the controller lives there unless it is gone)."""
+    import ray
+
+    for n in ray.nodes():
+        if n.get("Alive") and "node:__internal_head__" in n.get("Resources", {}):
+            return n["NodeID"]
+    return None
+
+
+def _node_name(n: dict) -> str:
+    tags = sorted(r for r in n.get("Resources", {}) if r.startswith("sagitta_node_"))
+    return tags[0][len("sagitta_node_") :] if tags else n["NodeID"][:12]
+
+
+def dead_nodes(known: dict) -> list:
+    """The nodes Ray reports dead and not back: by the name they had while
+    alive when ``known`` (name -> node id, as seen by this controller)
+    has it (Ray forgets a dead node's resources), else by node id."""
+    import ray
+
+    nodes = ray.nodes()
+    alive = {n["NodeID"] for n in nodes if n.get("Alive")}
+    names = {i: name for name, i in known.items()}
+    out = {names.get(n["NodeID"], n["NodeID"][:12]) for n in nodes if n["NodeID"] not in alive}
+    return sorted(out - {_node_name(n) for n in nodes if n.get("Alive")})
 
 
 def live_nodes() -> dict:
@@ -26,14 +64,7 @@ def live_nodes() -> dict:
     12 hex digits of its node id. Values are node ids."""
     import ray
 
-    out = {}
-    for n in ray.nodes():
-        if not n.get("Alive"):
-            continue
-        tags = sorted(r for r in n.get("Resources", {}) if r.startswith("sagitta_node_"))
-        name = tags[0][len("sagitta_node_") :] if tags else n["NodeID"][:12]
-        out[name] = n["NodeID"]
-    return out
+    return {_node_name(n): n["NodeID"] for n in ray.nodes() if n.get("Alive")}
 
 
 class _Copy:
@@ -61,8 +92,67 @@ class Controller:
         self.counters: Counter = Counter()
         self.last_publish: dict = {}
         self.dead_nodes: set = set()
+        # Every node seen alive: name -> node id.
+        self.known: dict = {}
         self.started = False
         self.thread: threading.Thread | None = None
+        # A controller restarted by Ray (its node died) takes over the
+        # replicas that are still alive.
+        import ray
+
+        with warnings.catch_warnings():  # Ray's property uses its own deprecated API
+            warnings.simplefilter("ignore", DeprecationWarning)
+            restarted = ray.get_runtime_context().was_current_actor_reconstructed
+        if restarted:
+            self._recover()
+
+    def _recover(self) -> None:
+        """Rebuilds the shard table from the live replicas of this cluster
+        (named ``replica:<cluster>:<shard>:<id>``), if there are any: per
+        shard the most advanced replica that was a primary stays primary
+        (or, with none, one is promoted by the next check), the others
+        follow it. Then watching starts."""
+        import ray
+
+        prefix = replica_prefix(self.name)
+        found: dict = {}
+        for a in ray.util.list_named_actors(all_namespaces=True):
+            if a.get("namespace") != NAMESPACE or not a.get("name", "").startswith(prefix):
+                continue
+            try:
+                h = ray.get_actor(a["name"], namespace=NAMESPACE)
+                info = ray.get(h.info.remote(), timeout=10)
+            except Exception:  # gone meanwhile, or its node is dead
+                continue
+            found.setdefault(info["shard"], []).append((info, _Copy(h, info["node"])))
+        if not found:
+            return
+        for s in range(self.spec["shards"]):
+            reps = sorted(found.get(s, []), key=lambda x: (-x[0]["primary"], -x[0]["applied"]))
+            primary = None
+            if reps and reps[0][0]["primary"]:
+                primary = reps[0][1]
+                rest = [c for _, c in reps[1:]]
+                ray.get(primary.handle.promote.remote([c.handle for c in rest]))
+                for _, c in reps[1:]:
+                    ray.get(c.handle.demote.remote())
+            else:
+                rest = [c for _, c in reps]
+            self.shards.append({"primary": primary, "followers": rest})
+            self.last_publish[s] = time.monotonic()
+        self.counters["controller_recoveries"] += 1
+        self.events.append(
+            {
+                "t": time.time(),
+                "event": "controller_recovered",
+                "replicas": sum(len(v) for v in found.values()),
+            }
+        )
+        # An epoch no client has seen: every table a client holds is stale.
+        self.epoch = int(time.time() * 1000)
+        self.started = True
+        self.thread = threading.Thread(target=self._watch, daemon=True)
+        self.thread.start()
 
     # -- placement -------------------------------------------------------
     def _new_replica(self, shard: int, node: str, node_id: str) -> _Copy:
@@ -73,6 +163,12 @@ class Controller:
         actor = (
             ray.remote(Replica)
             .options(
+                # Named and detached: a replica outlives a controller that
+                # dies (its restart finds the replicas by name) and is
+                # removed only by the controller (drop, move, loss).
+                name=f"{replica_prefix(self.name)}{shard}:{uuid.uuid4().hex[:12]}",
+                namespace=NAMESPACE,
+                lifetime="detached",
                 num_cpus=0,
                 max_concurrency=8,
                 max_restarts=0,
@@ -176,22 +272,30 @@ class Controller:
         import ray
 
         nodes = live_nodes()
+        self.known.update(nodes)
         with self.lock:
             copies = [c for sh in self.shards for c in [sh["primary"], *sh["followers"]] if c]
         refs = {c.id: c.handle.ping.remote() for c in copies if c.node in nodes}
         applied = {}
+        dropped: set = set()
         t0 = time.monotonic()
         for c in copies:
             if c.id not in refs:
                 continue
             try:
-                applied[c.id] = ray.get(
-                    refs[c.id], timeout=max(0.05, 2.0 - (time.monotonic() - t0))
-                )
+                got = ray.get(refs[c.id], timeout=max(0.05, 2.0 - (time.monotonic() - t0)))
+                applied[c.id] = got["applied"]
+                dropped |= set(got["dropped"])
             except ray.exceptions.GetTimeoutError:
                 applied[c.id] = None  # slow, not gone
             except ray.exceptions.RayActorError:
                 pass
+        # A follower its primary stopped forwarding to is gone too, even if
+        # it still answers: it misses writes. It is killed and replaced.
+        for c in copies:
+            if c.id in dropped and c.id in applied:
+                del applied[c.id]
+                ray.kill(c.handle)
         gone = [c for c in copies if c.id not in applied]
         for n in set(c.node for c in copies) - set(nodes):
             if n not in self.dead_nodes:
@@ -199,6 +303,7 @@ class Controller:
                 self.events.append({"t": time.time(), "event": "node_lost", "node": n})
         if gone:
             self._drop(gone, applied)
+        self._promote(applied)
         self._repair(nodes)
         self._publish_due()
 
@@ -219,24 +324,36 @@ class Controller:
                         {"t": t, "event": "replica_lost", "shard": s, "node": c.node}
                     )
                 if sh["primary"] and sh["primary"].id in gone_ids:
-                    sh["primary"] = None
-                    # The most advanced follower (all hold every acknowledged
-                    # write: writes wait for them).
-                    cands = sorted(sh["followers"], key=lambda c: -(applied.get(c.id) or 0))
-                    if cands:
-                        new = cands[0]
-                        rest = [c for c in sh["followers"] if c is not new]
-                        ray.get(new.handle.promote.remote([c.handle for c in rest]))
-                        sh["primary"], sh["followers"] = new, rest
-                        self.counters["promotions"] += 1
-                        self.events.append(
-                            {"t": time.time(), "event": "promoted", "shard": s, "node": new.node}
-                        )
+                    sh["primary"] = None  # a follower is promoted by _promote
                 else:
                     # The primary forwards to the followers it still has.
                     for c in lost:
                         ray.get(sh["primary"].handle.detach.remote(c.id))
             self.epoch += 1
+
+    def _promote(self, applied: dict) -> None:
+        """Gives every shard without a primary its most advanced follower
+        as primary. Every follower the lost primary counted holds every
+        acknowledged write (a write waits for them); one it had stopped
+        forwarding to is behind, so the choice waits until every follower
+        has reported its sequence this round (a slow one: next round)."""
+        import ray
+
+        with self.lock:
+            for s, sh in enumerate(self.shards):
+                if sh["primary"] is not None or not sh["followers"]:
+                    continue
+                if any(applied.get(c.id) is None for c in sh["followers"]):
+                    continue
+                new = max(sh["followers"], key=lambda c: applied[c.id])
+                rest = [c for c in sh["followers"] if c is not new]
+                ray.get(new.handle.promote.remote([c.handle for c in rest]))
+                sh["primary"], sh["followers"] = new, rest
+                self.counters["promotions"] += 1
+                self.events.append(
+                    {"t": time.time(), "event": "promoted", "shard": s, "node": new.node}
+                )
+                self.epoch += 1
 
     def _repair(self, nodes: dict) -> None:
         """Brings every shard back to its replica count on live nodes."""
@@ -294,9 +411,17 @@ class Controller:
         now = time.monotonic()
         for s, sh in enumerate(self.shards):
             if sh["primary"] and now - self.last_publish.get(s, 0) >= every:
-                ray.get(sh["primary"].handle.publish.remote())
+                # Due again a whole interval later, whether it worked or
+                # not (a store that refuses writes is not hammered).
                 self.last_publish[s] = time.monotonic()
-                self.counters["publishes"] += 1
+                try:
+                    ray.get(sh["primary"].handle.publish.remote())
+                    self.counters["publishes"] += 1
+                except Exception as e:
+                    self.counters["publish_errors"] += 1
+                    self.events.append(
+                        {"t": time.time(), "event": "publish_failed", "shard": s, "error": str(e)}
+                    )
 
     # -- operations ------------------------------------------------------
     def publish_all(self) -> list:
@@ -394,7 +519,11 @@ class Controller:
             "name": self.name,
             "epoch": epoch,
             "nodes": sorted(nodes),
-            "dead_nodes": sorted(self.dead_nodes - set(nodes)),
+            "dead_nodes": dead_nodes(self.known),
+            "controller_node": next(
+                (n for n, i in nodes.items() if i == ray.get_runtime_context().get_node_id()),
+                None,
+            ),
             "shards": out,
             "healthy": all(x["healthy"] for x in out),
             "counters": dict(self.counters),

@@ -47,6 +47,8 @@ class Replica:
         self.applied = 0
         self.primary = False
         self.followers: list = []
+        # Actor ids of followers this primary stopped forwarding to.
+        self.dropped: set = set()
         # Writes made since a publish for joining replicas, or None.
         self.retained: list | None = None
         self.lock = threading.Lock()
@@ -67,8 +69,12 @@ class Replica:
         self.published_version = got["version"]
         return {**self.info(), "fetch_s": time.perf_counter() - t, "fetched": got}
 
-    def ping(self) -> int:
-        return self.applied
+    def ping(self) -> dict:
+        """The sequence held and, on a primary, the followers it stopped
+        forwarding to (a failed or timed-out forward): the controller
+        removes them, since they would otherwise serve reads that miss
+        writes."""
+        return {"applied": self.applied, "dropped": list(self.dropped)}
 
     def info(self) -> dict:
         c = self.coll
@@ -175,7 +181,7 @@ class Replica:
                     ray.get(ref, timeout=FORWARD_TIMEOUT)
                     alive.append(f)
                 except Exception:  # the follower is gone or stuck: drop it
-                    pass
+                    self.dropped.add(f._actor_id.hex())
             self.followers = alive
             if 1 + len(alive) < self.quorum:
                 raise ShardUnavailable(
@@ -228,3 +234,20 @@ class Replica:
 
     def schema(self) -> dict:
         return self.coll.schema
+
+    def missing(self, keys: np.ndarray) -> dict:
+        """Which of ``keys`` this replica does not hold (a consistency
+        check: every replica of a shard holds the same keys)."""
+        have = np.asarray(self.coll.contains(keys), dtype=bool)
+        gone = np.asarray(keys)[~have]
+        return {**self.info(), "missing_count": len(gone), "missing": gone[:100].tolist()}
+
+    def stats(self) -> dict:
+        """The local collection's figures (segments, vectors, tombstones,
+        bytes, bloom, optimizer)."""
+        return self.coll.stats()
+
+    def optimize(self) -> dict:
+        """Waits until every row this replica holds is indexed and merged."""
+        self.coll.optimize(wait=True)
+        return self.info()

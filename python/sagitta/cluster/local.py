@@ -28,6 +28,10 @@ HEALTH_ENV = {
     "RAY_health_check_timeout_ms": "1000",
     "RAY_health_check_failure_threshold": "3",
     "RAY_USAGE_STATS_ENABLED": "0",
+    # A loopback-only cluster: no token (a ~/.ray/auth_token left by any
+    # earlier local Ray would otherwise turn token auth on for the head
+    # and not for the workers).
+    "RAY_AUTH_MODE": "disabled",
 }
 
 
@@ -48,6 +52,8 @@ class LocalRay:
         self.procs: dict = {}
         self.count = 0
         self.env = {**os.environ, **HEALTH_ENV}
+        # This process's driver must agree with the nodes on auth.
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
         self.ray = os.path.join(os.path.dirname(sys.executable), "ray")
 
     def _common(self, name: str) -> list:
