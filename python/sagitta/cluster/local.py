@@ -52,8 +52,10 @@ class LocalRay:
         self.procs: dict = {}
         self.count = 0
         self.env = {**os.environ, **HEALTH_ENV}
-        # This process's driver must agree with the nodes on auth.
+        # This process's driver must agree with the nodes on auth, and
+        # must never start a Ray of its own when it loses this one.
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_ENABLE_AUTO_CONNECT", "0")
         self.ray = os.path.join(os.path.dirname(sys.executable), "ray")
 
     def _common(self, name: str) -> list:
