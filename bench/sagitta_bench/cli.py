@@ -493,4 +493,28 @@ def write_benchmarks(path: Path, results_dir: Path) -> None:
             "the machine's cores with the server. "
             "Latencies include the client.\n\n" + md.read_text()
         )
+    clusters = sorted((results_dir / "cluster").glob("*.md"))
+    if clusters:  # the newest run only
+        parts.append("\n" + cluster_section(clusters[-1], path))
     path.write_text("".join(parts))
+
+
+CLUSTER_INTRO = (
+    "`python -m sagitta_bench cluster` (`sagitta_bench/cluster.py`): `sagitta.cluster` "
+    "(docs/CLUSTER.md) on a Ray cluster of three nodes on this one machine, beside a "
+    "single-node `Collection` in the benchmark's own process, same rows, same default "
+    "settings, same run, the two taking turns pass by pass. All three Ray nodes and the "
+    "client share the machine's two cores: the figures are the cost of Ray calls, fan-out "
+    "and merge, not what more machines buy.\n\n"
+)
+
+
+def cluster_section(md: Path, path: Path) -> str:
+    """The BENCHMARKS.md section of one cluster run's markdown."""
+    body = md.read_text().split("\n", 1)[1].replace("\n## ", "\n### ")
+    return (
+        f"## Scale-out: sagitta.cluster on Ray ({md.stem})\n\n"
+        + CLUSTER_INTRO
+        + body.strip()
+        + f"\n\nJSON: {os.path.relpath(md.with_suffix('.json'), path.parent)}\n"
+    )
