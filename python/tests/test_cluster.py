@@ -324,6 +324,65 @@ def test_node_loss_during_writes_and_searches(lr, tmp_path):
         c.drop()
 
 
+def test_writes_go_on_while_replicas_move(lr, tmp_path):
+    """A node joins and rebalancing moves replicas onto it while a writer
+    keeps writing: each move publishes outside the write lock, the new
+    replica replays the writes made meanwhile, and afterwards every
+    replica holds every acknowledged key."""
+    c = sc.Cluster.create(
+        "moves",
+        ndim=DIMS,
+        metric="l2",
+        kind="flat",
+        location=str(tmp_path / "bucket"),
+        root=str(tmp_path / "nodes"),
+    )
+    try:
+        base = np.arange(2000, dtype=np.uint64)
+        c.upsert(base, rows(base), payload(base))
+        acked: list = []
+        errors: list = []
+        stop = threading.Event()
+
+        def writer():
+            nxt = 2000
+            while not stop.is_set():
+                ks = np.arange(nxt, nxt + 20, dtype=np.uint64)
+                try:
+                    c.upsert(ks, rows(ks), payload(ks))
+                    acked.extend(ks.tolist())
+                except Exception as e:
+                    errors.append(repr(e))
+                nxt += 20
+
+        t = threading.Thread(target=writer)
+        t.start()
+        try:
+            newcomer = lr.add_node()
+            end = time.monotonic() + RECOVER_S
+            while newcomer not in sc.live_nodes():
+                assert time.monotonic() < end
+                time.sleep(0.1)
+            during = len(acked)
+            moves = c.rebalance()
+            moved_while_writing = len(acked) - during
+        finally:
+            stop.set()
+            t.join()
+        assert errors == [], errors[:3]
+        assert moves and all(m["to"] == newcomer for m in moves), moves
+        assert moved_while_writing > 0, "no write was acknowledged during the moves"
+        every = np.concatenate([base, np.array(acked, dtype=np.uint64)])
+        wait_healthy(c)
+        for r in c.verify(every):
+            assert r["missing_count"] == 0, r
+        assert c.count() == len(every)
+        local = oracle(tmp_path, every)
+        same_answers(c, local, np.random.default_rng(8).random((5, DIMS), dtype=np.float32))
+    finally:
+        c.drop()
+
+
 def test_controller_restart_takes_the_replicas_over(lr, tmp_path):
     """The controller's process dies (as with its node): Ray restarts it,
     it finds the live replicas by name and serves the same table; the

@@ -357,7 +357,6 @@ class Controller:
 
     def _repair(self, nodes: dict) -> None:
         """Brings every shard back to its replica count on live nodes."""
-        import ray
 
         want = self.spec["replicas"]
         for s in range(len(self.shards)):
@@ -378,13 +377,7 @@ class Controller:
                     primary = sh["primary"]
                 t = time.time()
                 new = self._new_replica(s, target[0], nodes[target[0]])
-                try:
-                    ray.get(primary.handle.begin_join.remote())
-                    boot = ray.get(new.handle.bootstrap.remote())
-                    ray.get(primary.handle.attach.remote(new.handle))
-                except Exception:
-                    ray.kill(new.handle)
-                    raise
+                boot = self._join(primary, new)
                 with self.lock:
                     if self.shards[s]["primary"] is primary:
                         self.shards[s]["followers"].append(new)
@@ -401,6 +394,28 @@ class Controller:
                         "fetch_seconds": boot["fetch_s"],
                     }
                 )
+
+    def _join(self, primary: _Copy, new: _Copy) -> dict:
+        """Brings ``new`` up to ``primary``: a publish, a fetch, a replay of
+        the writes made meanwhile. On failure the new replica is removed
+        and the primary stops retaining writes for it."""
+        import ray
+
+        joined = False
+        try:
+            ray.get(primary.handle.begin_join.remote())
+            joined = True
+            boot = ray.get(new.handle.bootstrap.remote())
+            ray.get(primary.handle.attach.remote(new.handle))
+            return boot
+        except Exception:
+            if joined:
+                try:
+                    ray.get(primary.handle.cancel_join.remote(), timeout=10)
+                except Exception:  # the primary is gone: nothing to undo
+                    pass
+            ray.kill(new.handle)
+            raise
 
     def _publish_due(self) -> None:
         import ray
@@ -461,9 +476,7 @@ class Controller:
                 sh = self.shards[s]
                 primary = sh["primary"]
             new = self._new_replica(s, dst, nodes[dst])
-            ray.get(primary.handle.begin_join.remote())
-            ray.get(new.handle.bootstrap.remote())
-            ray.get(primary.handle.attach.remote(new.handle))
+            self._join(primary, new)
             with self.lock:
                 sh["followers"].append(new)
                 old = next(c for c in [sh["primary"], *sh["followers"]] if c.node == src)

@@ -52,6 +52,10 @@ class Replica:
         # Writes made since a publish for joining replicas, or None.
         self.retained: list | None = None
         self.lock = threading.Lock()
+        # One publish at a time (scheduled, joins, on request).
+        self.publishing = threading.Lock()
+        # Joins between begin_join and attach (retained is kept while any).
+        self.joins = 0
         self.published_version = 0
 
     # -- life ------------------------------------------------------------
@@ -120,22 +124,29 @@ class Replica:
     def begin_join(self) -> dict:
         """Publishes this primary's collection for a joining replica and
         keeps every later write until :meth:`attach`."""
-        with self.lock:
-            got = self._publish()
-            self.retained = []
-            return got
+        return self._publish(join=True)
 
     def attach(self, replica: Any) -> int:
         """Replays the writes retained since :meth:`begin_join` to
-        ``replica`` and forwards every later write to it."""
+        ``replica`` (it skips those its fetched version holds) and
+        forwards every later write to it."""
         import ray
 
         with self.lock:
             for op in self.retained or []:
                 ray.get(replica.apply.remote(*op), timeout=FORWARD_TIMEOUT)
-            self.retained = None
+            self.joins = max(0, self.joins - 1)
+            if self.joins == 0:
+                self.retained = None
             self.followers.append(replica)
             return self.applied
+
+    def cancel_join(self) -> None:
+        """A join that began here failed before :meth:`attach`."""
+        with self.lock:
+            self.joins = max(0, self.joins - 1)
+            if self.joins == 0:
+                self.retained = None
 
     def detach(self, replica_id: str) -> None:
         """Stops forwarding to a replica (it is being moved or dropped)."""
@@ -145,13 +156,33 @@ class Replica:
     def publish(self) -> dict:
         """Seals and publishes the collection (the primary, on the
         controller's schedule), so a replacement starts from here."""
-        with self.lock:
-            return self._publish()
+        return self._publish()
 
-    def _publish(self) -> dict:
-        got = publish(self.coll, self.location, meta={"seq": self.applied, "shard": self.shard})
-        self.published_version = got["version"]
-        return got
+    def _publish(self, join: bool = False) -> dict:
+        """Seals the collection and notes the sequence it holds under the
+        write lock (a moment), then uploads without it: writes go on
+        during the upload. The version may hold writes past the noted
+        sequence (a flush or merge committed meanwhile); a joining replica
+        replays from that sequence on, and a replayed upsert or delete
+        leaves the state it finds unchanged, so it converges. Publishes
+        of one replica take turns."""
+        with self.publishing:
+            with self.lock:
+                self.coll.seal()
+                seq = self.applied
+                if join:
+                    self.joins += 1
+                    if self.retained is None:
+                        self.retained = []
+            meta = {"seq": seq, "shard": self.shard}
+            try:
+                got = publish(self.coll, self.location, meta=meta, seal=False)
+            except BaseException:
+                if join:
+                    self.cancel_join()
+                raise
+            self.published_version = got["version"]
+            return got
 
     # -- writes ----------------------------------------------------------
     def write(self, op: str, keys: Any, vectors: Any, payload: Any, where: Any) -> dict:
