@@ -86,15 +86,27 @@ fn start_moto() -> (Moto, u16) {
         .unwrap()
         .port();
     let child = Command::new(&python)
-        .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", &port.to_string()])
+        .args([
+            "-m",
+            "moto.server",
+            "-H",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("start moto's S3 server with {python}: {e} (scripts/python-env installs it)"));
+        .unwrap_or_else(|e| {
+            panic!("start moto's S3 server with {python}: {e} (scripts/python-env installs it)")
+        });
     let moto = Moto(child);
     let end = Instant::now() + Duration::from_secs(60);
     while http(port, "GET", "/").is_err() {
-        assert!(Instant::now() < end, "moto's S3 server did not listen on {port}");
+        assert!(
+            Instant::now() < end,
+            "moto's S3 server did not listen on {port}"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
     (moto, port)
@@ -109,9 +121,7 @@ fn publish_and_fetch_through_an_s3_server() {
     std::env::set_var("AWS_ACCESS_KEY_ID", "test");
     std::env::set_var("AWS_SECRET_ACCESS_KEY", "test");
     std::env::set_var("AWS_REGION", "us-east-1");
-    assert!(http(port, "PUT", "/sagitta-test")
-        .unwrap()
-        .contains("200"));
+    assert!(http(port, "PUT", "/sagitta-test").unwrap().contains("200"));
 
     let t = tempfile::tempdir().unwrap();
     let space = Space::new(DIMS, Metric::L2, DType::F32).unwrap();
@@ -121,7 +131,9 @@ fn publish_and_fetch_through_an_s3_server() {
     c.seal().unwrap();
     let remote = Remote::open("s3://sagitta-test/shards/shard-0").unwrap();
     assert!(remote.latest().unwrap().is_none());
-    let first = remote.publish(&c, serde_json::json!({"seq": 1}), 2).unwrap();
+    let first = remote
+        .publish(&c, serde_json::json!({"seq": 1}), 2)
+        .unwrap();
     assert_eq!(first.published.version, 1);
     assert!(first.uploaded_bytes > 8 << 20, "{}", first.uploaded_bytes);
 
@@ -134,7 +146,9 @@ fn publish_and_fetch_through_an_s3_server() {
     // A second version uploads only what is new; a new node gets it.
     add(&c, 160_000..161_000);
     c.seal().unwrap();
-    let second = remote.publish(&c, serde_json::json!({"seq": 2}), 2).unwrap();
+    let second = remote
+        .publish(&c, serde_json::json!({"seq": 2}), 2)
+        .unwrap();
     assert_eq!(second.published.version, 2);
     assert!(second.reused_files >= 1);
     assert!(second.uploaded_bytes < first.uploaded_bytes);
@@ -147,7 +161,18 @@ fn publish_and_fetch_through_an_s3_server() {
     // A bucket that does not exist: a typed error, nothing installed.
     let missing = Remote::open("s3://no-such-bucket/x").unwrap();
     let err = missing.publish(&c, serde_json::Value::Null, 2).unwrap_err();
-    assert!(matches!(err, RemoteError::ObjectStore(_)), "{err:?}");
+    // (A segment goes up as a multipart upload: its error comes through
+    // the upload stream, as an I/O error of the upload.)
+    assert!(
+        matches!(
+            err,
+            RemoteError::ObjectStore(_) | RemoteError::Io { op: "upload", .. }
+        ),
+        "{err:?}"
+    );
+    assert!(
+        format!("{err}").contains("no-such-bucket") || format!("{err:?}").contains("NoSuchBucket")
+    );
     assert!(matches!(
         missing.fetch(&t.path().join("n3")),
         Err(RemoteError::ObjectStore(_) | RemoteError::NothingPublished(_))
