@@ -34,6 +34,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+/// A file of a collection directory: (directory, name, length).
+type FileId = (PathBuf, String, u64);
+/// `(crc32c, sha256)` of a file, as version files list them.
+type Checksums = (String, String);
+
 /// A location in an object store where one collection is published.
 pub struct Remote {
     store: Arc<dyn ObjectStore>,
@@ -43,7 +48,7 @@ pub struct Remote {
     /// CRC32C and SHA-256 of files already read, by (directory, name, length):
     /// files a manifest names never change, so a publish reads only the
     /// new ones.
-    crcs: Mutex<HashMap<(PathBuf, String, u64), (String, String)>>,
+    crcs: Mutex<HashMap<FileId, Checksums>>,
 }
 
 impl std::fmt::Debug for Remote {
