@@ -75,6 +75,43 @@ def wait_healthy(c, lost: str | None = None, timeout: float = RECOVER_S) -> dict
         time.sleep(0.1)
 
 
+class Writer:
+    """A thread upserting batches of new keys from ``start`` until stopped;
+    ``acked`` holds the keys of every acknowledged batch, ``errors`` what
+    failed."""
+
+    def __init__(self, c, start: int, batch: int, errors: list):
+        self.c, self.next, self.batch = c, start, batch
+        self.acked: list = []
+        self.errors = errors
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            ks = np.arange(self.next, self.next + self.batch, dtype=np.uint64)
+            try:
+                self.c.upsert(ks, rows(ks), payload(ks))
+                self.acked.extend(ks.tolist())
+            except Exception as e:
+                self.errors.append(("write", repr(e)))
+            self.next += self.batch
+
+    def start(self) -> Writer:
+        self.thread.start()
+        return self
+
+    def finish(self) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def __enter__(self) -> Writer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.finish()
+
+
 def test_results_equal_a_single_node_collection(lr, tmp_path):
     c = sc.Cluster.create(
         "equal",
@@ -226,22 +263,12 @@ def test_node_loss_during_writes_and_searches(lr, tmp_path):
         base = np.arange(3000, dtype=np.uint64)
         c.upsert(base, rows(base), payload(base))
         c.publish()
-        acked: list = []
         errors: list = []
         search_gaps: list = []
         stop = threading.Event()
         q = np.random.default_rng(11).random((4, DIMS), dtype=np.float32)
-
-        def writer():
-            nxt = 3000
-            while not stop.is_set():
-                ks = np.arange(nxt, nxt + 50, dtype=np.uint64)
-                try:
-                    c.upsert(ks, rows(ks), payload(ks))
-                    acked.extend(ks.tolist())
-                except Exception as e:
-                    errors.append(("write", repr(e)))
-                nxt += 50
+        w = Writer(c, 3000, 50, errors)
+        acked = w.acked
 
         def searcher():
             last = time.monotonic()
@@ -255,7 +282,8 @@ def test_node_loss_during_writes_and_searches(lr, tmp_path):
                 except Exception as e:
                     errors.append(("search", repr(e)))
 
-        threads = [threading.Thread(target=writer), threading.Thread(target=searcher)]
+        threads = [threading.Thread(target=searcher)]
+        w.start()
         for t in threads:
             t.start()
         # Kill once both loops are running (the write count moves).
@@ -275,6 +303,7 @@ def test_node_loss_during_writes_and_searches(lr, tmp_path):
         while len(acked) < more and time.monotonic() < end:
             time.sleep(0.01)
         stop.set()
+        w.finish()
         for t in threads:
             t.join()
         assert errors == [], errors[:5]
@@ -340,35 +369,17 @@ def test_writes_go_on_while_replicas_move(lr, tmp_path):
     try:
         base = np.arange(2000, dtype=np.uint64)
         c.upsert(base, rows(base), payload(base))
-        acked: list = []
         errors: list = []
-        stop = threading.Event()
-
-        def writer():
-            nxt = 2000
-            while not stop.is_set():
-                ks = np.arange(nxt, nxt + 20, dtype=np.uint64)
-                try:
-                    c.upsert(ks, rows(ks), payload(ks))
-                    acked.extend(ks.tolist())
-                except Exception as e:
-                    errors.append(repr(e))
-                nxt += 20
-
-        t = threading.Thread(target=writer)
-        t.start()
-        try:
+        with Writer(c, 2000, 20, errors) as w:
             newcomer = lr.add_node()
             end = time.monotonic() + RECOVER_S
             while newcomer not in sc.live_nodes():
                 assert time.monotonic() < end
                 time.sleep(0.1)
-            during = len(acked)
+            during = len(w.acked)
             moves = c.rebalance()
-            moved_while_writing = len(acked) - during
-        finally:
-            stop.set()
-            t.join()
+            moved_while_writing = len(w.acked) - during
+        acked = w.acked
         assert errors == [], errors[:3]
         assert moves and all(m["to"] == newcomer for m in moves), moves
         assert moved_while_writing > 0, "no write was acknowledged during the moves"

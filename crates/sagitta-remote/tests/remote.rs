@@ -5,24 +5,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use sagitta_index::{DType, Metric, Space, VectorRef};
+mod common;
+
+use common::{add, answers, DIMS};
+use sagitta_index::{DType, Metric, Space};
 use sagitta_remote::{Published, Remote, RemoteError};
-use sagitta_store::{Collection, CollectionConfig, CollectionSearch, OpenMode, StoreError};
+use sagitta_store::{Collection, CollectionConfig, OpenMode, StoreError};
 use std::path::Path;
-
-fn vector(key: u64, dims: usize) -> Vec<f32> {
-    let mut z = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..dims)
-        .map(|_| {
-            z ^= z << 13;
-            z ^= z >> 7;
-            z ^= z << 17;
-            (z >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-        })
-        .collect()
-}
-
-const DIMS: usize = 16;
 
 fn create(dir: &Path) -> Collection {
     let space = Space::new(DIMS, Metric::L2, DType::F32).unwrap();
@@ -30,27 +19,6 @@ fn create(dir: &Path) -> Collection {
     c.segment_size = 500 * c.bytes_per_vector();
     c.max_segment_size = c.segment_size;
     Collection::create(dir, c).unwrap()
-}
-
-fn add(c: &Collection, keys: std::ops::Range<u64>) {
-    let rows: Vec<Vec<f32>> = keys.clone().map(|k| vector(k, DIMS)).collect();
-    let refs: Vec<VectorRef<'_>> = rows.iter().map(|r| VectorRef::F32(r)).collect();
-    let keys: Vec<u64> = keys.collect();
-    c.upsert(&keys, &refs).unwrap();
-}
-
-fn answers(c: &Collection) -> Vec<Vec<(u64, u32)>> {
-    let qs: Vec<Vec<f32>> = (0..20).map(|i| vector(1_000_000 + i, DIMS)).collect();
-    let refs: Vec<VectorRef<'_>> = qs.iter().map(|r| VectorRef::F32(r)).collect();
-    let opts = CollectionSearch {
-        exact: true,
-        ..Default::default()
-    };
-    c.search(&refs, 10, &opts)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.iter().map(|n| (n.key, n.distance.to_bits())).collect())
-        .collect()
 }
 
 #[test]

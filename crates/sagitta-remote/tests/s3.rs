@@ -8,49 +8,17 @@
 #![cfg(feature = "s3")]
 #![allow(clippy::unwrap_used)]
 
-use sagitta_index::{DType, Metric, Space, VectorRef};
+mod common;
+
+use common::{add, answers, DIMS};
+use sagitta_index::{DType, Metric, Space};
 use sagitta_remote::{Remote, RemoteError};
-use sagitta_store::{Collection, CollectionConfig, CollectionSearch, OpenMode};
+use sagitta_store::{Collection, CollectionConfig, OpenMode};
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-const DIMS: usize = 16;
-
-fn vector(key: u64) -> Vec<f32> {
-    let mut z = key.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..DIMS)
-        .map(|_| {
-            z ^= z << 13;
-            z ^= z >> 7;
-            z ^= z << 17;
-            (z >> 40) as f32 / (1u64 << 24) as f32
-        })
-        .collect()
-}
-
-fn add(c: &Collection, keys: std::ops::Range<u64>) {
-    let rows: Vec<Vec<f32>> = keys.clone().map(vector).collect();
-    let refs: Vec<VectorRef<'_>> = rows.iter().map(|r| VectorRef::F32(r)).collect();
-    let keys: Vec<u64> = keys.collect();
-    c.upsert(&keys, &refs).unwrap();
-}
-
-fn answers(c: &Collection) -> Vec<Vec<u64>> {
-    let qs: Vec<Vec<f32>> = (0..10).map(|i| vector(9_000_000 + i)).collect();
-    let refs: Vec<VectorRef<'_>> = qs.iter().map(|r| VectorRef::F32(r)).collect();
-    let opts = CollectionSearch {
-        exact: true,
-        ..Default::default()
-    };
-    c.search(&refs, 10, &opts)
-        .unwrap()
-        .into_iter()
-        .map(|r| r.iter().map(|n| n.key).collect())
-        .collect()
-}
 
 struct Moto(Child);
 

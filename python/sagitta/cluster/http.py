@@ -100,6 +100,18 @@ def _vectors(v: Any, n_max: int | None = None) -> np.ndarray:
     return a
 
 
+def _payload_columns(c: Cluster, body: dict) -> tuple:
+    """``(with_payload, columns)`` a request asks for: ``columns``, or every
+    column with ``include_payload`` alone."""
+    cols = body.get("columns")
+    with_pay = bool(body.get("include_payload")) or cols is not None
+    if with_pay and cols is None:
+        cols = list(c.schema())
+    if cols is not None and not (isinstance(cols, list) and all(isinstance(x, str) for x in cols)):
+        raise invalid("columns: a list of names")
+    return with_pay, cols
+
+
 def _jsonable(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
@@ -272,14 +284,7 @@ class Front:
     def get_rows(self, c: Cluster, body: dict) -> dict:
         keys = _ids(body.get("ids"))
         with_vec = body.get("include_vectors", True)
-        cols = body.get("columns")
-        with_pay = bool(body.get("include_payload")) or cols is not None
-        if with_pay and cols is None:
-            cols = list(c.schema())
-        if cols is not None and not (
-            isinstance(cols, list) and all(isinstance(x, str) for x in cols)
-        ):
-            raise invalid("columns: a list of names")
+        with_pay, cols = _payload_columns(c, body)
         if with_pay and cols:
             vecs, table = c.get(keys, columns=cols)
             rows = table.to_pylist()
@@ -324,14 +329,7 @@ class Front:
         if one == ("vectors" in body):
             raise invalid("give exactly one of vector or vectors")
         q = _vectors([body["vector"]] if one else body["vectors"], MAX_BATCH)
-        cols = body.get("columns")
-        with_pay = bool(body.get("include_payload")) or cols is not None
-        if with_pay and cols is None:
-            cols = list(c.schema())
-        if cols is not None and not (
-            isinstance(cols, list) and all(isinstance(x, str) for x in cols)
-        ):
-            raise invalid("columns: a list of names")
+        with_pay, cols = _payload_columns(c, body)
         ef = body.get("ef")
         if ef is not None and (isinstance(ef, bool) or not isinstance(ef, int) or ef < 1):
             raise invalid("ef: a positive integer")
