@@ -112,15 +112,22 @@ class Writer:
         self.finish()
 
 
-def test_results_equal_a_single_node_collection(lr, tmp_path):
-    c = sc.Cluster.create(
-        "equal",
+def flat_cluster(name: str, tmp_path, **options):
+    """A cluster of exact (flat) shards with its bucket and replica
+    directories under ``tmp_path``."""
+    return sc.Cluster.create(
+        name,
         ndim=DIMS,
         metric="l2",
         kind="flat",
         location=str(tmp_path / "bucket"),
         root=str(tmp_path / "nodes"),
+        **options,
     )
+
+
+def test_results_equal_a_single_node_collection(lr, tmp_path):
+    c = flat_cluster("equal", tmp_path)
     try:
         keys = np.arange(4000, dtype=np.uint64)
         for lo in range(0, 4000, 1000):
@@ -250,15 +257,7 @@ def test_node_loss_during_writes_and_searches(lr, tmp_path):
     search answers, every acknowledged write is there afterwards, the
     results equal the oracle's, replication is restored on the two live
     nodes; then a new node joins and rebalancing gives it replicas."""
-    c = sc.Cluster.create(
-        "failover",
-        ndim=DIMS,
-        metric="l2",
-        kind="flat",
-        location=str(tmp_path / "bucket"),
-        root=str(tmp_path / "nodes"),
-        timeout=60,
-    )
+    c = flat_cluster("failover", tmp_path, timeout=60)
     try:
         base = np.arange(3000, dtype=np.uint64)
         c.upsert(base, rows(base), payload(base))
@@ -358,14 +357,7 @@ def test_writes_go_on_while_replicas_move(lr, tmp_path):
     keeps writing: each move publishes outside the write lock, the new
     replica replays the writes made meanwhile, and afterwards every
     replica holds every acknowledged key."""
-    c = sc.Cluster.create(
-        "moves",
-        ndim=DIMS,
-        metric="l2",
-        kind="flat",
-        location=str(tmp_path / "bucket"),
-        root=str(tmp_path / "nodes"),
-    )
+    c = flat_cluster("moves", tmp_path)
     try:
         base = np.arange(2000, dtype=np.uint64)
         c.upsert(base, rows(base), payload(base))
@@ -398,14 +390,7 @@ def test_controller_restart_takes_the_replicas_over(lr, tmp_path):
     """The controller's process dies (as with its node): Ray restarts it,
     it finds the live replicas by name and serves the same table; the
     client searched and wrote meanwhile, and nothing was lost."""
-    c = sc.Cluster.create(
-        "ctl",
-        ndim=DIMS,
-        metric="l2",
-        kind="flat",
-        location=str(tmp_path / "bucket"),
-        root=str(tmp_path / "nodes"),
-    )
+    c = flat_cluster("ctl", tmp_path)
     try:
         keys = np.arange(1000, dtype=np.uint64)
         c.upsert(keys, rows(keys), payload(keys))
