@@ -86,6 +86,10 @@ class Controller:
         # Held by a whole check round or rebalance (they add and remove
         # replicas); `lock` guards the table only, briefly.
         self.ops = threading.Lock()
+        # Replicas being rebuilt: shard -> target nodes; `idle` is notified
+        # whenever one ends.
+        self.joining: dict = {}
+        self.idle = threading.Condition(self.lock)
         self.wake = threading.Event()
         self.stopping = False
         self.events: deque = deque(maxlen=256)
@@ -356,44 +360,97 @@ class Controller:
                 self.epoch += 1
 
     def _repair(self, nodes: dict) -> None:
-        """Brings every shard back to its replica count on live nodes."""
-
+        """Brings every shard back to its replica count on live nodes: each
+        missing replica is rebuilt in a thread of its own (a fetch of a
+        large shard takes minutes), so check rounds go on meanwhile and a
+        second loss elsewhere is handled at once."""
         want = self.spec["replicas"]
         for s in range(len(self.shards)):
             while True:
                 with self.lock:
+                    if self.stopping:
+                        return
                     sh = self.shards[s]
                     have = [c for c in [sh["primary"], *sh["followers"]] if c]
-                    if sh["primary"] is None or len(have) >= want:
+                    pending = self.joining.setdefault(s, [])
+                    if sh["primary"] is None or len(have) + len(pending) >= want:
                         break
                     load = Counter(
                         c.node for x in self.shards for c in [x["primary"], *x["followers"]] if c
                     )
+                    load.update(n for v in self.joining.values() for n in v)
                     for n in nodes:
                         load[n] += 0
-                    target = place(1, sorted(nodes), load, avoid=[c.node for c in have])
+                    avoid = [c.node for c in have] + pending
+                    target = place(1, sorted(nodes), load, avoid=avoid)
                     if not target:
                         break  # not enough live nodes: stays under-replicated
                     primary = sh["primary"]
-                t = time.time()
-                new = self._new_replica(s, target[0], nodes[target[0]])
-                boot = self._join(primary, new)
-                with self.lock:
-                    if self.shards[s]["primary"] is primary:
-                        self.shards[s]["followers"].append(new)
-                        self.epoch += 1
-                self.counters["replicas_added"] += 1
-                self.last_publish[s] = time.monotonic()
+                    pending.append(target[0])
+                threading.Thread(
+                    target=self._rebuild,
+                    args=(s, primary, target[0], nodes[target[0]]),
+                    daemon=True,
+                ).start()
+
+    def _rebuild(self, s: int, primary: _Copy, node: str, node_id: str) -> None:
+        """One replica of shard ``s`` rebuilt on ``node`` from ``primary``;
+        added to the table if ``primary`` still leads the shard, else
+        removed (the next check round starts over from the new primary)."""
+        import ray
+
+        t = time.time()
+        try:
+            new = self._new_replica(s, node, node_id)
+            boot = self._join(primary, new)
+            with self.lock:
+                keep = not self.stopping and self.shards[s]["primary"] is primary
+                if keep:
+                    self.shards[s]["followers"].append(new)
+                    self.epoch += 1
+            if not keep:
+                try:
+                    ray.get(primary.handle.detach.remote(new.id), timeout=5)
+                except Exception:  # that primary is gone
+                    pass
+                ray.kill(new.handle)
                 self.events.append(
-                    {
-                        "t": time.time(),
-                        "event": "replica_added",
-                        "shard": s,
-                        "node": target[0],
-                        "seconds": time.time() - t,
-                        "fetch_seconds": boot["fetch_s"],
-                    }
+                    {"t": time.time(), "event": "replica_discarded", "shard": s, "node": node}
                 )
+                return
+            self.counters["replicas_added"] += 1
+            self.last_publish[s] = time.monotonic()
+            self.events.append(
+                {
+                    "t": time.time(),
+                    "event": "replica_added",
+                    "shard": s,
+                    "node": node,
+                    "seconds": time.time() - t,
+                    "fetch_seconds": boot["fetch_s"],
+                }
+            )
+        except Exception:
+            self.counters["repair_errors"] += 1
+            self.events.append(
+                {
+                    "t": time.time(),
+                    "event": "repair_failed",
+                    "shard": s,
+                    "node": node,
+                    "error": traceback.format_exc(limit=3),
+                }
+            )
+        finally:
+            with self.lock:
+                self.joining[s].remove(node)
+                self.idle.notify_all()
+            self.wake.set()
+
+    def _wait_rebuilds(self, timeout: float | None = None) -> bool:
+        """Waits until no replica is being rebuilt; returns whether none is."""
+        with self.lock:
+            return self.idle.wait_for(lambda: not any(self.joining.values()), timeout=timeout)
 
     def _join(self, primary: _Copy, new: _Copy) -> dict:
         """Brings ``new`` up to ``primary``: a publish, a fetch, a replay of
@@ -456,6 +513,7 @@ class Controller:
         the new node (joined from the object store) before it removes the
         old one; a moved primary hands over to a follower first."""
         with self.ops:
+            self._wait_rebuilds()
             return self._rebalance()
 
     def _rebalance(self) -> list:
@@ -533,6 +591,7 @@ class Controller:
             "epoch": epoch,
             "nodes": sorted(nodes),
             "dead_nodes": dead_nodes(self.known),
+            "rebuilding": {s: list(v) for s, v in self.joining.items() if v},
             "controller_node": next(
                 (n for n, i in nodes.items() if i == ray.get_runtime_context().get_node_id()),
                 None,
@@ -553,6 +612,9 @@ class Controller:
         self.wake.set()
         if self.thread is not None:
             self.thread.join(timeout=10)
+        # Rebuilds in flight remove their new replica once they see
+        # `stopping`.
+        self._wait_rebuilds(timeout=120)
         with self.lock:
             copies = [c for sh in self.shards for c in [sh["primary"], *sh["followers"]] if c]
             self.shards = []

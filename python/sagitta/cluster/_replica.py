@@ -110,6 +110,10 @@ class Replica:
         with self.lock:
             self.primary = True
             self.followers = list(followers)
+            # Joins begun under an earlier table (a controller that died
+            # meanwhile) will never attach.
+            self.joins = 0
+            self.retained = None
             return self.applied
 
     def demote(self) -> int:
