@@ -173,7 +173,7 @@ def failover_phase(lr, c, dims: int, seconds_after: float = 10.0) -> dict:
             if r["role"] == "primary":
                 prim[r["node"]] = prim.get(r["node"], 0) + 1
     # Any node but the head (its loss is the Ray cluster's: docs/CLUSTER.md).
-    head = lr.procs and "n0"
+    head = "n0"  # LocalRay names its head n0
     victim = max(sorted(n for n in prim if n != head), key=lambda n: prim[n])
     rng = np.random.default_rng(1)
     q = rng.random((64, dims), dtype=np.float32)

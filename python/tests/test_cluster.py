@@ -112,14 +112,14 @@ class Writer:
         self.finish()
 
 
-def flat_cluster(name: str, tmp_path, **options):
-    """A cluster of exact (flat) shards with its bucket and replica
-    directories under ``tmp_path``."""
+def new_cluster(name: str, tmp_path, kind: str = "flat", **options):
+    """A cluster (exact flat shards unless ``kind`` says otherwise) with its
+    bucket and replica directories under ``tmp_path``."""
     return sc.Cluster.create(
         name,
         ndim=DIMS,
         metric="l2",
-        kind="flat",
+        kind=kind,
         location=str(tmp_path / "bucket"),
         root=str(tmp_path / "nodes"),
         **options,
@@ -127,7 +127,7 @@ def flat_cluster(name: str, tmp_path, **options):
 
 
 def test_results_equal_a_single_node_collection(lr, tmp_path):
-    c = flat_cluster("equal", tmp_path)
+    c = new_cluster("equal", tmp_path)
     try:
         keys = np.arange(4000, dtype=np.uint64)
         for lo in range(0, 4000, 1000):
@@ -166,14 +166,7 @@ def test_results_equal_a_single_node_collection(lr, tmp_path):
 def test_recall_of_hnsw_shards_matches_the_single_node(lr, tmp_path):
     """With graphs per shard the answers differ from one graph's, so the
     check is recall against the exact oracle, as for one collection."""
-    c = sc.Cluster.create(
-        "hnsw",
-        ndim=DIMS,
-        metric="l2",
-        location=str(tmp_path / "bucket"),
-        root=str(tmp_path / "nodes"),
-        index_threshold=0,
-    )
+    c = new_cluster("hnsw", tmp_path, kind="hnsw", index_threshold=0)
     try:
         keys = np.arange(6000, dtype=np.uint64)
         c.upsert(keys, rows(keys))
@@ -199,14 +192,7 @@ def test_recall_of_hnsw_shards_matches_the_single_node(lr, tmp_path):
 def test_bad_input_gets_clear_errors(lr, tmp_path):
     with pytest.raises(KeyError, match="no cluster named"):
         sc.Cluster.connect("does-not-exist")
-    c = sc.Cluster.create(
-        "bad",
-        ndim=DIMS,
-        metric="l2",
-        location=str(tmp_path / "bucket"),
-        root=str(tmp_path / "nodes"),
-        timeout=10,
-    )
+    c = new_cluster("bad", tmp_path, kind="hnsw", timeout=10)
     try:
         with pytest.raises(FileExistsError):
             sc.Cluster.create("bad", ndim=DIMS, location=str(tmp_path / "b2"))
@@ -257,7 +243,7 @@ def test_node_loss_during_writes_and_searches(lr, tmp_path):
     search answers, every acknowledged write is there afterwards, the
     results equal the oracle's, replication is restored on the two live
     nodes; then a new node joins and rebalancing gives it replicas."""
-    c = flat_cluster("failover", tmp_path, timeout=60)
+    c = new_cluster("failover", tmp_path, timeout=60)
     try:
         base = np.arange(3000, dtype=np.uint64)
         c.upsert(base, rows(base), payload(base))
@@ -357,7 +343,7 @@ def test_writes_go_on_while_replicas_move(lr, tmp_path):
     keeps writing: each move publishes outside the write lock, the new
     replica replays the writes made meanwhile, and afterwards every
     replica holds every acknowledged key."""
-    c = flat_cluster("moves", tmp_path)
+    c = new_cluster("moves", tmp_path)
     try:
         base = np.arange(2000, dtype=np.uint64)
         c.upsert(base, rows(base), payload(base))
@@ -390,7 +376,7 @@ def test_controller_restart_takes_the_replicas_over(lr, tmp_path):
     """The controller's process dies (as with its node): Ray restarts it,
     it finds the live replicas by name and serves the same table; the
     client searched and wrote meanwhile, and nothing was lost."""
-    c = flat_cluster("ctl", tmp_path)
+    c = new_cluster("ctl", tmp_path)
     try:
         keys = np.arange(1000, dtype=np.uint64)
         c.upsert(keys, rows(keys), payload(keys))

@@ -48,7 +48,7 @@ pub struct Remote {
     /// CRC32C and SHA-256 of files already read, by (directory, name, length):
     /// files a manifest names never change, so a publish reads only the
     /// new ones.
-    crcs: Mutex<HashMap<FileId, Checksums>>,
+    digests: Mutex<HashMap<FileId, Checksums>>,
 }
 
 impl std::fmt::Debug for Remote {
@@ -81,7 +81,7 @@ impl Remote {
             prefix,
             location: label.to_string(),
             rt,
-            crcs: Mutex::default(),
+            digests: Mutex::default(),
         })
     }
 

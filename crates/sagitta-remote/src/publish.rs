@@ -145,7 +145,7 @@ impl Remote {
     /// length: the files a manifest names never change).
     fn file_digest(&self, dir: &std::path::Path, f: &ExportFile) -> Result<(String, String)> {
         let key = (dir.to_path_buf(), f.name.clone(), f.len);
-        if let Some(c) = self.crcs.lock().get(&key) {
+        if let Some(c) = self.digests.lock().get(&key) {
             return Ok(c.clone());
         }
         let path = dir.join(&f.name);
@@ -162,7 +162,7 @@ impl Remote {
             left -= want as u64;
         }
         let got = d.finish();
-        self.crcs.lock().insert(key, got.clone());
+        self.digests.lock().insert(key, got.clone());
         Ok(got)
     }
 

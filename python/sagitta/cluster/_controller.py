@@ -95,7 +95,8 @@ class Controller:
         self.events: deque = deque(maxlen=256)
         self.counters: Counter = Counter()
         self.last_publish: dict = {}
-        self.dead_nodes: set = set()
+        # Nodes whose loss has been recorded as an event.
+        self.reported_lost: set = set()
         # Every node seen alive: name -> node id.
         self.known: dict = {}
         self.started = False
@@ -302,8 +303,8 @@ class Controller:
                 ray.kill(c.handle)
         gone = [c for c in copies if c.id not in applied]
         for n in set(c.node for c in copies) - set(nodes):
-            if n not in self.dead_nodes:
-                self.dead_nodes.add(n)
+            if n not in self.reported_lost:
+                self.reported_lost.add(n)
                 self.events.append({"t": time.time(), "event": "node_lost", "node": n})
         if gone:
             self._drop(gone, applied)

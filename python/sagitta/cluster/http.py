@@ -211,10 +211,8 @@ class Front:
 
     def create(self, body: dict) -> dict:
         name = body.get("name")
-        if not isinstance(name, str) or not name or len(name) > 128:
-            raise invalid("name: a non-empty string of at most 128 characters")
-        if not all(ch.isalnum() or ch in "-_." for ch in name):
-            raise invalid("name: letters, digits, '-', '_' and '.' only")
+        if not isinstance(name, str):
+            raise invalid("name: a string")  # its form is Cluster.create's to check
         dims = body.get("dims")
         if isinstance(dims, bool) or not isinstance(dims, int) or not 1 <= dims <= 65536:
             raise invalid("dims: an integer in 1..65536")
