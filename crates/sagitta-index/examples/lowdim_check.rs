@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo run --release -p sagitta-index --example lowdim_check -- \
-//!     REFS.f32 LABELS.u16 DIM QUERIES.f32|loo:N [EXPECTED.f64] [--no-oracle]
+//!     REFS.f32 LABELS.u16 DIM QUERIES.f32|loo:N [EXPECTED.f64] [--no-oracle] [--index PATH] [--passes N] [--leaf N] [--hot]
 //! ```
 //!
 //! `loo:N` takes N rows of the references themselves as queries
@@ -152,9 +152,47 @@ fn main() {
     let run_oracle = !args.iter().any(|a| a == "--no-oracle");
     let nq = queries.len() / dim;
 
+    // `--index PATH`: read the index from PATH when it exists (written by
+    // an earlier run), else build it and write it there.
+    let saved = args
+        .iter()
+        .position(|a| a == "--index")
+        .map(|i| args[i + 1].clone());
     let t = Instant::now();
-    let index = LowDimIndex::build(&refs, dim, Some(&labels)).unwrap();
+    let index = match &saved {
+        Some(p) if std::path::Path::new(p).exists() => {
+            // Memory-mapped, as a service reads it.
+            let file = std::fs::File::open(p).unwrap();
+            // SAFETY: a read-only map of a file nothing writes meanwhile.
+            let map = unsafe { memmap2::Mmap::map(&file) }.unwrap();
+            LowDimIndex::from_shared(std::sync::Arc::new(map)).unwrap()
+        }
+        _ => {
+            // `--leaf N`: rows per kd-tree leaf (default: the library's).
+            let leaf = args
+                .iter()
+                .position(|a| a == "--leaf")
+                .map_or(sagitta_index::lowdim::LEAF, |i| {
+                    args[i + 1].parse().unwrap()
+                });
+            let index = LowDimIndex::build_with_leaf(&refs, dim, Some(&labels), leaf).unwrap();
+            if let Some(p) = &saved {
+                std::fs::write(p, index.as_bytes()).unwrap();
+            }
+            index
+        }
+    };
     let build_s = t.elapsed().as_secs_f64();
+    if std::env::var("HOT").is_ok() {
+        for l in std::fs::read_to_string("/proc/self/smaps_rollup")
+            .unwrap()
+            .lines()
+        {
+            if l.contains("Pmd") || l.contains("Huge") || l.starts_with("Rss") {
+                println!("{l}");
+            }
+        }
+    }
     let view = index.view();
     println!(
         "rows {n}, dim {dim}, grid scale {:?}, {} bytes, build {build_s:.2} s",
@@ -168,12 +206,23 @@ fn main() {
     let mut answers: Vec<Vec<u32>> = Vec::with_capacity(nq);
     let mut times = Vec::with_capacity(nq);
     let (mut rows, mut leaves) = (0u64, 0u64);
-    for pass in 0..2 {
+    // `--hot`: each query runs twice and the second run is timed (the cost
+    // with the query's nodes and leaves in cache: the arithmetic alone).
+    let hot = args.iter().any(|a| a == "--hot");
+    // `--passes N` (default 2): every pass but the last only warms up.
+    let passes: usize = args
+        .iter()
+        .position(|a| a == "--passes")
+        .map_or(2, |i| args[i + 1].parse().unwrap());
+    for pass in 0..passes {
         answers.clear();
         times.clear();
         rows = 0;
         leaves = 0;
         for (qi, q) in queries.chunks_exact(dim).enumerate() {
+            if hot {
+                view.search(q, kk, &mut scratch).unwrap();
+            }
             let t = Instant::now();
             let hits = view.search(q, kk, &mut scratch).unwrap();
             let ids: Vec<u32> = match &loo {

@@ -344,6 +344,38 @@ fn grid_dim14_with_ties_matches_oracle() {
     );
 }
 
+/// Every leaf size the format takes gives the oracle's answers, on the
+/// grid (the `u32` kernels, whole and partial 16-row chunks) and off it.
+#[test]
+fn every_leaf_size_matches_oracle() {
+    let dim = 14;
+    let rows = grid14(2500, 9);
+    let n = rows.len() / dim;
+    let qs = queries(&rows, dim, 1e4, 0, 10_000, 10);
+    let mut r = Rng(11);
+    let labels: Vec<u16> = (0..n).map(|_| r.below(3) as u16).collect();
+    let oracle = Oracle::new(&rows, dim, Some(1e4), Some(&labels));
+    let f32_rows: Vec<f32> = (0..600 * 5).map(|_| r.unit()).collect();
+    let f32_oracle = Oracle::new(&f32_rows, 5, None, None);
+    let f32_qs = queries(&f32_rows, 5, 1e4, 0, 10_000, 12);
+    let mut s = LowDimScratch::default();
+    for leaf in [16, 48, 64, 128, 256] {
+        let idx = LowDimIndex::build_with_leaf(&rows, dim, Some(&labels), leaf).unwrap();
+        let back = LowDimIndex::from_bytes(idx.as_bytes()).unwrap();
+        assert_eq!(back.view().leaf_size(), leaf);
+        assert_eq!(rd32(idx.as_bytes(), 20), leaf as u32);
+        for (i, q) in qs.iter().enumerate() {
+            let what = format!("leaf {leaf}, query {i}");
+            check_query(&back.view(), &oracle, q, &[1, 5, 40, n], &mut s, &what);
+        }
+        let idx = LowDimIndex::build_with_leaf(&f32_rows, 5, None, leaf).unwrap();
+        for (i, q) in f32_qs.iter().enumerate() {
+            let what = format!("f32, leaf {leaf}, query {i}");
+            check_query(&idx.view(), &f32_oracle, q, &[1, 7, 600], &mut s, &what);
+        }
+    }
+}
+
 #[test]
 fn f32_rows_match_oracle_in_every_dim() {
     for dim in [1usize, 2, 7, 16, 17, 32] {
@@ -757,6 +789,17 @@ fn bad_build_input_gives_typed_errors() {
 }
 
 #[test]
+fn bad_leaf_sizes_give_typed_errors() {
+    let rows: Vec<f32> = (0..100).map(|i| i as f32).collect();
+    for leaf in [0, 1, 8, 24, 100, 272, 1 << 20] {
+        match LowDimIndex::build_with_leaf(&rows, 2, None, leaf) {
+            Err(IndexError::InvalidParameter { name: "leaf", .. }) => {}
+            other => panic!("leaf {leaf}: {other:?}"),
+        }
+    }
+}
+
+#[test]
 fn bad_queries_give_typed_errors() {
     let idx = LowDimIndex::build(&[0.0, 0.5, 1.0, 0.25, 0.5, 0.75], 3, Some(&[1, 2])).unwrap();
     let v = idx.view();
@@ -861,20 +904,21 @@ fn layout(b: &[u8]) -> Layout {
     let rows = rd64(b, 24) as usize;
     let nodes = rd32(b, 32) as usize;
     let blocks = rd32(b, 36) as usize;
+    let leaf = rd32(b, 20) as usize;
     let (size, block) = if kind == 1 {
-        (2, dim.div_ceil(2) * 2 * 32)
+        (2, dim.div_ceil(2) * 2 * leaf)
     } else {
-        (4, dim * 32)
+        (4, dim * leaf)
     };
     let bdim = if dim <= 16 { 16 } else { 32 };
     let boxes_at = up(64 + nodes * 8);
     let coords_at = up(boxes_at + nodes * 2 * bdim * size);
     let ids_at = up(coords_at + blocks * block * size);
-    let labels_at = up(ids_at + blocks * 32 * 4);
+    let labels_at = up(ids_at + blocks * leaf * 4);
     let end = if labels {
-        labels_at + blocks * 32 * 2
+        labels_at + blocks * leaf * 2
     } else {
-        ids_at + blocks * 32 * 4
+        ids_at + blocks * leaf * 4
     };
     Layout {
         nodes,
@@ -1487,6 +1531,12 @@ fn frozen_v1_files_read_back() {
     for bytes in [FROZEN_GRID, FROZEN_F32] {
         assert_eq!(&bytes[..8], b"SGLOWDIM");
         assert_eq!(rd32(bytes, 8), 1, "a version-1 file");
+        // Written with 32 rows per leaf, before builds took 64.
+        assert_eq!(rd32(bytes, 20), 32, "leaf size");
+        assert_eq!(
+            LowDimIndex::from_bytes(bytes).unwrap().view().leaf_size(),
+            32
+        );
     }
 
     let (rows, labels) = frozen_grid_data();

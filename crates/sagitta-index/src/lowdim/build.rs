@@ -5,7 +5,7 @@ use super::format::{
     Layout, LowDimView, FLAG_LABELS, FORMAT_VERSION, HEADER, KIND_F32, KIND_GRID, LEAF_BIT, MAGIC,
 };
 use super::scan::Coord;
-use super::{box_dim, LEAF, MAX_DIM};
+use super::{box_dim, leaf_ok, LEAF, MAX_DIM};
 use crate::{IndexError, Result};
 use std::sync::Arc;
 
@@ -62,6 +62,25 @@ impl LowDimIndex {
     /// ragged or empty buffer, non-finite components and a label count
     /// that is not the row count.
     pub fn build(rows: &[f32], dim: usize, labels: Option<&[u16]>) -> Result<LowDimIndex> {
+        Self::build_with_leaf(rows, dim, labels, LEAF)
+    }
+
+    /// [`LowDimIndex::build`] with `leaf` rows per kd-tree leaf (a multiple
+    /// of 16 from 16 to [`super::MAX_LEAF`]): larger leaves mean fewer,
+    /// wider boxes to check and more rows scanned per leaf.
+    pub fn build_with_leaf(
+        rows: &[f32],
+        dim: usize,
+        labels: Option<&[u16]>,
+        leaf: usize,
+    ) -> Result<LowDimIndex> {
+        if !leaf_ok(leaf) {
+            return Err(IndexError::InvalidParameter {
+                name: "leaf",
+                value: leaf.to_string(),
+                reason: "rows per leaf must be a multiple of 16 from 16 to 256",
+            });
+        }
         if dim == 0 || dim > MAX_DIM {
             return Err(IndexError::InvalidParameter {
                 name: "dim",
@@ -106,9 +125,9 @@ impl LowDimIndex {
                     .iter()
                     .map(|&x| grid_code(x, scale).unwrap_or_default())
                     .collect();
-                Ok(write(&codes, dim, labels, KIND_GRID, scale))
+                Ok(write(&codes, dim, leaf, labels, KIND_GRID, scale))
             }
-            None => Ok(write(rows, dim, labels, KIND_F32, 1.0)),
+            None => Ok(write(rows, dim, leaf, labels, KIND_F32, 1.0)),
         }
     }
 
@@ -161,6 +180,7 @@ impl LowDimIndex {
 fn write<C: Coord>(
     values: &[C],
     dim: usize,
+    leaf: usize,
     labels: Option<&[u16]>,
     kind: u32,
     scale: f64,
@@ -170,6 +190,7 @@ fn write<C: Coord>(
     let mut tree = Tree {
         values,
         dim,
+        leaf,
         nodes: Vec::new(),
         boxes: Vec::new(),
         leaves: Vec::new(),
@@ -178,7 +199,7 @@ fn write<C: Coord>(
 
     let blocks = tree.leaves.len();
     let node_count = tree.nodes.len() / 2;
-    let layout = Layout::of(kind, dim, blocks, node_count, labels.is_some())
+    let layout = Layout::of(kind, dim, leaf, blocks, node_count, labels.is_some())
         .expect("sizes of an in-memory index fit");
     let mut bytes = vec![0u8; layout.end];
     bytes[..8].copy_from_slice(MAGIC);
@@ -186,7 +207,7 @@ fn write<C: Coord>(
     let flags = if labels.is_some() { FLAG_LABELS } else { 0 };
     bytes[12..16].copy_from_slice(&(kind | flags << 16).to_le_bytes());
     bytes[16..20].copy_from_slice(&(dim as u32).to_le_bytes());
-    bytes[20..24].copy_from_slice(&(LEAF as u32).to_le_bytes());
+    bytes[20..24].copy_from_slice(&(leaf as u32).to_le_bytes());
     bytes[24..32].copy_from_slice(&(n as u64).to_le_bytes());
     bytes[32..36].copy_from_slice(&(node_count as u32).to_le_bytes());
     bytes[36..40].copy_from_slice(&(blocks as u32).to_le_bytes());
@@ -206,15 +227,15 @@ fn write<C: Coord>(
     // One block per leaf, in the coordinate type's order; a leaf's unused
     // slots repeat its last row (never scored: the leaf's count excludes
     // them), padding dimensions are 0.
-    let block = C::block_len(dim);
+    let block = C::block_len(dim, leaf);
     let mut coords = vec![C::default(); blocks * block];
-    let mut slots: Vec<u32> = Vec::with_capacity(blocks * LEAF);
+    let mut slots: Vec<u32> = Vec::with_capacity(blocks * leaf);
     for (b, &(start, count)) in tree.leaves.iter().enumerate() {
-        for j in 0..LEAF {
+        for j in 0..leaf {
             let row = perm[start + j.min(count - 1)];
             slots.push(row);
             for d in 0..dim {
-                coords[b * block + C::at(d, j)] = values[row as usize * dim + d];
+                coords[b * block + C::at(d, j, leaf)] = values[row as usize * dim + d];
             }
         }
     }
@@ -263,6 +284,8 @@ fn put<B: AsRef<[u8]>>(bytes: &mut [u8], mut at: usize, items: impl Iterator<Ite
 struct Tree<'v, C> {
     values: &'v [C],
     dim: usize,
+    /// Rows per leaf at most.
+    leaf: usize,
     /// Two words per node, pre-order.
     nodes: Vec<u32>,
     /// Low then high corner per node.
@@ -300,9 +323,9 @@ impl<C: Coord> Tree<'_, C> {
     /// `start` in the permutation. A node splits its widest dimension near
     /// the median *between two distinct values*, so the children's boxes
     /// do not overlap there (a gap the bound can use); leaves hold up to
-    /// LEAF rows, one block each.
+    /// `leaf` rows, one block each.
     fn split(&mut self, rows: &mut [u32], start: usize, me: usize) {
-        if rows.len() <= LEAF {
+        if rows.len() <= self.leaf {
             self.nodes[2 * me] = self.leaves.len() as u32;
             self.nodes[2 * me + 1] = LEAF_BIT | rows.len() as u32;
             self.leaves.push((start, rows.len()));

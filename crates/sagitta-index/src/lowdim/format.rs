@@ -4,7 +4,8 @@
 //! ```text
 //! header (64 bytes, little-endian)
 //!   0  magic "SGLOWDIM"        8  version u32       12 kind u16 (1 i16 grid, 2 f32), flags u16 (bit 0: labels)
-//!   16 dim u32                 20 leaf u32          24 rows u64
+//!   16 dim u32                 20 leaf u32 (LEAF: rows per leaf, 16..=256, a multiple of 16)
+//!   24 rows u64
 //!   32 nodes u32               36 blocks u32 (= leaves)
 //!   40 scale f64 (grid: value = code / scale; 1 for f32)
 //!   48 body length u64         56 body crc32c u32   60 header crc32c u32 (bytes 0..60)
@@ -18,7 +19,7 @@
 //!   labels  u16 per block slot (only with flag bit 0)
 //! ```
 
-use super::{box_dim, LEAF, MAX_DIM};
+use super::{box_dim, leaf_ok, MAX_DIM};
 use crate::{IndexError, Result};
 
 /// The first eight bytes of every low-dimensional index.
@@ -48,14 +49,21 @@ fn align64(x: usize) -> Option<usize> {
 
 impl Layout {
     /// The layout for these counts; `None` on overflow.
-    pub fn of(kind: u32, dim: usize, blocks: usize, nodes: usize, labels: bool) -> Option<Layout> {
+    pub fn of(
+        kind: u32,
+        dim: usize,
+        leaf: usize,
+        blocks: usize,
+        nodes: usize,
+        labels: bool,
+    ) -> Option<Layout> {
         let coord = if kind == KIND_GRID { 2 } else { 4 };
         let block = if kind == KIND_GRID {
-            dim.div_ceil(2) * 2 * LEAF
+            dim.div_ceil(2) * 2 * leaf
         } else {
-            dim * LEAF
+            dim * leaf
         };
-        let slots = blocks.checked_mul(LEAF)?;
+        let slots = blocks.checked_mul(leaf)?;
         let mut at = HEADER;
         let mut take = |bytes: usize| -> Option<(usize, usize)> {
             let start = align64(at)?;
@@ -90,6 +98,8 @@ pub(crate) enum Coords<'a> {
 #[derive(Debug, Clone, Copy)]
 pub struct LowDimView<'a> {
     pub(crate) dim: usize,
+    /// Rows per leaf (the block width).
+    pub(crate) leaf: usize,
     pub(crate) rows: usize,
     pub(crate) scale: f64,
     pub(crate) nodes: &'a [u32],
@@ -187,7 +197,7 @@ impl<'a> LowDimView<'a> {
         if kind != KIND_GRID && kind != KIND_F32 {
             return Err(corrupt(format!("unknown coordinate kind {kind}")));
         }
-        if dim == 0 || dim > MAX_DIM || leaf != LEAF || flags & !FLAG_LABELS != 0 {
+        if dim == 0 || dim > MAX_DIM || !leaf_ok(leaf) || flags & !FLAG_LABELS != 0 {
             return Err(corrupt(format!(
                 "bad header: dim {dim}, leaf {leaf}, flags {flags:#x}"
             )));
@@ -196,14 +206,14 @@ impl<'a> LowDimView<'a> {
             return Err(corrupt(format!("bad row count {rows}")));
         }
         let rows = rows as usize;
-        if blocks < rows.div_ceil(LEAF) || blocks > rows || nodes != 2 * blocks - 1 {
+        if blocks < rows.div_ceil(leaf) || blocks > rows || nodes != 2 * blocks - 1 {
             return Err(corrupt(format!("{nodes} nodes for {blocks} leaves")));
         }
         if !(scale.is_finite() && scale > 0.0) {
             return Err(corrupt(format!("bad scale {scale}")));
         }
         let labels = flags & FLAG_LABELS != 0;
-        let layout = Layout::of(kind, dim, blocks, nodes, labels)
+        let layout = Layout::of(kind, dim, leaf, blocks, nodes, labels)
             .ok_or_else(|| corrupt("sizes overflow"))?;
         if body_len != (layout.end - HEADER) as u64 {
             return Err(corrupt(format!(
@@ -240,14 +250,15 @@ impl<'a> LowDimView<'a> {
             None
         };
         if full {
-            check_tree(node_words, rows, blocks)?;
+            check_tree(node_words, rows, blocks, leaf)?;
             if let Some(bad) = ids.iter().find(|&&id| id as usize >= rows) {
                 return Err(corrupt(format!("row id {bad} out of {rows} rows")));
             }
-            check_rows_once(node_words, ids, rows)?;
+            check_rows_once(node_words, ids, rows, leaf)?;
         }
         Ok(LowDimView {
             dim,
+            leaf,
             rows,
             scale,
             nodes: node_words,
@@ -272,6 +283,11 @@ impl<'a> LowDimView<'a> {
         self.rows == 0
     }
 
+    /// Rows per kd-tree leaf.
+    pub fn leaf_size(&self) -> usize {
+        self.leaf
+    }
+
     /// Whether rows carry labels.
     pub fn has_labels(&self) -> bool {
         self.labels.is_some()
@@ -290,11 +306,11 @@ impl<'a> LowDimView<'a> {
 /// Each row is held by exactly one used slot of a leaf (with the counts
 /// adding up to the rows, as [`check_tree`] checked, and every id a row):
 /// so a search never returns a row twice nor misses one.
-fn check_rows_once(nodes: &[u32], ids: &[u32], rows: usize) -> Result<()> {
+fn check_rows_once(nodes: &[u32], ids: &[u32], rows: usize, leaf: usize) -> Result<()> {
     let mut held = vec![false; rows];
     for node in nodes.chunks_exact(2) {
         if node[1] & LEAF_BIT != 0 {
-            let start = node[0] as usize * LEAF;
+            let start = node[0] as usize * leaf;
             let count = (node[1] & !LEAF_BIT) as usize;
             for &id in &ids[start..start + count] {
                 let h = &mut held[id as usize];
@@ -312,7 +328,7 @@ fn check_rows_once(nodes: &[u32], ids: &[u32], rows: usize) -> Result<()> {
 /// their parent, each leaf owns the next block in order, and the leaves
 /// hold every row once: so a search terminates, reads only in bounds, and
 /// sees each row once.
-fn check_tree(nodes: &[u32], rows: usize, blocks: usize) -> Result<()> {
+fn check_tree(nodes: &[u32], rows: usize, blocks: usize, leaf: usize) -> Result<()> {
     let n = nodes.len() / 2;
     let mut seen = vec![false; n];
     seen[0] = true;
@@ -324,7 +340,7 @@ fn check_tree(nodes: &[u32], rows: usize, blocks: usize) -> Result<()> {
         let (a, b) = (nodes[2 * i], nodes[2 * i + 1]);
         if b & LEAF_BIT != 0 {
             let (block, count) = (a as usize, (b & !LEAF_BIT) as usize);
-            if block != leaves || count == 0 || count > LEAF {
+            if block != leaves || count == 0 || count > leaf {
                 return Err(corrupt(format!("leaf {i}: block {block}, {count} rows")));
             }
             leaves += 1;

@@ -36,8 +36,17 @@ pub use format::{LowDimView, FORMAT_VERSION, MAGIC};
 
 /// Most dimensions a low-dimensional index takes.
 pub const MAX_DIM: usize = 32;
-/// Rows per kd-tree leaf (also the block width of the column layout).
-pub const LEAF: usize = 32;
+/// Rows per kd-tree leaf in an index built by [`LowDimIndex::build`]
+/// (also the block width of the column layout). An index file records its
+/// own leaf size: any multiple of 16 from 16 to [`MAX_LEAF`] is read.
+pub const LEAF: usize = 64;
+/// Largest leaf size an index may have.
+pub const MAX_LEAF: usize = 256;
+
+/// Whether `leaf` rows per leaf is a size the index takes.
+pub(crate) fn leaf_ok(leaf: usize) -> bool {
+    (16..=MAX_LEAF).contains(&leaf) && leaf.is_multiple_of(16)
+}
 
 /// Coordinates per box corner: the dimensions padded to 16 or 32, so a
 /// corner is one or two SIMD registers of `i16` (padding is 0 in boxes and
@@ -88,8 +97,7 @@ pub struct LabelShare {
 pub struct LowDimScratch {
     pub(crate) best: Vec<search::Best>,
     pub(crate) hits: Vec<LowDimHit>,
-    /// Subtrees to open: (bound as f64 bits, node); bounds are ≥ 0, so
-    /// their bits order as the numbers do.
+    /// Subtrees to open: (bound as the walk's order-preserving key, node).
     pub(crate) heap: std::collections::BinaryHeap<(std::cmp::Reverse<u64>, u32)>,
     pub(crate) shares: Vec<LabelShare>,
     /// What the last search did.

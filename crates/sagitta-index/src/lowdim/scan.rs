@@ -6,10 +6,12 @@
 //!   the same order, so a bound never exceeds a distance inside its box.
 //! * **`u32` on `i16` codes** (a query on the grid whose every difference
 //!   to the data fits `i16` and whose largest possible distance fits `u32`,
-//!   checked per query): exact, and 16 rows per AVX-512 instruction with
-//!   `vpmaddwd` over interleaved dimension pairs.
+//!   checked per query): exact, with `vpmaddwd` over interleaved dimension
+//!   pairs, 16 rows per AVX-512 instruction or 8 per AVX2 instruction.
+//!
+//! A block holds `leaf` rows (a multiple of 16, the index's leaf size).
 
-use super::{box_dim, LEAF};
+use super::box_dim;
 
 /// A stored coordinate: an `i16` grid code or an `f32` value.
 pub(crate) trait Coord: Copy + Default + Send + Sync + 'static {
@@ -19,10 +21,10 @@ pub(crate) trait Coord: Copy + Default + Send + Sync + 'static {
     fn f(self) -> f64;
     /// Little-endian bytes.
     fn le_bytes(self) -> Self::Bytes;
-    /// Coordinates in one block of LEAF rows.
-    fn block_len(dim: usize) -> usize;
-    /// Where dimension `d` of row `j` sits in its block.
-    fn at(d: usize, j: usize) -> usize;
+    /// Coordinates in one block of `leaf` rows.
+    fn block_len(dim: usize, leaf: usize) -> usize;
+    /// Where dimension `d` of row `j` sits in its block of `leaf` rows.
+    fn at(d: usize, j: usize, leaf: usize) -> usize;
 }
 
 impl Coord for i16 {
@@ -34,12 +36,12 @@ impl Coord for i16 {
     fn le_bytes(self) -> [u8; 2] {
         self.to_le_bytes()
     }
-    fn block_len(dim: usize) -> usize {
-        dim.div_ceil(2) * 2 * LEAF
+    fn block_len(dim: usize, leaf: usize) -> usize {
+        dim.div_ceil(2) * 2 * leaf
     }
     #[inline(always)]
-    fn at(d: usize, j: usize) -> usize {
-        (d / 2) * 2 * LEAF + 2 * j + d % 2
+    fn at(d: usize, j: usize, leaf: usize) -> usize {
+        (d / 2) * 2 * leaf + 2 * j + d % 2
     }
 }
 
@@ -52,21 +54,22 @@ impl Coord for f32 {
     fn le_bytes(self) -> [u8; 4] {
         self.to_le_bytes()
     }
-    fn block_len(dim: usize) -> usize {
-        dim * LEAF
+    fn block_len(dim: usize, leaf: usize) -> usize {
+        dim * leaf
     }
     #[inline(always)]
-    fn at(d: usize, j: usize) -> usize {
-        d * LEAF + j
+    fn at(d: usize, j: usize, leaf: usize) -> usize {
+        d * leaf + j
     }
 }
 
-/// Squared `f64` distances from `q` to the LEAF rows of `block`.
-pub(crate) fn leaf_f64<C: Coord>(block: &[C], q: &[f64], out: &mut [f64; LEAF]) {
-    *out = [0.0; LEAF];
+/// Squared `f64` distances from `q` to the first `out.len()` rows of
+/// `block`, a block of `leaf` rows.
+pub(crate) fn leaf_f64<C: Coord>(block: &[C], q: &[f64], leaf: usize, out: &mut [f64]) {
+    out.fill(0.0);
     for (d, &qd) in q.iter().enumerate() {
         for (j, o) in out.iter_mut().enumerate() {
-            let t = qd - block[C::at(d, j)].f();
+            let t = qd - block[C::at(d, j, leaf)].f();
             *o += t * t;
         }
     }
@@ -98,6 +101,8 @@ pub(crate) struct IntQuery {
     pub codes: [i32; 32],
     /// Dimension pairs as `vpmaddwd` reads them (low half: even dim).
     pub pairs: [i32; 16],
+    /// The codes as `i16`, padded with zeros.
+    pub codes16: [i16; 32],
     pub npairs: usize,
     pub bdim: usize,
 }
@@ -123,12 +128,14 @@ impl IntQuery {
         let mut q = IntQuery {
             codes: [0; 32],
             pairs: [0; 16],
+            codes16: [0; 32],
             npairs: codes.len().div_ceil(2),
             bdim: box_dim(codes.len()),
         };
         for (o, &c) in q.codes.iter_mut().zip(codes) {
             *o = i32::from(c);
         }
+        q.codes16[..codes.len()].copy_from_slice(codes);
         for p in 0..q.npairs {
             let lo = q.codes[2 * p] as u16 as u32;
             let hi = q.codes[2 * p + 1] as u16 as u32;
@@ -138,12 +145,13 @@ impl IntQuery {
     }
 }
 
-/// Squared distances in `u32` (exact under [`IntQuery::new`]'s check).
+/// Squared distances in `u32` (exact under [`IntQuery::new`]'s check) of
+/// the first `out.len()` rows of `block`, a block of `leaf` rows.
 #[inline(always)]
-pub(crate) fn leaf_u32_scalar(block: &[i16], q: &IntQuery, out: &mut [u32; LEAF]) {
-    *out = [0; LEAF];
+pub(crate) fn leaf_u32_scalar(block: &[i16], q: &IntQuery, leaf: usize, out: &mut [u32]) {
+    out.fill(0);
     for p in 0..q.npairs {
-        let pair = &block[p * 2 * LEAF..(p + 1) * 2 * LEAF];
+        let pair = &block[p * 2 * leaf..p * 2 * leaf + 2 * out.len()];
         for (j, o) in out.iter_mut().enumerate() {
             let a = i32::from(pair[2 * j]) - q.codes[2 * p];
             let b = i32::from(pair[2 * j + 1]) - q.codes[2 * p + 1];
@@ -173,34 +181,33 @@ pub(crate) fn box_u32_scalar(corners: &[i16], q: &IntQuery) -> u32 {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512 {
     //! The `u32` kernels with AVX-512BW.
-    use super::{IntQuery, LEAF};
+    use super::IntQuery;
     use std::arch::x86_64::*;
 
-    /// Squared distances of the LEAF rows of `block` (LEAF a multiple of
-    /// 16: one register of 16 rows per dimension pair and chunk).
+    /// Squared distances of the first `out.len()` rows (a multiple of 16:
+    /// one register of 16 rows per dimension pair and chunk) of `block`, a
+    /// block of `leaf` rows.
     ///
     /// # Safety
     /// The CPU has AVX-512F and AVX-512BW; `block` holds `q.npairs` pairs
-    /// of 2·LEAF codes.
+    /// of 2·`leaf` codes; `out.len()` ≤ `leaf`.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(crate) unsafe fn leaf(block: &[i16], q: &IntQuery, out: &mut [u32; LEAF]) {
-        const CHUNKS: usize = LEAF / 16;
-        debug_assert!(block.len() >= q.npairs * 2 * LEAF);
-        let mut acc = [_mm512_setzero_si512(); CHUNKS];
+    pub(crate) unsafe fn leaf(block: &[i16], q: &IntQuery, leaf: usize, out: &mut [u32]) {
+        debug_assert!(out.len().is_multiple_of(16) && out.len() <= leaf);
+        debug_assert!(block.len() >= q.npairs * 2 * leaf);
         let base = block.as_ptr();
-        for p in 0..q.npairs {
-            let qv = _mm512_set1_epi32(q.pairs[p]);
-            for (c, a) in acc.iter_mut().enumerate() {
-                // SAFETY: pair p spans 2·LEAF codes inside `block`; chunk c
+        for c in 0..out.len() / 16 {
+            let mut acc = _mm512_setzero_si512();
+            for p in 0..q.npairs {
+                let qv = _mm512_set1_epi32(q.pairs[p]);
+                // SAFETY: pair p spans 2·leaf codes inside `block`; chunk c
                 // is its 32 codes from 32·c.
-                let x = unsafe { _mm512_loadu_si512(base.add(p * 2 * LEAF + 32 * c).cast()) };
+                let x = unsafe { _mm512_loadu_si512(base.add(p * 2 * leaf + 32 * c).cast()) };
                 let d = _mm512_sub_epi16(x, qv);
-                *a = _mm512_add_epi32(*a, _mm512_madd_epi16(d, d));
+                acc = _mm512_add_epi32(acc, _mm512_madd_epi16(d, d));
             }
-        }
-        for (c, a) in acc.iter().enumerate() {
-            // SAFETY: `out` holds LEAF u32: chunk c is 16 of them from 16·c.
-            unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(16 * c).cast(), *a) };
+            // SAFETY: chunk c is 16 of `out`'s u32 from 16·c.
+            unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(16 * c).cast(), acc) };
         }
     }
 
@@ -237,18 +244,263 @@ pub(crate) mod avx512 {
     }
 }
 
-/// Whether this CPU runs the AVX-512 `u32` kernels, checked once.
-pub(crate) fn has_avx512() -> bool {
-    static HAS: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod avx2 {
+    //! The `u32` kernels with AVX2: the same arithmetic as the scalar
+    //! ones, 8 rows per `vpmaddwd`.
+    use super::IntQuery;
+    use std::arch::x86_64::*;
+
+    /// Squared distances of the first `out.len()` rows (a multiple of 16)
+    /// of `block`, a block of `leaf` rows, 8 rows per register.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `block` holds `q.npairs` pairs of 2·`leaf` codes;
+    /// `out.len()` ≤ `leaf`.
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn leaf(block: &[i16], q: &IntQuery, leaf: usize, out: &mut [u32]) {
+        debug_assert!(out.len().is_multiple_of(16) && out.len() <= leaf);
+        debug_assert!(block.len() >= q.npairs * 2 * leaf);
+        let base = block.as_ptr();
+        for c in 0..out.len() / 16 {
+            let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+            for p in 0..q.npairs {
+                let qv = _mm256_set1_epi32(q.pairs[p]);
+                // SAFETY: pair p spans 2·leaf codes inside `block`; chunk c
+                // is its 32 codes from 32·c (16 rows, two registers).
+                let (x0, x1) = unsafe {
+                    let at = base.add(p * 2 * leaf + 32 * c);
+                    (
+                        _mm256_loadu_si256(at.cast()),
+                        _mm256_loadu_si256(at.add(16).cast()),
+                    )
+                };
+                let (d0, d1) = (_mm256_sub_epi16(x0, qv), _mm256_sub_epi16(x1, qv));
+                a0 = _mm256_add_epi32(a0, _mm256_madd_epi16(d0, d0));
+                a1 = _mm256_add_epi32(a1, _mm256_madd_epi16(d1, d1));
+            }
+            // SAFETY: chunk c is 16 of `out`'s u32 from 16·c.
+            unsafe {
+                let o = out.as_mut_ptr().add(16 * c);
+                _mm256_storeu_si256(o.cast(), a0);
+                _mm256_storeu_si256(o.add(8).cast(), a1);
+            }
+        }
+    }
+
+    /// The bounds of two boxes stored one after the other (two siblings),
+    /// 16 dimensions a corner, in `i16` lanes: every difference fits `i16`
+    /// and a pair of squares fits `i32` ([`IntQuery::new`]'s check), so
+    /// this is the scalar bound's exact integer.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `corners` holds 64 codes (two boxes of two
+    /// corners); `q.bdim` is 16.
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn bound2(corners: &[i16], q: &IntQuery) -> (u32, u32) {
+        debug_assert!(corners.len() >= 64 && q.bdim == 16);
+        let zero = _mm256_setzero_si256();
+        let c = corners.as_ptr();
+        // SAFETY: `codes16` holds 32 codes; `corners` 64.
+        let (qv, lo0, hi0, lo1, hi1) = unsafe {
+            (
+                _mm256_loadu_si256(q.codes16.as_ptr().cast()),
+                _mm256_loadu_si256(c.cast()),
+                _mm256_loadu_si256(c.add(16).cast()),
+                _mm256_loadu_si256(c.add(32).cast()),
+                _mm256_loadu_si256(c.add(48).cast()),
+            )
+        };
+        let t0 = _mm256_max_epi16(
+            _mm256_max_epi16(_mm256_subs_epi16(lo0, qv), _mm256_subs_epi16(qv, hi0)),
+            zero,
+        );
+        let t1 = _mm256_max_epi16(
+            _mm256_max_epi16(_mm256_subs_epi16(lo1, qv), _mm256_subs_epi16(qv, hi1)),
+            zero,
+        );
+        // Eight pair sums per box; add them up as u32 (wrapping is exact:
+        // the total fits u32).
+        let s = _mm256_hadd_epi32(_mm256_madd_epi16(t0, t0), _mm256_madd_epi16(t1, t1));
+        // s: [a01 a23 b01 b23 | a45 a67 b45 b67] (per 128-bit lane).
+        let s = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256::<1>(s));
+        let s = _mm_hadd_epi32(s, s);
+        (
+            _mm_cvtsi128_si32(s) as u32,
+            _mm_extract_epi32::<1>(s) as u32,
+        )
+    }
+
+    /// The box bound, 8 dimensions per step in `i32`.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; `corners` holds 2·`q.bdim` codes.
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn bound(corners: &[i16], q: &IntQuery) -> u32 {
+        debug_assert!(corners.len() >= 2 * q.bdim);
+        let zero = _mm256_setzero_si256();
+        let mut acc = zero;
+        let mut d = 0;
+        while d < q.bdim {
+            // SAFETY: 8 codes from d and from bdim + d lie inside
+            // `corners`; 8 i32 from d lie inside `q.codes` (32 long).
+            let (lo, hi, c) = unsafe {
+                (
+                    _mm256_cvtepi16_epi32(_mm_loadu_si128(corners.as_ptr().add(d).cast())),
+                    _mm256_cvtepi16_epi32(_mm_loadu_si128(corners.as_ptr().add(q.bdim + d).cast())),
+                    _mm256_loadu_si256(q.codes.as_ptr().add(d).cast()),
+                )
+            };
+            let t = _mm256_max_epi32(
+                _mm256_max_epi32(_mm256_sub_epi32(lo, c), _mm256_sub_epi32(c, hi)),
+                zero,
+            );
+            acc = _mm256_add_epi32(acc, _mm256_mullo_epi32(t, t));
+            d += 8;
+        }
+        let s = _mm_add_epi32(
+            _mm256_castsi256_si128(acc),
+            _mm256_extracti128_si256::<1>(acc),
+        );
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b01_00_11_10>(s));
+        let s = _mm_add_epi32(s, _mm_shuffle_epi32::<0b10_11_00_01>(s));
+        _mm_cvtsi128_si32(s) as u32
+    }
+}
+
+/// The SIMD kernels this CPU runs, checked once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Simd {
+    Avx512,
+    Avx2,
+    Scalar,
+}
+
+/// The `u32` kernels this CPU runs, checked once.
+pub(crate) fn simd() -> Simd {
+    static HAS: std::sync::LazyLock<Simd> = std::sync::LazyLock::new(|| {
         #[cfg(target_arch = "x86_64")]
         {
-            std::arch::is_x86_feature_detected!("avx512f")
+            if std::arch::is_x86_feature_detected!("avx512f")
                 && std::arch::is_x86_feature_detected!("avx512bw")
+            {
+                return Simd::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Simd::Avx2;
+            }
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        {
-            false
-        }
+        Simd::Scalar
     });
     *HAS
+}
+
+#[cfg(test)]
+mod tests {
+    //! The SIMD kernels this CPU runs give the scalar kernels' integers
+    //! (the search tests then reach only one of them per machine).
+    use super::*;
+
+    /// SplitMix64.
+    fn next(s: &mut u64) -> u64 {
+        *s = s.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = *s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// A code in [-m, m] (the extremes half the time).
+    fn code(s: &mut u64, m: i16) -> i16 {
+        match next(s) % 4 {
+            0 => -m,
+            1 => m,
+            _ => (next(s) % (2 * m as u64 + 1)) as i16 - m,
+        }
+    }
+
+    #[test]
+    fn simd_kernels_match_scalar() {
+        let mut s = 7u64;
+        for dim in [1usize, 2, 5, 14, 16, 17, 32] {
+            let bdim = box_dim(dim);
+            // The widest range [-m, m] the u32 arithmetic takes: every
+            // difference fits i16 and the worst distance fits u32.
+            let m = ((f64::from(u32::MAX) / dim as f64).sqrt() / 2.0).min(16_383.0) as i16;
+            let lo = vec![-m; dim];
+            let hi = vec![m; dim];
+            for leaf in [16usize, 64, 256] {
+                for _ in 0..20 {
+                    let qc: Vec<i16> = (0..dim).map(|_| code(&mut s, m)).collect();
+                    let q = IntQuery::new(&qc, &lo, &hi).expect("fits u32");
+                    let mut block = vec![0i16; i16::block_len(dim, leaf)];
+                    for j in 0..leaf {
+                        for d in 0..dim {
+                            block[i16::at(d, j, leaf)] = code(&mut s, m);
+                        }
+                    }
+                    // Two adjacent boxes, each corner padded with zeros.
+                    let mut boxes = vec![0i16; 4 * bdim];
+                    for b in 0..2 {
+                        for d in 0..dim {
+                            let (x, y) = (code(&mut s, m), code(&mut s, m));
+                            boxes[2 * b * bdim + d] = x.min(y);
+                            boxes[2 * b * bdim + bdim + d] = x.max(y);
+                        }
+                    }
+                    let want_box: Vec<u32> = (0..2)
+                        .map(|b| box_u32_scalar(&boxes[2 * b * bdim..], &q))
+                        .collect();
+                    for rows in [16, (leaf / 2).next_multiple_of(16), leaf] {
+                        let mut want = vec![0u32; rows];
+                        leaf_u32_scalar(&block, &q, leaf, &mut want);
+                        for (j, &w) in want.iter().enumerate() {
+                            let exact: i64 = (0..dim)
+                                .map(|d| {
+                                    let t =
+                                        i64::from(block[i16::at(d, j, leaf)]) - i64::from(qc[d]);
+                                    t * t
+                                })
+                                .sum();
+                            assert_eq!(i64::from(w), exact, "scalar, dim {dim}, row {j}");
+                        }
+                        #[cfg(target_arch = "x86_64")]
+                        {
+                            let mut got = vec![0u32; rows];
+                            if simd() != Simd::Scalar {
+                                // SAFETY: AVX2 is present (AVX-512 implies it).
+                                unsafe { avx2::leaf(&block, &q, leaf, &mut got) };
+                                assert_eq!(got, want, "avx2 leaf, dim {dim}, leaf {leaf}");
+                                let b: Vec<u32> = (0..2)
+                                    .map(|b| {
+                                        // SAFETY: as above; a box from 2·b·bdim.
+                                        unsafe { avx2::bound(&boxes[2 * b * bdim..], &q) }
+                                    })
+                                    .collect();
+                                assert_eq!(b, want_box, "avx2 bound, dim {dim}");
+                                if bdim == 16 {
+                                    // SAFETY: as above; two boxes of 16-code corners.
+                                    let (x, y) = unsafe { avx2::bound2(&boxes, &q) };
+                                    assert_eq!([x, y], want_box[..], "avx2 bound2, dim {dim}");
+                                }
+                            }
+                            if simd() == Simd::Avx512 {
+                                got.fill(0);
+                                // SAFETY: AVX-512F/BW are present.
+                                unsafe { avx512::leaf(&block, &q, leaf, &mut got) };
+                                assert_eq!(got, want, "avx512 leaf, dim {dim}, leaf {leaf}");
+                                let b: Vec<u32> = (0..2)
+                                    .map(|b| {
+                                        // SAFETY: as above; a box from 2·b·bdim.
+                                        unsafe { avx512::bound(&boxes[2 * b * bdim..], &q) }
+                                    })
+                                    .collect();
+                                assert_eq!(b, want_box, "avx512 bound, dim {dim}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
 }

@@ -2,22 +2,23 @@
 
 use super::build::grid_code;
 use super::format::{Coords, LowDimView, LEAF_BIT};
-use super::scan::{self, Coord, IntQuery};
-use super::{box_dim, LabelShare, LowDimHit, LowDimScratch, SearchStats, LEAF, MAX_DIM};
+use super::scan::{self, Coord, IntQuery, Simd};
+use super::{box_dim, LabelShare, LowDimHit, LowDimScratch, SearchStats, MAX_DIM, MAX_LEAF};
 use crate::{IndexError, Result};
 use std::cmp::Reverse;
 
-/// A candidate: distance in the stored units, then row id (the tie-break).
+/// A candidate: distance (the walk's key; its `f64` bits once the walk
+/// ends), then row id (the tie-break).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Best {
-    dist: f64,
+    dist: u64,
     id: u32,
     pos: u32,
 }
 
 impl Best {
     #[inline(always)]
-    fn before(&self, dist: f64, id: u32) -> bool {
+    fn before(&self, dist: u64, id: u32) -> bool {
         self.dist < dist || (self.dist == dist && self.id < id)
     }
 }
@@ -70,7 +71,7 @@ impl LowDimView<'_> {
                 1.0
             }
         };
-        let avx512 = scan::has_avx512();
+        let simd = scan::simd();
         match self.coords {
             Coords::Grid { boxes, coords } => {
                 let mut codes = [0i16; MAX_DIM];
@@ -81,7 +82,7 @@ impl LowDimView<'_> {
                 let b = box_dim(self.dim);
                 let root = (&boxes[..self.dim], &boxes[b..b + self.dim]);
                 match IntQuery::new(&codes[..self.dim], root.0, root.1).filter(|_| on_grid) {
-                    Some(iq) => self.run_u32(avx512, boxes, coords, &iq, k, scratch),
+                    Some(iq) => self.run_u32(simd, boxes, coords, &iq, k, scratch),
                     None => self.run_f64(boxes, coords, q, k, scratch),
                 }
             }
@@ -91,7 +92,7 @@ impl LowDimView<'_> {
         for b in &scratch.best {
             scratch.hits.push(LowDimHit {
                 id: b.id,
-                dist: b.dist * unit,
+                dist: f64::from_bits(b.dist) * unit,
                 label: self.labels.map_or(0, |l| l[b.pos as usize]),
             });
         }
@@ -136,138 +137,100 @@ impl LowDimView<'_> {
         k: usize,
         s: &mut LowDimScratch,
     ) {
-        let corner = 2 * box_dim(self.dim);
-        let block = C::block_len(self.dim);
-        let mut dists = [0f64; LEAF];
-        self.walk(
-            k,
-            s,
-            |node| scan::box_f64(&boxes[node as usize * corner..][..corner], q),
-            |leaf, out| {
-                let b = leaf * block;
-                scan::leaf_f64(&coords[b..b + block], q, &mut dists);
-                *out = dists;
-            },
-            |_| {},
-        );
+        let mut a = F64Arith {
+            corner: 2 * box_dim(self.dim),
+            block: C::block_len(self.dim, self.leaf),
+            leaf: self.leaf,
+            boxes,
+            coords,
+            q,
+            dists: [0.0; MAX_LEAF],
+        };
+        self.walk(k, s, &mut a);
     }
 
     /// The search in exact `u32` arithmetic on `i16` codes.
     fn run_u32(
         &self,
-        avx512: bool,
+        simd: Simd,
         boxes: &[i16],
         coords: &[i16],
         q: &IntQuery,
         k: usize,
         s: &mut LowDimScratch,
     ) {
-        let corner = 2 * q.bdim;
-        let block = i16::block_len(self.dim);
-        let mut dists = [0u32; LEAF];
-        self.walk(
-            k,
-            s,
-            |node| {
-                let c = &boxes[node as usize * corner..][..corner];
-                #[cfg(target_arch = "x86_64")]
-                if avx512 {
-                    // SAFETY: `avx512` is set only when the CPU has
-                    // AVX-512F/BW; `c` holds both corners.
-                    return f64::from(unsafe { scan::avx512::bound(c, q) });
-                }
-                f64::from(scan::box_u32_scalar(c, q))
-            },
-            |leaf, out| {
-                let b = leaf * block;
-                let blk = &coords[b..b + block];
-                #[cfg(target_arch = "x86_64")]
-                if avx512 {
-                    // SAFETY: as above; `blk` is one whole block.
-                    unsafe { scan::avx512::leaf(blk, q, &mut dists) };
-                } else {
-                    scan::leaf_u32_scalar(blk, q, &mut dists);
-                }
-                #[cfg(not(target_arch = "x86_64"))]
-                scan::leaf_u32_scalar(blk, q, &mut dists);
-                for (o, &d) in out.iter_mut().zip(&dists) {
-                    *o = f64::from(d);
-                }
-            },
-            |leaf| {
-                let blk = &coords[leaf * block..(leaf + 1) * block];
-                for line in blk.chunks(32) {
-                    crate::prefetch(line.as_ptr().cast());
-                }
-            },
-        );
+        let mut a = U32Arith {
+            simd,
+            corner: 2 * q.bdim,
+            block: i16::block_len(self.dim, self.leaf),
+            leaf: self.leaf,
+            boxes,
+            coords,
+            q,
+            dists: [0; MAX_LEAF],
+        };
+        self.walk(k, s, &mut a);
     }
 
-    /// Branch and bound: `bound(node)` is a lower bound of the distance to
-    /// anything under `node`, `leaf(block, out)` the distances of a
-    /// leaf's block. Subtrees open in order of bound; a subtree is
-    /// skipped when its bound exceeds the k-th distance so far (a bound
-    /// equal to it is still opened: a row there could win the tie by id).
-    fn walk(
-        &self,
-        k: usize,
-        s: &mut LowDimScratch,
-        bound: impl Fn(u32) -> f64,
-        mut leaf: impl FnMut(usize, &mut [f64; LEAF]),
-        fetch: impl Fn(usize),
-    ) {
+    /// Branch and bound in one arithmetic (distances as order-preserving
+    /// `u64` keys): subtrees open in order of bound; a subtree is skipped
+    /// when its bound exceeds the k-th distance so far (a bound equal to
+    /// it is still opened: a row there could win the tie by id).
+    fn walk<A: Arith>(&self, k: usize, s: &mut LowDimScratch, a: &mut A) {
         let mut stats = SearchStats::default();
         let best = &mut s.best;
         best.clear();
         let heap = &mut s.heap;
         heap.clear();
         heap.push((Reverse(0), 0));
-        let mut dists = [0f64; LEAF];
-        // The k-th distance so far (infinite until k rows are held).
-        let mut worst = f64::INFINITY;
+        // The k-th distance so far (above every distance until k rows are
+        // held).
+        let mut worst = u64::MAX;
         // Best bin first: pop the subtree of least bound, walk down its
         // nearer side to a leaf, queueing the farther sides; stop when the
         // least bound left exceeds the k-th distance.
         while let Some((Reverse(lb), mut node)) = heap.pop() {
-            if f64::from_bits(lb) > worst {
+            if lb > worst {
                 break;
             }
-            let (a, b) = loop {
-                let (a, b) = (
+            let (x, y) = loop {
+                let (x, y) = (
                     self.nodes[2 * node as usize],
                     self.nodes[2 * node as usize + 1],
                 );
-                if b & LEAF_BIT != 0 {
-                    break (a, b);
+                if y & LEAF_BIT != 0 {
+                    break (x, y);
                 }
-                let (la, lb_) = (bound(a), bound(b));
+                let (bx, by) = a.bounds(x, y);
                 stats.nodes += 2;
-                let (near, far) = if la <= lb_ {
-                    ((a, la), (b, lb_))
-                } else {
-                    ((b, lb_), (a, la))
-                };
+                let swap = by < bx;
+                let near = if swap { (y, by) } else { (x, bx) };
+                let far = if swap { (x, bx) } else { (y, by) };
                 if far.1 <= worst {
-                    heap.push((Reverse(far.1.to_bits()), far.0));
+                    heap.push((Reverse(far.1), far.0));
                 }
                 if near.1 > worst {
                     break (0, 0);
                 }
                 let w = self.nodes[2 * near.0 as usize + 1];
                 if w & LEAF_BIT != 0 {
-                    fetch(self.nodes[2 * near.0 as usize] as usize);
+                    a.fetch(
+                        self.nodes[2 * near.0 as usize] as usize,
+                        (w & !LEAF_BIT) as usize,
+                    );
                 }
                 node = near.0;
             };
-            if b & LEAF_BIT == 0 {
+            if y & LEAF_BIT == 0 {
                 continue;
             }
-            let start = a as usize * LEAF;
-            let count = (b & !LEAF_BIT) as usize;
-            leaf(a as usize, &mut dists);
+            let start = x as usize * self.leaf;
+            let count = (y & !LEAF_BIT) as usize;
+            a.scan(x as usize, count);
             stats.leaves += 1;
             stats.rows += count as u64;
-            for (j, &d) in dists[..count].iter().enumerate() {
+            for j in 0..count {
+                let d = a.dist(j);
                 if d > worst {
                     continue;
                 }
@@ -293,6 +256,154 @@ impl LowDimView<'_> {
                 }
             }
         }
+        for b in best.iter_mut() {
+            b.dist = A::value(b.dist).to_bits();
+        }
         s.stats = stats;
+    }
+}
+
+/// One arithmetic of the walk: box bounds and leaf distances as `u64`
+/// keys that order as the distances do.
+trait Arith {
+    /// Lower bound of the distance from the query to anything under `node`.
+    fn bound(&self, node: u32) -> u64;
+    /// The bounds of two siblings.
+    #[inline(always)]
+    fn bounds(&self, x: u32, y: u32) -> (u64, u64) {
+        (self.bound(x), self.bound(y))
+    }
+    /// Computes the distances of the first `rows` rows of leaf block
+    /// `block` (at least: whole chunks of 16).
+    fn scan(&mut self, block: usize, rows: usize);
+    /// Row `j`'s distance from the last [`Arith::scan`].
+    fn dist(&self, j: usize) -> u64;
+    /// Starts loading the first `rows` rows of leaf block `block` (a hint).
+    fn fetch(&self, _block: usize, _rows: usize) {}
+    /// A key's distance, in the stored units.
+    fn value(key: u64) -> f64;
+}
+
+/// `f64` distances; keys are their bits (never negative, so the bits order
+/// as the numbers do).
+struct F64Arith<'a, C> {
+    corner: usize,
+    block: usize,
+    leaf: usize,
+    boxes: &'a [C],
+    coords: &'a [C],
+    q: &'a [f64],
+    dists: [f64; MAX_LEAF],
+}
+
+impl<C: Coord> Arith for F64Arith<'_, C> {
+    #[inline(always)]
+    fn bound(&self, node: u32) -> u64 {
+        scan::box_f64(
+            &self.boxes[node as usize * self.corner..][..self.corner],
+            self.q,
+        )
+        .to_bits()
+    }
+
+    #[inline(always)]
+    fn scan(&mut self, block: usize, rows: usize) {
+        let b = block * self.block;
+        scan::leaf_f64(
+            &self.coords[b..b + self.block],
+            self.q,
+            self.leaf,
+            &mut self.dists[..rows],
+        );
+    }
+
+    #[inline(always)]
+    fn dist(&self, j: usize) -> u64 {
+        self.dists[j].to_bits()
+    }
+
+    fn value(key: u64) -> f64 {
+        f64::from_bits(key)
+    }
+}
+
+/// Exact `u32` distances on `i16` codes; keys are the distances.
+struct U32Arith<'a> {
+    simd: Simd,
+    corner: usize,
+    block: usize,
+    leaf: usize,
+    boxes: &'a [i16],
+    coords: &'a [i16],
+    q: &'a IntQuery,
+    dists: [u32; MAX_LEAF],
+}
+
+impl Arith for U32Arith<'_> {
+    #[inline(always)]
+    fn bound(&self, node: u32) -> u64 {
+        let c = &self.boxes[node as usize * self.corner..][..self.corner];
+        #[cfg(target_arch = "x86_64")]
+        match self.simd {
+            // SAFETY: `simd` names only kernels this CPU runs; `c` holds
+            // both corners.
+            Simd::Avx512 => return u64::from(unsafe { scan::avx512::bound(c, self.q) }),
+            // SAFETY: as above.
+            Simd::Avx2 => return u64::from(unsafe { scan::avx2::bound(c, self.q) }),
+            Simd::Scalar => {}
+        }
+        u64::from(scan::box_u32_scalar(c, self.q))
+    }
+
+    #[inline(always)]
+    fn bounds(&self, x: u32, y: u32) -> (u64, u64) {
+        #[cfg(target_arch = "x86_64")]
+        if self.simd != Simd::Scalar && y == x + 1 && self.corner == 32 {
+            // Siblings' boxes are adjacent (the builder numbers them so):
+            // one read of both.
+            let c = &self.boxes[x as usize * 32..][..64];
+            // SAFETY: `simd` is AVX2 or AVX-512 (which includes AVX2);
+            // `c` holds both boxes; corners are 16 codes (`corner` 32).
+            let (a, b) = unsafe { scan::avx2::bound2(c, self.q) };
+            return (u64::from(a), u64::from(b));
+        }
+        (self.bound(x), self.bound(y))
+    }
+
+    #[inline(always)]
+    fn scan(&mut self, block: usize, rows: usize) {
+        let blk = &self.coords[block * self.block..(block + 1) * self.block];
+        // Whole chunks of 16 rows, never past the leaf (a multiple of 16).
+        let out = &mut self.dists[..rows.next_multiple_of(16)];
+        let leaf = self.leaf;
+        #[cfg(target_arch = "x86_64")]
+        match self.simd {
+            // SAFETY: as above; `blk` is one whole block of `leaf` rows,
+            // `out` at most `leaf` long.
+            Simd::Avx512 => return unsafe { scan::avx512::leaf(blk, self.q, leaf, out) },
+            // SAFETY: as above.
+            Simd::Avx2 => return unsafe { scan::avx2::leaf(blk, self.q, leaf, out) },
+            Simd::Scalar => {}
+        }
+        scan::leaf_u32_scalar(blk, self.q, leaf, out);
+    }
+
+    #[inline(always)]
+    fn dist(&self, j: usize) -> u64 {
+        u64::from(self.dists[j])
+    }
+
+    fn fetch(&self, block: usize, rows: usize) {
+        // Each dimension pair's used rows: 2·rows codes from pair·2·leaf.
+        let blk = &self.coords[block * self.block..(block + 1) * self.block];
+        for pair in blk.chunks(2 * self.leaf) {
+            for line in pair[..2 * rows].chunks(32) {
+                crate::prefetch(line.as_ptr().cast());
+            }
+        }
+    }
+
+    fn value(key: u64) -> f64 {
+        key as f64
     }
 }
