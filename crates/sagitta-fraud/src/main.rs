@@ -86,6 +86,10 @@ enum Cmd {
         index: PathBuf,
         /// `test-data-*.json.gz`.
         data: PathBuf,
+        /// Also write each request's vector here, as 14 little-endian
+        /// `i16` codes (value × 10⁴) per request (for peers' search benches).
+        #[arg(long)]
+        vectors: Option<PathBuf>,
     },
 }
 
@@ -128,7 +132,11 @@ fn main() -> Result<()> {
             let mapped = refs::Mapped::open(&index, true)?;
             worker::run(fd, worker::Scorer::new(mapped), busy_poll)
         }
-        Cmd::Check { index, data } => check(&index, &data),
+        Cmd::Check {
+            index,
+            data,
+            vectors,
+        } => check(&index, &data, vectors.as_deref()),
     }
 }
 
@@ -253,6 +261,19 @@ fn serve(
 }
 
 /// A test-data entry in either of the contest's formats.
+/// Mean, p50, p99 and max of times in µs (sorts them).
+fn summary(times: &mut [f64]) -> String {
+    times.sort_by(f64::total_cmp);
+    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
+    format!(
+        "mean {:.2} us, p50 {:.2} us, p99 {:.2} us, max {:.1} us",
+        times.iter().sum::<f64>() / times.len() as f64,
+        pct(0.5),
+        pct(0.99),
+        times[times.len() - 1],
+    )
+}
+
 fn entries(data: &Path) -> Result<Vec<serde_json::Value>> {
     let file = std::fs::File::open(data).with_context(|| format!("open {}", data.display()))?;
     let v: serde_json::Value = if data.extension().is_some_and(|e| e == "gz") {
@@ -266,24 +287,27 @@ fn entries(data: &Path) -> Result<Vec<serde_json::Value>> {
     }
 }
 
-fn check(index: &Path, data: &Path) -> Result<()> {
+fn check(index: &Path, data: &Path, vectors: Option<&Path>) -> Result<()> {
     let mapped = refs::Mapped::open(index, true)?;
+    let view = mapped.view;
     let rules = mapped.rules.clone();
     let mut scorer = worker::Scorer::new(mapped);
     let entries = entries(data)?;
     let (mut wrong_vectors, mut wrong_scores, mut wrong_decisions, mut fp, mut fn_) =
         (0, 0, 0, 0, 0);
     let mut times = Vec::with_capacity(entries.len());
+    let mut queries = Vec::with_capacity(entries.len());
     for e in &entries {
         let req = e.get("request").context("entry without request")?;
         let body = serde_json::to_vec(req)?;
+        let codes = vectorize::vectorize(&body, &rules).map_err(|e| anyhow::anyhow!("{e}"))?;
+        queries.push(codes);
         let expected_score = e
             .get("expected_fraud_score")
             .or_else(|| e.pointer("/info/expected_response/fraud_score"))
             .and_then(|v| v.as_f64())
             .context("entry without an expected score")?;
         if let Some(want) = e.pointer("/info/vector").and_then(|v| v.as_array()) {
-            let codes = vectorize::vectorize(&body, &rules).map_err(|e| anyhow::anyhow!("{e}"))?;
             let got = vectorize::as_f32(&codes);
             if want
                 .iter()
@@ -310,16 +334,35 @@ fn check(index: &Path, data: &Path) -> Result<()> {
             }
         }
     }
-    times.sort_by(f64::total_cmp);
-    let pct = |p: f64| times[((times.len() - 1) as f64 * p) as usize];
     println!(
-        "{} requests: {wrong_vectors} wrong vectors, {wrong_scores} wrong fraud scores, {wrong_decisions} wrong decisions ({fp} FP, {fn_} FN); parse + vectorize + exact 5-NN per request: mean {:.2} us, p50 {:.2} us, p99 {:.2} us, max {:.1} us",
+        "{} requests: {wrong_vectors} wrong vectors, {wrong_scores} wrong fraud scores, {wrong_decisions} wrong decisions ({fp} FP, {fn_} FN); parse + vectorize + exact 5-NN per request: {}",
         entries.len(),
-        times.iter().sum::<f64>() / times.len() as f64,
-        pct(0.5),
-        pct(0.99),
-        times[times.len() - 1],
+        summary(&mut times),
     );
+    // The search alone over the same vectors (a second pass, timed: the
+    // first warms the branch predictors, as in a running service).
+    let mut scratch = sagitta_index::lowdim::LowDimScratch::default();
+    let mut search = Vec::with_capacity(queries.len());
+    for pass in 0..2 {
+        search.clear();
+        for codes in &queries {
+            let q = vectorize::as_f32(codes);
+            let t = Instant::now();
+            let hits = view.search(&q, worker::K, &mut scratch)?;
+            std::hint::black_box(hits);
+            if pass == 1 {
+                search.push(t.elapsed().as_nanos() as f64 / 1e3);
+            }
+        }
+    }
+    println!("exact 5-NN alone, the same vectors: {}", summary(&mut search));
+    if let Some(path) = vectors {
+        let bytes: Vec<u8> = queries
+            .iter()
+            .flat_map(|c| c.iter().flat_map(|x| x.to_le_bytes()))
+            .collect();
+        std::fs::write(path, bytes).with_context(|| format!("write {}", path.display()))?;
+    }
     if wrong_scores > 0 || wrong_vectors > 0 {
         std::process::exit(1);
     }
