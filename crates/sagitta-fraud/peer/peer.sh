@@ -13,9 +13,13 @@
 #    (`sagitta-fraud check --vectors`), interleaved, RUNS times; the peer
 #    with its default search and with SEARCH_V2=1.
 # 3. The contest's load test (harness/run.sh, full mode, test-data-6100-3m
-#    cycled), interleaved, RUNS times each: each service's balancer and its
-#    two API processes on CPU 0 (`taskset -c 0`), k6 unpinned; the load
-#    average and the memory (RSS, PSS) of the service's processes under load.
+#    cycled), RUNS rounds of four interleaved configurations: each engine
+#    under the normal scheduler (cfs) and under SCHED_FIFO priority 20 with
+#    k6 at SCHED_FIFO 10 (fifo, as bench.sh). Each service's balancer and
+#    its two API processes run on CPU 0 (`taskset -c 0`), k6 unpinned; the
+#    load average and the memory (RSS, PSS) of the service's processes
+#    under load are reported. SCONFIGS="sagitta-cfs peer-cfs" narrows it;
+#    LOAD=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 RUNS="${1:-3}"
@@ -73,42 +77,48 @@ memory() {  # RSS and PSS of the given processes, KiB
     echo "rss=${rss}KiB pss=${pss}KiB"
 }
 
-start_sagitta() {
-    "$BIN" serve --index "$IDX" --port 9999 --cpu 0 > "$OUT/sagitta.log" 2>&1 &
+start_sagitta() {  # sched
+    local args=(--cpu 0)
+    [[ $1 == fifo ]] && args+=(--rtprio 20)
+    "$BIN" serve --index "$IDX" --port 9999 "${args[@]}" > "$OUT/sagitta.log" 2>&1 &
     PIDS=($!)
 }
 
-start_peer() {  # the submission's docker-compose.yml, as plain processes on CPU 0
-    local sock="$OUT/sock"
+start_peer() {  # sched: the submission's docker-compose.yml, as plain processes on CPU 0
+    local sock="$OUT/sock" pin=(taskset -c 0)
+    [[ $1 == fifo ]] && pin+=(chrt -f 20)
     rm -rf "$sock" && mkdir -p "$sock"
     PIDS=()
     for n in 1 2; do
         INDEX_PATH="$PEER_INDEX" PORT=$((18080 + n)) FDSOCK="$sock/api$n.sock" \
             EPOLL_TIMEOUT_MS=1 WARMUP_QUERIES=5000 SPIN_US=0 EPOLL_IDLE_US=60 BUSY_POLL_US=5 \
-            taskset -c 0 "$PEER/c-impl/api" > "$OUT/peer-api$n.log" 2>&1 &
+            "${pin[@]}" "$PEER/c-impl/api" > "$OUT/peer-api$n.log" 2>&1 &
         PIDS+=($!)
     done
     for _ in $(seq 100); do [[ -S "$sock/api1.sock" && -S "$sock/api2.sock" ]] && break; sleep 0.1; done
-    DEFER_ACCEPT=1 taskset -c 0 "$PEER/c-impl/lb/lbfd" --port 9999 "$sock/api1.sock" "$sock/api2.sock" \
+    DEFER_ACCEPT=1 "${pin[@]}" "$PEER/c-impl/lb/lbfd" --port 9999 "$sock/api1.sock" "$sock/api2.sock" \
         > "$OUT/peer-lb.log" 2>&1 &
     PIDS+=($!)
 }
 
-run() {  # engine
-    local engine=$1
-    "start_$engine"
+run() {  # engine-sched
+    local engine=${1%-*} sched=${1#*-} envs=()
+    [[ $sched == fifo ]] && envs=(K6_RTPRIO=10)
+    "start_$engine" "$sched"
     local load0; load0=$(cut -d' ' -f1 /proc/loadavg)
     ( sleep 100; memory $( [[ $engine == sagitta ]] && pgrep -f "sagitta-fraud (serve|worker)" || echo "${PIDS[@]}") > "$OUT/mem-$engine" ) &
     local sampler=$!
-    local line; line=$("$RINHA/harness/run.sh" 127.0.0.1:9999 "$RINHA/test-data-6100-3m.json.gz" 2>&1 | grep '^requests=' || true)
+    local line; line=$(env "${envs[@]}" "$RINHA/harness/run.sh" 127.0.0.1:9999 "$RINHA/test-data-6100-3m.json.gz" 2>&1 | grep '^requests=' || true)
     wait "$sampler"
     kill "${PIDS[@]}" 2>/dev/null || true
     pkill -f "sagitta-fraud (serve|worker)" 2>/dev/null || true
     wait 2>/dev/null || true
-    echo "$engine: $line load=$load0->$(cut -d' ' -f1 /proc/loadavg) $(cat "$OUT/mem-$engine")"
+    echo "$1: $line load=$load0->$(cut -d' ' -f1 /proc/loadavg) $(cat "$OUT/mem-$engine")"
 }
 
+[[ ${LOAD:-1} == 0 ]] && exit 0
 for i in $(seq "$RUNS"); do
-    run sagitta
-    run peer
+    for c in ${SCONFIGS:-sagitta-cfs peer-cfs sagitta-fifo peer-fifo}; do
+        run "$c"
+    done
 done

@@ -355,7 +355,10 @@ fn check(index: &Path, data: &Path, vectors: Option<&Path>) -> Result<()> {
             }
         }
     }
-    println!("exact 5-NN alone, the same vectors: {}", summary(&mut search));
+    println!(
+        "exact 5-NN alone, the same vectors: {}",
+        summary(&mut search)
+    );
     if let Some(path) = vectors {
         let bytes: Vec<u8> = queries
             .iter()

@@ -788,6 +788,31 @@ fn bad_build_input_gives_typed_errors() {
     assert!(b(&[0.0], 1, Some(&[7][..])).is_ok());
 }
 
+/// Values spread over many orders of magnitude: a split at the middle of
+/// a range would peel off one row per level, so the builder falls back to
+/// the median there. The index stays exact and shallow enough to build
+/// without exhausting the stack.
+#[test]
+fn skewed_values_stay_exact() {
+    let mut r = Rng(31);
+    for dim in [1usize, 3] {
+        let n = 20_000;
+        let rows: Vec<f32> = (0..n * dim)
+            .map(|i| {
+                1.001f32.powi((i / dim) as i32 % 60_000) * if r.below(2) == 0 { 1.0 } else { -1.0 }
+            })
+            .collect();
+        let idx = LowDimIndex::build(&rows, dim, None).unwrap();
+        let oracle = Oracle::new(&rows, dim, None, None);
+        let qs = queries(&rows, dim, 1e4, -10_000, 10_000, 32);
+        let mut s = LowDimScratch::default();
+        for (i, q) in qs.iter().enumerate() {
+            let what = format!("skewed dim {dim}, query {i}");
+            check_query(&idx.view(), &oracle, q, &[1, 5, 33], &mut s, &what);
+        }
+    }
+}
+
 #[test]
 fn bad_leaf_sizes_give_typed_errors() {
     let rows: Vec<f32> = (0..100).map(|i| i as f32).collect();

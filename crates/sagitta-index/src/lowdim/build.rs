@@ -320,10 +320,13 @@ impl<C: Coord> Tree<'_, C> {
     }
 
     /// Fills node `me` (box already pushed) over `rows`, which sit at
-    /// `start` in the permutation. A node splits its widest dimension near
-    /// the median *between two distinct values*, so the children's boxes
-    /// do not overlap there (a gap the bound can use); leaves hold up to
-    /// `leaf` rows, one block each.
+    /// `start` in the permutation. A node splits its dimension of largest
+    /// variance at the middle of its range (boxes of even extent prune
+    /// better than halves of equal counts); when that leaves fewer than
+    /// 1/8 of the rows on one side, at the median instead, which keeps the
+    /// depth logarithmic. Either way the split falls *between two distinct
+    /// values*, so the children's boxes do not overlap there (a gap the
+    /// bound can use). Leaves hold up to `leaf` rows, one block each.
     fn split(&mut self, rows: &mut [u32], start: usize, me: usize) {
         if rows.len() <= self.leaf {
             self.nodes[2 * me] = self.leaves.len() as u32;
@@ -332,6 +335,55 @@ impl<C: Coord> Tree<'_, C> {
             return;
         }
         let d = self.widest(rows);
+        let mid = match self.split_middle(rows, d) {
+            Some(mid) => mid,
+            None => self.split_median(rows, d),
+        };
+        let (left, right) = rows.split_at_mut(mid);
+        let l = self.nodes.len() / 2;
+        self.nodes.extend([0, 0, 0, 0]);
+        self.push_box(left);
+        self.push_box(right);
+        self.nodes[2 * me] = l as u32;
+        self.nodes[2 * me + 1] = l as u32 + 1;
+        self.split(left, start, l);
+        self.split(right, start + mid, l + 1);
+    }
+
+    /// Puts the rows at or below the middle of dimension `d`'s range
+    /// first and returns how many, unless a side would hold fewer than 1/8
+    /// of the rows (or the dimension has one value).
+    fn split_middle(&self, rows: &mut [u32], d: usize) -> Option<usize> {
+        let (lo, hi) = rows
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), &r| {
+                let v = self.at(r, d);
+                (l.min(v), h.max(v))
+            });
+        // lo ≤ m < hi when lo < hi: both sides get a row.
+        let m = lo + (hi - lo) / 2.0;
+        if lo >= hi || m >= hi {
+            return None;
+        }
+        let below = rows.iter().filter(|&&r| self.at(r, d) <= m).count();
+        if below.min(rows.len() - below) < rows.len() / 8 {
+            return None;
+        }
+        let (mut i, mut j) = (0, rows.len());
+        while i < j {
+            if self.at(rows[i], d) <= m {
+                i += 1;
+            } else {
+                j -= 1;
+                rows.swap(i, j);
+            }
+        }
+        Some(i)
+    }
+
+    /// Splits near the median of dimension `d`, between two distinct
+    /// values when there are two; returns the left side's size.
+    fn split_median(&self, rows: &mut [u32], d: usize) -> usize {
         let half = rows.len() / 2;
         rows.select_nth_unstable_by(half, |&a, &b| {
             self.at(a, d).total_cmp(&self.at(b, d)).then(a.cmp(&b))
@@ -353,15 +405,7 @@ impl<C: Coord> Tree<'_, C> {
                 self.at(a, d).total_cmp(&self.at(b, d)).then(a.cmp(&b))
             });
         }
-        let (left, right) = rows.split_at_mut(mid);
-        let l = self.nodes.len() / 2;
-        self.nodes.extend([0, 0, 0, 0]);
-        self.push_box(left);
-        self.push_box(right);
-        self.nodes[2 * me] = l as u32;
-        self.nodes[2 * me + 1] = l as u32 + 1;
-        self.split(left, start, l);
-        self.split(right, start + mid, l + 1);
+        mid
     }
 
     fn push_box(&mut self, rows: &[u32]) {
