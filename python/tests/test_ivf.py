@@ -197,6 +197,16 @@ def test_quantized_rerank_from_full_precision(rng, tmp_path, kind):
     idx.save(tmp_path / "sq.sgt")
     f = sagitta.Index.open(tmp_path / "sq.sgt")
     again = f.search(queries, 10, expansion=128, refine=60)
-    np.testing.assert_array_equal(again.keys, reranked.keys)
+    # The reopened file may be searched by another plan than the in-memory
+    # index (a contiguous file this small is scanned exactly), so its keys
+    # need not match the graph walk's; what must hold is that its answers
+    # come from the persisted full-precision rows: every distance is the
+    # exact f32 cosine distance of its key, not the sq8 estimate.
+    assert recall(again.keys, want) >= recall(reranked.keys, want) - 0.01
+    rows = base[again.keys.astype(np.int64)]
+    cos = np.einsum("qkd,qd->qk", rows, queries) / (
+        np.linalg.norm(rows, axis=2) * np.linalg.norm(queries, axis=1)[:, None]
+    )
+    np.testing.assert_allclose(again.distances, 1.0 - cos, rtol=1e-5, atol=1e-5)
     with pytest.raises(ValueError, match="keep_full"):
         sagitta.Index(40, dtype="f32", keep_full=True)
