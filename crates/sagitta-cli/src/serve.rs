@@ -131,6 +131,9 @@ fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .thread_name("sagitta-io")
+        .on_thread_start(|| {
+            sagitta_server::priority::latency_sensitive();
+        })
         .enable_all()
         .build()
         .context("starting the I/O runtime")

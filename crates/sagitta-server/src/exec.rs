@@ -6,7 +6,10 @@
 //!   concurrency 1 on this 2-core machine).
 //! * Ingest (WAL append + fsync + index insert, sealing) runs on lanes of
 //!   their own at a lower CPU priority (nice +10), so a search never waits
-//!   behind an ingest batch for a core. Each lane is a thread that takes
+//!   behind an ingest batch for a core. Search threads (and the I/O
+//!   runtime's) ask for the scheduler's shortest slice, so a search that
+//!   wakes up preempts an ingest or build thread at once (see
+//!   [`crate::priority`]). Each lane is a thread that takes
 //!   one job at a time and runs it on the lane's own rayon pool: a job
 //!   holds its collection's writer lock while the index insert runs in
 //!   parallel, and a rayon thread waiting for its parallel work runs other
@@ -21,6 +24,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::Metrics;
+use crate::priority;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -127,14 +131,14 @@ fn lanes(name: &'static str, lanes: usize, threads: usize) -> std::io::Result<Ru
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(move |t| format!("sagitta-{name}-{i}.{t}"))
-            .start_handler(|_| lower_priority())
+            .start_handler(|_| priority::lower_priority())
             .build()
             .map_err(std::io::Error::other)?;
         let rx = rx.clone();
         std::thread::Builder::new()
             .name(format!("sagitta-{name}-{i}"))
             .spawn(move || {
-                lower_priority();
+                priority::lower_priority();
                 loop {
                     let job = match rx.lock() {
                         Ok(r) => r.recv(),
@@ -167,17 +171,6 @@ impl Drop for PendingGuard {
     }
 }
 
-fn lower_priority() {
-    // SAFETY: setpriority with PRIO_PROCESS and a thread id (Linux
-    // semantics) only changes this thread's nice value; no memory is
-    // touched.
-    #[cfg(target_os = "linux")]
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
-    }
-}
-
 /// Runs a job, turning a panic into an internal error.
 fn catch<T>(work: Work, f: impl FnOnce() -> ApiResult<T> + std::panic::UnwindSafe) -> ApiResult<T> {
     std::panic::catch_unwind(f).unwrap_or_else(|panic| {
@@ -199,6 +192,9 @@ impl Exec {
         let search = rayon::ThreadPoolBuilder::new()
             .num_threads(cfg.search_threads.max(1))
             .thread_name(|i| format!("sagitta-search-{i}"))
+            .start_handler(|_| {
+                priority::latency_sensitive();
+            })
             .build()
             .map_err(std::io::Error::other)?;
         let cores = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -20,6 +20,7 @@ pub mod idfilter;
 pub mod longbow;
 pub mod metrics;
 pub mod ops;
+pub mod priority;
 pub mod registry;
 pub mod text;
 pub mod ui;
