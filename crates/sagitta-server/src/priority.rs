@@ -33,17 +33,11 @@ struct SchedAttr {
 pub fn latency_sensitive() -> bool {
     #[cfg(target_os = "linux")]
     {
-        // SAFETY: getpriority only reads the calling thread's nice value.
-        let nice = unsafe {
-            let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-            *libc::__errno_location() = 0;
-            libc::getpriority(libc::PRIO_PROCESS, tid)
-        };
         let attr = SchedAttr {
             size: std::mem::size_of::<SchedAttr>() as u32,
             policy: libc::SCHED_OTHER as u32,
             flags: 0,
-            nice,
+            nice: nice(),
             priority: 0,
             runtime: SHORT_SLICE_NS,
             deadline: 0,
@@ -68,9 +62,22 @@ pub fn lower_priority() {
     // touched.
     #[cfg(target_os = "linux")]
     unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        libc::setpriority(libc::PRIO_PROCESS, tid, 10);
+        libc::setpriority(libc::PRIO_PROCESS, tid(), 10);
     }
+}
+
+/// The calling thread's id (Linux: `PRIO_PROCESS` takes it for one thread).
+#[cfg(target_os = "linux")]
+fn tid() -> libc::id_t {
+    // SAFETY: gettid has no arguments and touches no memory.
+    unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
+}
+
+/// The calling thread's nice value.
+#[cfg(target_os = "linux")]
+fn nice() -> i32 {
+    // SAFETY: getpriority only reads this thread's nice value.
+    unsafe { libc::getpriority(libc::PRIO_PROCESS, tid()) }
 }
 
 #[cfg(test)]
@@ -99,14 +106,7 @@ mod tests {
                 assert_eq!(slice, SHORT_SLICE_NS);
             }
             #[cfg(target_os = "linux")]
-            {
-                // SAFETY: as in latency_sensitive.
-                let nice = unsafe {
-                    let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-                    libc::getpriority(libc::PRIO_PROCESS, tid)
-                };
-                assert_eq!(nice, 10);
-            }
+            assert_eq!(nice(), 10);
         })
         .join()
         .unwrap();
