@@ -13,7 +13,10 @@ NPHD; each with 64-bit keys (``ShardedIndex``) and 128-bit keys
 (``ShardedIndex128``, 16-byte keys). Exact top-k from numpy; recall@10 is tie-aware. The engines run
 one after the other for each workload, in alternating order, each in a
 fresh process; each timed row is repeated and reported as median
-(min-max)."""
+(min-max). The batch search is run again at each expansion of
+``--ef-sweep`` so the two engines are also compared at equal recall: each
+at its smallest expansion reaching the recall of the better one at the
+shared default (ef 64)."""
 
 from __future__ import annotations
 
@@ -128,7 +131,35 @@ def table(name: str, res: dict) -> list[str]:
     lines.append(
         f"| recall@10 (tie-aware, batch) | {s['recall_at_10']:.4f} | {i['recall_at_10']:.4f} | |"
     )
+    eq = equal_recall(s, i)
+    if eq is not None:
+        target, (es, ts), (ei, ti) = eq
+        cell = lambda ef, t: (  # noqa: E731
+            f"{fmt_t(t['median'])} at ef {ef}" if t else f"recall {target:.4f} not reached"
+        )
+        ratio = f"{ti['median'] / ts['median']:.2f}" if ts and ti else "n/a"
+        lines.append(
+            f"| search, batch of 1,000 at equal recall@10 ≥ {target:.4f} "
+            f"| {cell(es, ts)} | {cell(ei, ti)} | {ratio} |"
+        )
     return [*lines, ""]
+
+
+def equal_recall(s: dict, i: dict):
+    """Both engines' batch search at the recall of the better one at the
+    shared default expansion: each engine's smallest expansion of its sweep
+    that reaches it (ef, time), or (None, None) when none does."""
+    if not s.get("batch_sweep") or not i.get("batch_sweep"):
+        return None
+    target = max(s["recall_at_10"], i["recall_at_10"])
+
+    def first(res):
+        for p in sorted(res["batch_sweep"], key=lambda p: p["ef"]):
+            if p["recall_at_10"] >= target - 1e-9:
+                return p["ef"], p["time_s"]
+        return None, None
+
+    return target, first(s), first(i)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,6 +170,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--single-queries", type=int, default=200)
     ap.add_argument("--skip-nphd", action="store_true")
     ap.add_argument("--key-bits", default="64,128", help="key widths to run, of 64 and 128")
+    ap.add_argument(
+        "--ef-sweep",
+        default="64,80,96,128,192",
+        help="search expansions of the batch run again for the equal-recall row ('' for none)",
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "iscc")
     a = ap.parse_args(argv)
     py_iscc = iscc_python()
@@ -155,6 +191,7 @@ def main(argv: list[str] | None = None) -> None:
     }
     jobs = []
     widths = [int(x) for x in a.key_bits.split(",")]
+    sweep = [int(x) for x in a.ef_sweep.split(",") if x]
     d = random_codes(a.rows)
     for bits in widths:
         for segs in [int(x) for x in a.segments.split(",")]:
@@ -170,6 +207,7 @@ def main(argv: list[str] | None = None) -> None:
                 "single_queries": a.single_queries,
                 "dir": str(work),
                 "key_bits": bits,
+                "ef_sweep": sweep,
             }
             jobs.append((f"Hamming 256-bit, {segs} segment(s), {bits}-bit keys", spec))
     for bits in [] if a.skip_nphd else widths:
@@ -191,6 +229,7 @@ def main(argv: list[str] | None = None) -> None:
                     "single_queries": a.single_queries,
                     "dir": str(work),
                     "key_bits": bits,
+                    "ef_sweep": sweep,
                 },
             )
         )

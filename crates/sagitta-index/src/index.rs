@@ -1632,20 +1632,19 @@ pub(crate) fn f32_row(row: &[u8], dims: usize) -> Vec<f32> {
 }
 
 /// Runs `f` on the global rayon pool (`threads == 0`) or on a pool of
-/// `threads` workers.
+/// `threads` workers, joined before returning (no thread outlives the call).
 fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> Result<R> + Send) -> Result<R> {
     if threads == 0 {
         return f();
     }
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|_| IndexError::InvalidParameter {
+    let builder = rayon::ThreadPoolBuilder::new().num_threads(threads);
+    crate::threads::with_joined_pool(builder, |pool| pool.install(f)).map_err(|_| {
+        IndexError::InvalidParameter {
             name: "threads",
             value: threads.to_string(),
             reason: "could not start a thread pool",
-        })?
-        .install(f)
+        }
+    })?
 }
 
 /// Validates `k` for an index holding `len` live vectors: the one place

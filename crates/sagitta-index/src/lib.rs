@@ -34,6 +34,7 @@ pub mod rotation;
 mod scratch;
 mod space;
 mod storage;
+pub mod threads;
 mod topk;
 mod view;
 

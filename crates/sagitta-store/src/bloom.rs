@@ -171,6 +171,16 @@ pub struct Bloom {
     checker: Mutex<Option<JoinHandle<()>>>,
 }
 
+impl Drop for Bloom {
+    /// Joins the background check of an opened file, so no thread of ours
+    /// outlives the filter (the check reads one small file).
+    fn drop(&mut self) {
+        if let Some(h) = self.checker.get_mut().take() {
+            let _ = h.join();
+        }
+    }
+}
+
 impl Bloom {
     /// An empty filter for about `initial` keys before it first grows, with
     /// an overall false-positive rate under `fp`.

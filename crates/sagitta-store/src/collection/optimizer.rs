@@ -430,16 +430,20 @@ fn flush_loop(c: &Inner) {
 }
 
 fn optimize_loop(c: &Inner) {
-    let pool = rayon::ThreadPoolBuilder::new()
+    // Its threads are joined when the loop ends, so a closed collection
+    // leaves no build thread behind.
+    let builder = rayon::ThreadPoolBuilder::new()
         .num_threads(c.config.build_threads())
         .thread_name(|i| format!("sagitta-build-{i}"))
-        .start_handler(|_| lower_priority())
-        .build();
-    let Ok(pool) = pool else {
+        .start_handler(|_| lower_priority());
+    let built = sagitta_index::threads::with_joined_pool(builder, |pool| optimize_with(c, pool));
+    if built.is_err() {
         c.opt
             .failed(&StoreError::Optimizer("cannot start the build pool".into()));
-        return;
-    };
+    }
+}
+
+fn optimize_with(c: &Inner, pool: &rayon::ThreadPool) {
     lower_priority();
     let mut seen = 0;
     let mut first = true;
@@ -502,7 +506,7 @@ fn optimize_loop(c: &Inner) {
             s.stats.task_rows_done = 0;
             s.stats.task_rows_total = 0;
         }
-        match run(c, &st, &p, &pool) {
+        match run(c, &st, &p, pool) {
             Ok(rows) => {
                 let mut s = c.opt.status.lock();
                 s.stats.tasks_done += 1;
