@@ -7,6 +7,21 @@
 use proptest::prelude::*;
 use sagitta_kernels::{f16, nphd_encode, scalar, DType, Distance, Kernels, Metric};
 
+/// A query of `q` and rows of `rows` pseudo-random bytes (xorshift from
+/// `seed`).
+fn query_and_rows(seed: u64, q: usize, rows: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut x = seed | 1;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    };
+    let a = (0..q).map(|_| next()).collect();
+    let b = (0..rows).map(|_| next()).collect();
+    (a, b)
+}
+
 fn close(a: f32, b: f32, scale: f32) -> bool {
     (a - b).abs() <= 1e-4 * scale.max(1.0)
 }
@@ -83,15 +98,7 @@ proptest! {
         // The unrolled paths for 64- to 512-bit codes, rows of the code's
         // length or longer (the query covers the first `len` bytes).
         let stride = len + pad;
-        let mut x = seed | 1;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        };
-        let q: Vec<u8> = (0..len).map(|_| next()).collect();
-        let rows: Vec<u8> = (0..n * stride).map(|_| next()).collect();
+        let (q, rows) = query_and_rows(seed, len, n * stride);
         for k in Kernels::available() {
             let mut out = vec![-1.0f32; n + 1];
             (k.hamming_rows)(&q, &rows, stride, &mut out);
@@ -109,15 +116,7 @@ proptest! {
         n in 0usize..40,
         seed in any::<u64>(),
     ) {
-        let mut x = seed | 1;
-        let mut next = || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        };
-        let q: Vec<u8> = (0..stride).map(|_| next()).collect();
-        let rows: Vec<u8> = (0..n * stride).map(|_| next()).collect();
+        let (q, rows) = query_and_rows(seed, stride, n * stride);
         for k in Kernels::available() {
             // One slot more than rows: it must be left as it was.
             let mut out = vec![-1.0f32; n + 1];
