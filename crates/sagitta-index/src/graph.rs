@@ -341,6 +341,15 @@ const EXACT_BLOCK: usize = 256;
 /// Rows whose distances are checked against the k-th with one minimum.
 const EXACT_RUN: usize = 16;
 
+/// Whether any distance of `run` is at most `bound` (a NaN never is):
+/// compares and ORs with no dependency between rows, so it compiles to
+/// vector compares (a running minimum is a chain of dependent `min`s, and
+/// cost as much as the 256-bit Hamming kernel itself).
+#[inline]
+fn any_at_most(run: &[f32], bound: f32) -> bool {
+    run.iter().fold(false, |hit, &d| hit | (d <= bound))
+}
+
 /// [`exact`] over contiguous stored rows, unfiltered: distances a block at
 /// a time, and liveness and keys read only for a row that would enter the
 /// top k (most rows are rejected by one comparison).
@@ -364,10 +373,14 @@ fn exact_rows<G: GraphView + ?Sized>(
         let hi = (lo + EXACT_BLOCK).min(n);
         let ds = &mut buf[..hi - lo];
         dist.eval_rows(q, &rows[lo * stride..hi * stride], stride, ds);
+        if s.keyed.len() >= k && !any_at_most(ds, worst) {
+            lo = hi;
+            continue;
+        }
         // Once k results are held, most runs of rows have nothing below
         // the k-th: one vectorised minimum rejects a run whole.
         for (c, run) in ds.chunks(EXACT_RUN).enumerate() {
-            if s.keyed.len() >= k && run.iter().fold(f32::INFINITY, |m, &d| m.min(d)) > worst {
+            if s.keyed.len() >= k && !any_at_most(run, worst) {
                 continue;
             }
             for (i, &d) in run.iter().enumerate() {

@@ -227,7 +227,7 @@ impl Kernels {
                     hamming_rows: if vpopcnt {
                         avx512::hamming_rows
                     } else {
-                        avx2::hamming_rows
+                        avx512::hamming_rows_bw
                     },
                     // Scalar POPCNT over a 32-byte code is four
                     // instructions: no vector reduction to pay per row.

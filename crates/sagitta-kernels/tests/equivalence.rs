@@ -319,8 +319,10 @@ fn quantized_distances_follow_the_header() {
     assert!(Distance::new(Metric::Hamming, DType::Sq8, true).is_err());
 }
 
-/// The widths with their own vector path (256-bit codes), with row counts
-/// around its 8-row step, and a query longer than a row.
+/// The widths with their own vector paths (64- to 512-bit codes: steps of
+/// 4 to 32 rows), with row counts around the steps, a query longer than a
+/// row, and rows at the largest distance (every bit differs) beside
+/// random ones.
 #[test]
 fn hamming_rows_vector_widths_match_scalar() {
     let mut x = 0x2545_F491_4F6C_DD1Du64;
@@ -330,10 +332,15 @@ fn hamming_rows_vector_widths_match_scalar() {
         x ^= x << 17;
         x as u8
     };
-    for stride in [32usize, 64] {
-        for n in [0usize, 1, 7, 8, 9, 16, 37, 256] {
+    for stride in [8usize, 16, 32, 64] {
+        for n in [0usize, 1, 3, 4, 5, 7, 8, 9, 16, 31, 32, 33, 37, 65, 256] {
             let q: Vec<u8> = (0..stride + 3).map(|_| next()).collect();
-            let rows: Vec<u8> = (0..n * stride).map(|_| next()).collect();
+            let mut rows: Vec<u8> = (0..n * stride).map(|_| next()).collect();
+            for (i, r) in rows.chunks_exact_mut(stride).enumerate() {
+                if i % 3 == 1 {
+                    r.iter_mut().zip(&q).for_each(|(b, &a)| *b = !a);
+                }
+            }
             for k in Kernels::available() {
                 let mut out = vec![-1.0f32; n];
                 (k.hamming_rows)(&q, &rows, stride, &mut out);
