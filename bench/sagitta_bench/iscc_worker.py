@@ -203,21 +203,24 @@ def main() -> None:
 
     out["recall_at_10"] = recall(res[0])
     # The batch again at each search expansion of the sweep, on a fresh
-    # read-only open with `expansion_search` set: the report compares the
-    # engines at equal recall (each at its smallest expansion reaching the
-    # recall of the better one at the shared default).
+    # read-only open with `expansion_search` set, and the single queries at
+    # that expansion: the report compares the engines at equal recall (each
+    # at its smallest expansion reaching the recall of the better one at the
+    # shared default, or the highest recall both reach).
     sweep = []
     for ef in spec.get("ef_sweep", []):
         r2 = make(read_only=True)
         r2.expansion_search = ef
         r2.search(batch_q, k)  # first touch of every shard's pages
         t = timed(lambda r2=r2: res.__setitem__(0, r2.search(batch_q, k)), reps)
+        t1 = timed(lambda r2=r2: [r2.search(q, k) for q in single], reps)
         sweep.append(
             {
                 "ef": ef,
                 "ef_read_back": int(r2.expansion_search),
                 "recall_at_10": recall(res[0]),
                 "time_s": t,
+                "single_s": {kk: v / len(single) for kk, v in t1.items()},
             }
         )
         r2.close()
