@@ -440,91 +440,133 @@ pub(crate) fn hamming_rows(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]
     unsafe { hamming_rows_impl(q, rows, stride, out) }
 }
 
-/// Hamming distances for codes of `W` words (64- to 512-bit) stored back
-/// to back, without VPOPCNTDQ: each byte's bits are counted by two 16-entry
-/// table lookups (VPSHUFB on its nibbles) and summed per 8 bytes (VPSADBW);
-/// four registers (`32 / W` rows) per step, their sums packed into 16-bit
-/// fields and added across each row's words. Returns the rows done (a
-/// multiple of `32 / W`); the caller scores the rest. On an AVX-512 Xeon
-/// without VPOPCNTDQ this is 2x the POPCNT loop for 256-bit codes (1.8-2.2
-/// against 3.6-4.4 ns per code, one thread, rows in L2).
-#[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn hamming_rows_nibble<const W: usize>(q: &[u8], rows: &[u8], out: &mut [f32]) -> usize {
-    let per_step = 32 / W;
-    let n = out.len().min(rows.len() / (8 * W));
-    let mut i = 0;
-    // SAFETY: the query load reads its first 8 W bytes (the caller checks
-    // `q` holds them); each step reads rows i..i + 32 / W, 256 bytes inside
-    // `rows` (i + 32 / W <= n), and writes out[i..i + 32 / W].
-    unsafe {
-        let qp = q.as_ptr();
-        let qv = match W {
-            1 => _mm512_set1_epi64(qp.cast::<i64>().read_unaligned()),
-            2 => _mm512_broadcast_i32x4(_mm_loadu_si128(qp.cast())),
-            4 => _mm512_broadcast_i64x4(_mm256_loadu_si256(qp.cast())),
-            _ => _mm512_loadu_si512(qp.cast()),
-        };
-        let table = _mm512_broadcast_i32x4(_mm_setr_epi8(
-            0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
-        ));
-        let low = _mm512_set1_epi8(0x0f);
-        let zero = _mm512_setzero_si512();
-        // Word j of a register's rows, 16-bit field f: after the sums below
-        // every word of a row holds the row's count, in the field of the
-        // register it came from. Row r = j (8 / W) + m sits in word m W,
-        // field j: 16-bit lane 4 m W + j.
-        let mut lanes = [0i16; 32];
-        for (r, l) in lanes.iter_mut().enumerate().take(per_step) {
-            let (j, m) = (r / (8 / W), r % (8 / W));
-            *l = (4 * m * W + j) as i16;
-        }
-        let order = _mm512_loadu_si512(lanes.as_ptr().cast());
-        let mask = if per_step >= 16 {
-            0xFFFF
-        } else {
-            ((1u32 << per_step) - 1) as __mmask16
-        };
-        while i + per_step <= n {
-            let p = rows.as_ptr().add(i * 8 * W);
-            let count = |at: usize| {
-                let x = _mm512_xor_si512(_mm512_loadu_si512(p.add(at).cast()), qv);
-                let lo = _mm512_shuffle_epi8(table, _mm512_and_si512(x, low));
-                let hi = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_srli_epi16(x, 4), low));
-                _mm512_sad_epu8(_mm512_add_epi8(lo, hi), zero)
+/// The nibble-lookup Hamming count for codes of `W` words (64- to
+/// 512-bit), for CPUs with AVX-512 BW but no VPOPCNTDQ: each byte's bits
+/// are counted by two 16-entry table lookups (VPSHUFB on its nibbles) and
+/// summed per 8 bytes (VPSADBW); a step takes four registers (`32 / W`
+/// rows), packs their sums into 16-bit fields and adds them across each
+/// row's words. On an AVX-512 Xeon without VPOPCNTDQ this is 2x the POPCNT
+/// loop for 256-bit codes (1.8-2.2 against 3.6-4.4 ns per code, one
+/// thread, rows in L2).
+struct Nibble<const W: usize> {
+    query: __m512i,
+    table: __m512i,
+    low: __m512i,
+    order: __m512i,
+}
+
+impl<const W: usize> Nibble<W> {
+    /// Rows per step.
+    const ROWS: usize = 32 / W;
+
+    /// The constants for query `q`.
+    ///
+    /// # Safety
+    /// AVX-512 F and BW must be present, and `q` must hold `8 W` bytes.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    unsafe fn new(q: *const u8) -> Self {
+        // SAFETY: the caller's: `q` holds the 8 W bytes read here.
+        unsafe {
+            let query = match W {
+                1 => _mm512_set1_epi64(q.cast::<i64>().read_unaligned()),
+                2 => _mm512_broadcast_i32x4(_mm_loadu_si128(q.cast())),
+                4 => _mm512_broadcast_i64x4(_mm256_loadu_si256(q.cast())),
+                _ => _mm512_loadu_si512(q.cast()),
             };
-            // Each word's count is at most 64: four fit a word's 16-bit
-            // fields, and a row's sum (at most 512) does too.
-            let mut u = _mm512_or_si512(
-                _mm512_or_si512(count(0), _mm512_slli_epi64(count(64), 16)),
-                _mm512_or_si512(
-                    _mm512_slli_epi64(count(128), 32),
-                    _mm512_slli_epi64(count(192), 48),
-                ),
-            );
-            let mut d = 1;
-            while d < W {
-                let swap = _mm512_set_epi64(
-                    (7 ^ d) as i64,
-                    (6 ^ d) as i64,
-                    (5 ^ d) as i64,
-                    (4 ^ d) as i64,
-                    (3 ^ d) as i64,
-                    (2 ^ d) as i64,
-                    (1 ^ d) as i64,
-                    d as i64,
-                );
-                u = _mm512_add_epi16(u, _mm512_permutexvar_epi64(swap, u));
-                d *= 2;
+            // Register j's rows, after the sums in `step`: every word of a
+            // row holds the row's count in field j of the word. Row
+            // r = j (8 / W) + m sits in word m W: 16-bit lane 4 m W + j.
+            let mut lanes = [0i16; 32];
+            for (r, l) in lanes.iter_mut().enumerate().take(Self::ROWS) {
+                let (j, m) = (r / (8 / W), r % (8 / W));
+                *l = (4 * m * W + j) as i16;
             }
-            let r = _mm512_permutexvar_epi16(order, u);
-            let o = out.as_mut_ptr().add(i);
-            let f = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(r)));
-            _mm512_mask_storeu_ps(o, mask, f);
-            if per_step > 16 {
+            Nibble {
+                query,
+                table: _mm512_broadcast_i32x4(_mm_setr_epi8(
+                    0, 1, 1, 2, 1, 2, 2, 3, 1, 2, 2, 3, 2, 3, 3, 4,
+                )),
+                low: _mm512_set1_epi8(0x0f),
+                order: _mm512_loadu_si512(lanes.as_ptr().cast()),
+            }
+        }
+    }
+
+    /// Distances of the rows in `regs` (each register `8 / W` whole rows)
+    /// as f32, the first `m` of them (at most [`Self::ROWS`]) written to
+    /// `out`.
+    ///
+    /// # Safety
+    /// AVX-512 F and BW must be present, and `out` must hold `m` floats.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    #[inline]
+    unsafe fn step(&self, regs: [__m512i; 4], out: *mut f32, m: usize) {
+        let count = |r: __m512i| {
+            let x = _mm512_xor_si512(r, self.query);
+            let lo = _mm512_shuffle_epi8(self.table, _mm512_and_si512(x, self.low));
+            let hi = _mm512_shuffle_epi8(
+                self.table,
+                _mm512_and_si512(_mm512_srli_epi16(x, 4), self.low),
+            );
+            _mm512_sad_epu8(_mm512_add_epi8(lo, hi), _mm512_setzero_si512())
+        };
+        // Each word's count is at most 64: four fit a word's 16-bit
+        // fields, and a row's sum (at most 512) does too.
+        let mut u = _mm512_or_si512(
+            _mm512_or_si512(count(regs[0]), _mm512_slli_epi64(count(regs[1]), 16)),
+            _mm512_or_si512(
+                _mm512_slli_epi64(count(regs[2]), 32),
+                _mm512_slli_epi64(count(regs[3]), 48),
+            ),
+        );
+        let mut d = 1;
+        while d < W {
+            let swap = _mm512_set_epi64(
+                (7 ^ d) as i64,
+                (6 ^ d) as i64,
+                (5 ^ d) as i64,
+                (4 ^ d) as i64,
+                (3 ^ d) as i64,
+                (2 ^ d) as i64,
+                (1 ^ d) as i64,
+                d as i64,
+            );
+            u = _mm512_add_epi16(u, _mm512_permutexvar_epi64(swap, u));
+            d *= 2;
+        }
+        let r = _mm512_permutexvar_epi16(self.order, u);
+        let mask = |k: usize| ((1u32 << k.min(16)) - 1) as __mmask16;
+        let f = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(r)));
+        // SAFETY: the caller's: `out` holds `m` floats; the masks cover
+        // out[..m] only.
+        unsafe {
+            _mm512_mask_storeu_ps(out, mask(m), f);
+            if m > 16 {
                 let g =
                     _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64::<1>(r)));
-                _mm512_storeu_ps(o.add(16), g);
+                _mm512_mask_storeu_ps(out.add(16), mask(m - 16), g);
             }
+        }
+    }
+}
+
+/// [`Nibble`] over rows of `W` words stored back to back: returns the rows
+/// done (a multiple of `32 / W`); the caller scores the rest.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn hamming_rows_nibble<const W: usize>(q: &[u8], rows: &[u8], out: &mut [f32]) -> usize {
+    let per_step = Nibble::<W>::ROWS;
+    let n = out.len().min(rows.len() / (8 * W));
+    let mut i = 0;
+    // SAFETY: the query holds 8 W bytes (the caller checks); each step
+    // reads rows i..i + 32 / W, 256 bytes inside `rows` (i + 32 / W <= n),
+    // and writes out[i..i + 32 / W].
+    unsafe {
+        let nb = Nibble::<W>::new(q.as_ptr());
+        while i + per_step <= n {
+            let p = rows.as_ptr().add(i * 8 * W);
+            let regs = std::array::from_fn(|j| _mm512_loadu_si512(p.add(64 * j).cast()));
+            nb.step(regs, out.as_mut_ptr().add(i), per_step);
             i += per_step;
         }
     }
@@ -532,7 +574,7 @@ unsafe fn hamming_rows_nibble<const W: usize>(q: &[u8], rows: &[u8], out: &mut [
 }
 
 /// [`hamming_rows`] for CPUs with AVX-512 BW but no VPOPCNTDQ: the table
-/// lookups of [`hamming_rows_nibble`] for codes of 8, 16, 32 or 64 bytes
+/// lookups of [`Nibble`] for codes of 8, 16, 32 or 64 bytes
 /// stored back to back, the POPCNT loop for other widths and the tail.
 pub(crate) fn hamming_rows_bw(q: &[u8], rows: &[u8], stride: usize, out: &mut [f32]) {
     // SAFETY: see module docs (AVX-512 F and BW are present); the query

@@ -356,3 +356,54 @@ fn hamming_rows_vector_widths_match_scalar() {
         }
     }
 }
+
+/// Neighbour rows scored in one call (graph walks) for the widths with
+/// their own vector paths (256- and 512-bit codes): row counts around the
+/// steps (a short last step is padded), rows longer than the query, rows
+/// at the largest distance, and a shorter row that sends the rest of the
+/// call to the per-row loop.
+#[test]
+fn hamming_each_vector_widths_match_scalar() {
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x as u8
+    };
+    for len in [32usize, 64] {
+        for n in [0usize, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33] {
+            for short_at in [None, Some(0), Some(n / 2)] {
+                let q: Vec<u8> = (0..len).map(|_| next()).collect();
+                let rows: Vec<Vec<u8>> = (0..n)
+                    .map(|i| {
+                        let width = match (short_at, i % 4) {
+                            (Some(s), _) if s == i => len - 3,
+                            (_, 3) => len + 5,
+                            _ => len,
+                        };
+                        let mut r: Vec<u8> = (0..width).map(|_| next()).collect();
+                        if i % 3 == 1 {
+                            r.iter_mut().zip(&q).for_each(|(b, &a)| *b = !a);
+                        }
+                        r
+                    })
+                    .collect();
+                let refs: Vec<&[u8]> = rows.iter().map(|r| r.as_slice()).collect();
+                for k in Kernels::available() {
+                    let mut out = vec![-1.0f32; n + 1];
+                    (k.hamming_each)(&q, &refs, &mut out);
+                    for (i, r) in refs.iter().enumerate() {
+                        assert_eq!(
+                            out[i],
+                            scalar::hamming(&q, r) as f32,
+                            "{} {len} {n} {short_at:?} row {i}",
+                            k.isa
+                        );
+                    }
+                    assert_eq!(out[n], -1.0, "{} {len} {n}: past the rows", k.isa);
+                }
+            }
+        }
+    }
+}
