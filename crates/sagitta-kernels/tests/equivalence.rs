@@ -9,14 +9,19 @@ use sagitta_kernels::{f16, nphd_encode, scalar, DType, Distance, Kernels, Metric
 
 /// A query of `q` and rows of `rows` pseudo-random bytes (xorshift from
 /// `seed`).
-fn query_and_rows(seed: u64, q: usize, rows: usize) -> (Vec<u8>, Vec<u8>) {
+/// A xorshift byte stream from `seed` (any value).
+fn bytes_from(seed: u64) -> impl FnMut() -> u8 {
     let mut x = seed | 1;
-    let mut next = || {
+    move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
         x as u8
-    };
+    }
+}
+
+fn query_and_rows(seed: u64, q: usize, rows: usize) -> (Vec<u8>, Vec<u8>) {
+    let mut next = bytes_from(seed);
     let a = (0..q).map(|_| next()).collect();
     let b = (0..rows).map(|_| next()).collect();
     (a, b)
@@ -325,13 +330,7 @@ fn quantized_distances_follow_the_header() {
 /// random ones.
 #[test]
 fn hamming_rows_vector_widths_match_scalar() {
-    let mut x = 0x2545_F491_4F6C_DD1Du64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x as u8
-    };
+    let mut next = bytes_from(0x2545_F491_4F6C_DD1Du64);
     for stride in [8usize, 16, 32, 64] {
         for n in [0usize, 1, 3, 4, 5, 7, 8, 9, 16, 31, 32, 33, 37, 65, 256] {
             let q: Vec<u8> = (0..stride + 3).map(|_| next()).collect();
@@ -364,13 +363,7 @@ fn hamming_rows_vector_widths_match_scalar() {
 /// call to the per-row loop.
 #[test]
 fn hamming_each_vector_widths_match_scalar() {
-    let mut x = 0x9E37_79B9_7F4A_7C15u64;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x as u8
-    };
+    let mut next = bytes_from(0x9E37_79B9_7F4A_7C15u64);
     for len in [32usize, 64] {
         for n in [0usize, 1, 3, 4, 5, 7, 8, 9, 15, 16, 17, 33] {
             for short_at in [None, Some(0), Some(n / 2)] {
