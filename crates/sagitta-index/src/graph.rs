@@ -338,7 +338,8 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
 /// block's distances stay in L1 while they are compared with the k-th.
 const EXACT_BLOCK: usize = 256;
 
-/// Rows whose distances are checked against the k-th with one minimum.
+/// Rows whose distances are checked against the k-th with one vectorised
+/// test ([`any_at_most`]).
 const EXACT_RUN: usize = 16;
 
 /// Whether any distance of `run` is at most `bound` (a NaN never is):
@@ -377,8 +378,9 @@ fn exact_rows<G: GraphView + ?Sized>(
             lo = hi;
             continue;
         }
-        // Once k results are held, most runs of rows have nothing below
-        // the k-th: one vectorised minimum rejects a run whole.
+        // Once k results are held, most blocks and runs of rows have
+        // nothing at or below the k-th: one vectorised test rejects each
+        // whole.
         for (c, run) in ds.chunks(EXACT_RUN).enumerate() {
             if s.keyed.len() >= k && !any_at_most(run, worst) {
                 continue;

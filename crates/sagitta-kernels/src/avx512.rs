@@ -493,15 +493,15 @@ impl<const W: usize> Nibble<W> {
         }
     }
 
-    /// Distances of the rows in `regs` (each register `8 / W` whole rows)
-    /// as f32, the first `m` of them (at most [`Self::ROWS`]) written to
-    /// `out`.
+    /// Distances of the [`Self::ROWS`] rows in `regs` (each register
+    /// `8 / W` whole rows) as f32, written to `out`.
     ///
     /// # Safety
-    /// AVX-512 F and BW must be present, and `out` must hold `m` floats.
+    /// AVX-512 F and BW must be present, and `out` must hold
+    /// [`Self::ROWS`] floats.
     #[target_feature(enable = "avx512f,avx512bw")]
     #[inline]
-    unsafe fn step(&self, regs: [__m512i; 4], out: *mut f32, m: usize) {
+    unsafe fn step(&self, regs: [__m512i; 4], out: *mut f32) {
         let count = |r: __m512i| {
             let x = _mm512_xor_si512(r, self.query);
             let lo = _mm512_shuffle_epi8(self.table, _mm512_and_si512(x, self.low));
@@ -536,16 +536,16 @@ impl<const W: usize> Nibble<W> {
             d *= 2;
         }
         let r = _mm512_permutexvar_epi16(self.order, u);
-        let mask = |k: usize| ((1u32 << k.min(16)) - 1) as __mmask16;
         let f = _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_castsi512_si256(r)));
-        // SAFETY: the caller's: `out` holds `m` floats; the masks cover
-        // out[..m] only.
+        // SAFETY: the caller's: `out` holds ROWS floats; the mask covers
+        // the first min(ROWS, 16), the second store the rest (W = 1).
         unsafe {
-            _mm512_mask_storeu_ps(out, mask(m), f);
-            if m > 16 {
+            let first = ((1u32 << Self::ROWS.min(16)) - 1) as __mmask16;
+            _mm512_mask_storeu_ps(out, first, f);
+            if Self::ROWS > 16 {
                 let g =
                     _mm512_cvtepi32_ps(_mm512_cvtepu16_epi32(_mm512_extracti64x4_epi64::<1>(r)));
-                _mm512_mask_storeu_ps(out.add(16), mask(m - 16), g);
+                _mm512_storeu_ps(out.add(16), g);
             }
         }
     }
@@ -566,7 +566,7 @@ unsafe fn hamming_rows_nibble<const W: usize>(q: &[u8], rows: &[u8], out: &mut [
         while i + per_step <= n {
             let p = rows.as_ptr().add(i * 8 * W);
             let regs = std::array::from_fn(|j| _mm512_loadu_si512(p.add(64 * j).cast()));
-            nb.step(regs, out.as_mut_ptr().add(i), per_step);
+            nb.step(regs, out.as_mut_ptr().add(i));
             i += per_step;
         }
     }
