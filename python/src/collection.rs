@@ -639,13 +639,13 @@ impl PyCollection {
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let c = self.coll()?;
         if wide(&c) {
-            return Ok(keys128::keys128(key, "key")
+            return Ok(keys128::scalar(key, "key")
                 .ok()
-                .filter(|k| k.single)
-                .map(|k| c.live_keys(&[Id::U128(k.keys[0])]))
+                .flatten()
+                .map(|k| c.live_key(&Id::U128(k)))
                 .transpose()
                 .map_err(store_err)?
-                .is_some_and(|l| l[0].is_some()));
+                .is_some_and(|l| l.is_some()));
         }
         if !key.is_instance_of::<PyInt>() {
             return Ok(false);

@@ -29,7 +29,9 @@ pub struct Keys128 {
     pub single: bool,
 }
 
-fn scalar(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Option<u128>> {
+/// One key given as a scalar (`None` for anything else: a sequence or
+/// an array).
+pub fn scalar(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Option<u128>> {
     if obj.is_instance_of::<PyBool>() {
         return Err(PyTypeError::new_err(format!(
             "{arg}: keys are integers or 16 bytes, got a bool"
@@ -42,21 +44,21 @@ fn scalar(obj: &Bound<'_, PyAny>, arg: &str) -> PyResult<Option<u128>> {
             ))
         });
     }
-    let raw = if let Ok(b) = obj.cast::<PyBytes>() {
-        Some(b.as_bytes().to_vec())
-    } else if let Ok(b) = obj.cast::<PyByteArray>() {
-        Some(b.to_vec())
-    } else {
-        None
+    let from_bytes = |raw: &[u8]| {
+        <[u8; 16]>::try_from(raw)
+            .map(|a| Some(u128::from_be_bytes(a)))
+            .map_err(|_| {
+                PyValueError::new_err(format!(
+                    "{arg}: a key as bytes must be 16 bytes (big-endian), got {}",
+                    raw.len()
+                ))
+            })
     };
-    if let Some(raw) = raw {
-        let a: [u8; 16] = raw.as_slice().try_into().map_err(|_| {
-            PyValueError::new_err(format!(
-                "{arg}: a key as bytes must be 16 bytes (big-endian), got {}",
-                raw.len()
-            ))
-        })?;
-        return Ok(Some(u128::from_be_bytes(a)));
+    if let Ok(b) = obj.cast::<PyBytes>() {
+        return from_bytes(b.as_bytes());
+    }
+    if let Ok(b) = obj.cast::<PyByteArray>() {
+        return from_bytes(&b.to_vec());
     }
     if let Ok(s) = obj.cast::<PyString>() {
         let s = s.to_str()?;

@@ -55,6 +55,9 @@ def test_128_bit_keys_round_trip_and_search_like_the_oracle(tmp_path, rng):
     k7 = as_int(keys[7])
     assert c.contains(k7) and k7 in c and f"{k7:032x}" in c
     assert not c.contains(k7 ^ (1 << 100)) and (k7 ^ 1) not in c
+    raw = k7.to_bytes(16, "big")
+    assert raw in c and bytearray(raw) in c and (k7 ^ 1).to_bytes(16, "big") not in c
+    assert raw[:15] not in c and [k7] not in c and "not a key" not in c
     np.testing.assert_array_equal(c.contains(keys[:5]), [True] * 5)
     np.testing.assert_array_equal(c.get(k7), x[7])
     got = c.get([k7, 12345])

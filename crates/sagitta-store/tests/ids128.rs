@@ -189,3 +189,29 @@ fn key_bits_and_id_type_must_agree() {
         .unwrap_err();
     assert!(matches!(e, StoreError::InvalidId { row: 0, .. }), "{e}");
 }
+
+/// Lookups that mix ids never written with live, deleted and colliding
+/// ids, over sealed segments and the mutable part, answer each in its place
+/// (the bloom filter drops most absent ids before any part is searched).
+#[test]
+fn lookups_mixing_absent_and_live_ids_answer_each_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(&dir.path().join("c"), config()).unwrap();
+    let mut keys = write(&c, 0..90, IdWrite::Upsert).unwrap();
+    c.seal().unwrap();
+    keys.extend(write(&c, 90..100, IdWrite::Upsert).unwrap());
+    c.remove(&[keys[40]]).unwrap();
+    let mut ask = Vec::new();
+    let mut want = Vec::new();
+    for i in (0..100).step_by(10) {
+        ask.push(Id::U128(id(1_000 + i)));
+        want.push(None);
+        ask.push(Id::U128(id(i)));
+        want.push((i != 40).then(|| keys[i as usize]));
+        ask.push(Id::U128(collider(id(i + 1))));
+        want.push(None);
+    }
+    assert_eq!(c.live_keys(&ask).unwrap(), want);
+    assert_eq!(c.live_keys(&ask[..1]).unwrap(), [None]);
+    assert_eq!(c.live_keys(&[]).unwrap(), Vec::<Option<u64>>::new());
+}

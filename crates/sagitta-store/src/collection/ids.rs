@@ -53,6 +53,24 @@ impl Collection {
             .collect())
     }
 
+    /// The key of `id` where it is live ([`Collection::live_keys`] of one
+    /// id, without its allocations: an absent id costs a bloom probe).
+    pub fn live_key(&self, id: &Id) -> Result<Option<u64>> {
+        let key = self.key_of(id)?;
+        if !self.inner.bloom.read().may_contain(key) {
+            return Ok(None);
+        }
+        let t = self.id_type();
+        if !t.hashed() {
+            return Ok(self.contains(key).then_some(key));
+        }
+        let Ok(want) = t.canonical(id) else {
+            return Ok(None);
+        };
+        let stored = self.ids_of(&[key])?;
+        Ok((stored.into_iter().next().flatten() == Some(want)).then_some(key))
+    }
+
     /// The key of each of `ids` where that id is live (`None` where it is
     /// not): for hashed ids the id kept with the row is checked, so an id
     /// never answers for another id with its key.
@@ -67,16 +85,29 @@ impl Collection {
                 .map(|(k, l)| l.then_some(k))
                 .collect());
         }
-        let stored = self.ids_of(&keys)?;
-        Ok(ids
-            .iter()
-            .zip(keys)
-            .zip(stored)
-            .map(|((id, k), old)| {
-                let want = t.canonical(id).ok()?;
-                (old? == want).then_some(k)
-            })
-            .collect())
+        // The bloom filter answers most absent ids before any part is
+        // searched or a row decoded; only the keys it may hold are looked up.
+        let maybe: Vec<usize> = {
+            let bloom = self.inner.bloom.read();
+            (0..keys.len())
+                .filter(|&i| bloom.may_contain(keys[i]))
+                .collect()
+        };
+        let mut out = vec![None; ids.len()];
+        if maybe.is_empty() {
+            return Ok(out);
+        }
+        let probe: Vec<u64> = maybe.iter().map(|&i| keys[i]).collect();
+        let stored = self.ids_of(&probe)?;
+        for (&i, old) in maybe.iter().zip(stored) {
+            let Ok(want) = t.canonical(&ids[i]) else {
+                continue;
+            };
+            if old == Some(want) {
+                out[i] = Some(keys[i]);
+            }
+        }
+        Ok(out)
     }
 
     /// Inserts or replaces rows by the ids users give (see
