@@ -24,6 +24,11 @@ use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 
+/// mimalloc: DoPut of 20k text rows into `serve` measured 1.17x faster
+/// than with glibc's malloc, which mapped fresh pages for every batch.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(name = "sagitta", version, about = "Sagitta vector search engine")]
 struct Cli {
