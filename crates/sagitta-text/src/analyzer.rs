@@ -17,54 +17,27 @@ use std::fmt;
 /// and hashes carry no meaning for ranking.
 pub const MAX_TOKEN_BYTES: usize = 40;
 
-/// Lucene's classic English stop set ([`is_stop_word`] tests it).
-#[cfg(test)]
-const STOP_WORDS: [&str; 33] = [
+/// Defines the stop list and its test from one list of words: the test is a
+/// `match`, which the compiler turns into a switch on length and a few
+/// compares (a scan of the list compared every word).
+macro_rules! stop_words {
+    ($($w:literal),+ $(,)?) => {
+        /// Lucene's classic English stop set.
+        #[cfg(test)]
+        const STOP_WORDS: &[&str] = &[$($w),+];
+
+        /// Whether `t` is in the English stop set.
+        fn is_stop_word(t: &str) -> bool {
+            matches!(t, $($w)|+)
+        }
+    };
+}
+
+stop_words!(
     "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "if", "in", "into", "is", "it",
     "no", "not", "of", "on", "or", "such", "that", "the", "their", "then", "there", "these",
     "they", "this", "to", "was", "will", "with",
-];
-
-/// Whether `t` is in [`STOP_WORDS`] (a match on the words, which the
-/// compiler turns into a switch on length and a few compares, where a
-/// scan of the list compared every word).
-fn is_stop_word(t: &str) -> bool {
-    matches!(
-        t,
-        "a" | "an"
-            | "and"
-            | "are"
-            | "as"
-            | "at"
-            | "be"
-            | "but"
-            | "by"
-            | "for"
-            | "if"
-            | "in"
-            | "into"
-            | "is"
-            | "it"
-            | "no"
-            | "not"
-            | "of"
-            | "on"
-            | "or"
-            | "such"
-            | "that"
-            | "the"
-            | "their"
-            | "then"
-            | "there"
-            | "these"
-            | "they"
-            | "this"
-            | "to"
-            | "was"
-            | "will"
-            | "with"
-    )
-}
+);
 
 /// Words whose stems each thread keeps: natural text repeats a small
 /// vocabulary, and a lookup costs a fraction of stemming (Snowball was

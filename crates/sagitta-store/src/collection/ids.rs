@@ -57,12 +57,12 @@ impl Collection {
     /// id, without its allocations: an absent id costs a bloom probe).
     pub fn live_key(&self, id: &Id) -> Result<Option<u64>> {
         let key = self.key_of(id)?;
-        if !self.inner.bloom.read().may_contain(key) {
-            return Ok(None);
-        }
         let t = self.id_type();
         if !t.hashed() {
             return Ok(self.contains(key).then_some(key));
+        }
+        if !self.inner.bloom.read().may_contain(key) {
+            return Ok(None);
         }
         let Ok(want) = t.canonical(id) else {
             return Ok(None);
