@@ -300,20 +300,28 @@ class SagittaServer:
             client.close()
 
     def wait_indexed(self, dataset: str, cap_s: float) -> dict:
-        """Seconds until the optimizer has indexed every row."""
+        """Seconds until the optimizer has indexed every row, then until it
+        has nothing left to do (a merge it puts off until writes pause),
+        so that no background task runs under the searches measured next."""
         t0 = time.perf_counter()
         conn = http.client.HTTPConnection(self.http_addr, timeout=60)
         st: dict = {}
+        out: dict = {}
         try:
             while time.perf_counter() - t0 < cap_s:
                 conn.request("GET", f"/collections/{dataset}/index")
                 st = json.loads(conn.getresponse().read())
-                if st.get("unindexed_vectors", 0) == 0 and st.get("optimizer_task") is None:
-                    return {"indexed_s": time.perf_counter() - t0, "status": st}
+                idle = st.get("optimizer_task") is None
+                if "indexed_s" not in out and st.get("unindexed_vectors", 0) == 0 and idle:
+                    out["indexed_s"] = time.perf_counter() - t0
+                if "indexed_s" in out and idle and st.get("optimizer_deferred") is None:
+                    out["settled_s"] = time.perf_counter() - t0
+                    out["status"] = st
+                    return out
                 time.sleep(0.1)
         finally:
             conn.close()
-        return {"error": f"not indexed after {cap_s} s", "status": st}
+        return {**out, "error": f"not settled after {cap_s} s", "status": st}
 
     def rss(self) -> dict:
         return proc_rss(self.pid)
@@ -1018,6 +1026,9 @@ def cell(op: str, r) -> str:
         if "error" in r:
             return f"error: {r['error']}"
         s = f"{_f(r.get('indexed_s'), '{:.1f}')} s after DoPut"
+        if "settled_s" in r:
+            segs = r.get("status", {}).get("segments")
+            s += f"; settled ({segs} segment(s), no task left) at {r['settled_s']:.1f} s"
         if "wait_s" in r:
             s += f" (longbow.sh wait returned at {r['wait_s']:.0f} s)"
         return s

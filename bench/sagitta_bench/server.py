@@ -129,7 +129,11 @@ def settle(srv: Server, name: str, timeout: float = 1800.0) -> float:
         while time.perf_counter() - t0 < timeout:
             conn.request("GET", f"/collections/{name}/index")
             st = json.loads(conn.getresponse().read())
-            if st["unindexed_vectors"] == 0 and st["optimizer_task"] is None:
+            if (
+                st["unindexed_vectors"] == 0
+                and st["optimizer_task"] is None
+                and st.get("optimizer_deferred") is None
+            ):
                 return time.perf_counter() - t0
             time.sleep(0.05)
     finally:

@@ -712,7 +712,9 @@ impl PyCollection {
 
     /// Hands the mutable part to the background optimizer and, with
     /// ``wait=True`` (the default), waits until every row written before
-    /// the call is in a built index and merges are done. Raises
+    /// the call is in a built index and merges are done (small segments
+    /// into the largest, up to ``max_segment_size``, as the optimizer does
+    /// on its own a few seconds after writes pause). Raises
     /// ``OSError`` if background work fails meanwhile (e.g. disk full).
     #[pyo3(signature = (wait = true))]
     fn optimize(&self, py: Python<'_>, wait: bool) -> PyResult<()> {
@@ -730,7 +732,9 @@ impl PyCollection {
     /// ``bytes_in_memory``, ``bytes_mapped``, ``bloom_fill``,
     /// ``bloom_filters``, ``wal_seq``, and ``optimizer`` (a dict: ``task``,
     /// ``task_rows_done``, ``task_rows_total``, ``tasks_done``,
-    /// ``flushes``, ``rows_indexed``, ``errors``, ``last_error``).
+    /// ``flushes``, ``rows_indexed``, ``errors``, ``last_error``, and
+    /// ``deferred``: a ``"build"`` or ``"merge"`` put off until writes
+    /// pause, or ``None``).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.coll()?.stats();
         let d = PyDict::new(py);
@@ -755,6 +759,7 @@ impl PyCollection {
         o.set_item("rows_indexed", s.optimizer.rows_indexed)?;
         o.set_item("errors", s.optimizer.errors)?;
         o.set_item("last_error", s.optimizer.last_error)?;
+        o.set_item("deferred", s.optimizer.deferred)?;
         d.set_item("optimizer", o)?;
         Ok(d)
     }

@@ -49,6 +49,9 @@ pub struct OptimizerTotals {
     pub task: Option<String>,
     /// Rows of the task in progress done so far, and in all.
     pub task_rows: [u64; 2],
+    /// `build` or `merge` put off until writes pause; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deferred: Option<String>,
     /// Tasks finished.
     pub tasks_done: u64,
     /// Frozen parts written as segment files (seals).
@@ -135,6 +138,7 @@ pub fn segments(e: &Entry) -> SegmentsResponse {
         optimizer: OptimizerTotals {
             task: o.task,
             task_rows: [o.task_rows_done, o.task_rows_total],
+            deferred: o.deferred,
             tasks_done: o.tasks_done,
             flushes: o.flushes,
             rows_flushed: o.rows_flushed,

@@ -134,6 +134,10 @@ pub struct IndexStatus {
     pub optimizer_task: Option<String>,
     /// Rows the task in progress has inserted, and will insert.
     pub optimizer_task_rows: [u64; 2],
+    /// A task (`build` or `merge`) put off until writes pause: it runs on
+    /// its own once the collection has been quiet long enough (a few
+    /// seconds, longer for large segments), or at once on `optimize`.
+    pub optimizer_deferred: Option<String>,
     /// Failed background flushes and tasks since the server started.
     pub optimizer_errors: u64,
     /// The last background failure.
@@ -665,6 +669,7 @@ pub fn index_status(e: &Entry, s: &CollectionStats) -> IndexStatus {
         },
         optimizer_task: s.optimizer.task.clone(),
         optimizer_task_rows: [s.optimizer.task_rows_done, s.optimizer.task_rows_total],
+        optimizer_deferred: s.optimizer.deferred.clone(),
         optimizer_errors: s.optimizer.errors,
         optimizer_last_error: s.optimizer.last_error.clone(),
     }

@@ -808,3 +808,54 @@ fn parts_describe_segments_tombstones_and_merges() {
     assert!(["merge", "compact", "build"].contains(&last.what), "{h:?}");
     assert!(h.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
 }
+
+/// A bulk load ends as a large segment and a small tail (too small to be
+/// merged while writes go on: it would rewrite the large one for a few
+/// rows). Once writes pause, the optimizer merges the tail into it on its
+/// own, so every search walks one graph, not two; `optimize()` does it at
+/// once.
+#[test]
+fn a_small_tail_merges_into_the_large_segment_once_writes_pause() {
+    let dims = 8;
+    let space = Space::new(dims, Metric::L2, DType::F32).unwrap();
+    let mut cfg = CollectionConfig::new(space);
+    cfg.kind = IndexKind::Hnsw;
+    cfg.hnsw = HnswParams::default();
+    cfg.index_threshold = Some(100);
+    cfg.idle_seal_ms = 0;
+    cfg.segment_size = 1 << 30;
+    let all: Vec<u64> = (0..2000).collect();
+    for wait_for_pause in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Collection::create(dir.path(), cfg.clone()).unwrap();
+        add_range(&c, 0..1800, dims);
+        c.optimize().unwrap();
+        assert_eq!(c.stats().segments, 1);
+        // The tail: a ninth of the large segment.
+        add_range(&c, 1800..2000, dims);
+        c.seal().unwrap();
+        if wait_for_pause {
+            // Polled, with a deadline: the merge starts seconds after the
+            // last write (5 s at least).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+            while c.stats().segments != 1 || c.stats().optimizer.task.is_some() {
+                assert!(std::time::Instant::now() < deadline, "{:?}", c.stats());
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        } else {
+            c.optimize().unwrap();
+        }
+        let s = c.stats();
+        assert_eq!((s.segments, s.unindexed_vectors), (1, 0), "{s:?}");
+        assert_eq!(s.optimizer.deferred, None, "{s:?}");
+        assert_eq!(c.len(), all.len());
+        for q in 0..5 {
+            let q = vector(990_000 + q, dims);
+            assert_eq!(
+                search_keys(&c, &q, 10, true),
+                exact_oracle(&all, dims, &q, 10)
+            );
+        }
+        c.close().unwrap();
+    }
+}

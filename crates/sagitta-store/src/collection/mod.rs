@@ -471,7 +471,9 @@ impl Collection {
 
     /// Seals the mutable part and waits until the optimizer has nothing
     /// left to do: every row written before the call is in a built
-    /// segment, and segments are merged and compacted per the policy.
+    /// segment, and segments are merged and compacted per the policy,
+    /// small ones into the largest whatever their sizes (as the optimizer
+    /// does on its own once writes pause), up to `max_segment_size`.
     /// Returns the optimizer's error if background work fails meanwhile.
     pub fn optimize(&self) -> Result<()> {
         self.inner.writable("optimize")?;

@@ -43,6 +43,15 @@ const BACKLOG_PARTS: u64 = 4;
 /// ...or the collection has more segments than this (each one costs every
 /// search a walk): under writes that never pause, merges still run.
 const MAX_DEFERRED_SEGMENTS: usize = 16;
+/// Once writes have paused long enough, small segments merge into the
+/// largest whatever their sizes (the [`GROWTH`] rule is for writes that
+/// keep coming): a bulk load ends as one segment, not a large one and its
+/// tail, each searched by every query. Long enough is at least this...
+const EAGER_QUIET_MS: u64 = 5_000;
+/// ...and the time to rewrite the largest segment at this rate, so that
+/// writes arriving just slower than the threshold rewrite it at most at
+/// this many bytes a second.
+const EAGER_REWRITE_BYTES_PER_S: u64 = 16 << 20;
 
 /// What the optimizer is doing and has done.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -67,6 +76,10 @@ pub struct OptimizerStats {
     pub last_error: Option<String>,
     /// Whether the last look found nothing to do.
     pub idle: bool,
+    /// A task the last look put off until writes pause (`build` or
+    /// `merge`): it runs on its own once the collection is quiet long
+    /// enough, or at once on `optimize()`.
+    pub deferred: Option<String>,
 }
 
 /// One immutable segment as the policy sees it.
@@ -97,6 +110,10 @@ pub(crate) struct Policy {
     pub dead_ratio: f64,
     /// A segment written with fewer live rows is written Flat (no graph).
     pub index_threshold: u64,
+    /// Merge small segments into the largest whatever their sizes (writes
+    /// have paused, or `optimize()`), not only when they grow it by
+    /// 1 / [`GROWTH`].
+    pub eager: bool,
 }
 
 /// What a task does.
@@ -156,6 +173,9 @@ const GROWTH: u64 = 8;
 ///    members bring at least 1 / [`GROWTH`] of the largest, into that
 ///    largest one.
 ///
+/// With `eager`, the two [`GROWTH`] conditions are dropped and rule 3
+/// takes any segment under `max_segment_size`.
+///
 /// Each task removes dead rows or unbuilt segments or lowers the segment
 /// count, so repeated planning ends.
 pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
@@ -191,7 +211,7 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
                             && !x.flat
                             && x.live > 0
                             && bytes(x.slots + total) <= p.max_segment_size
-                            && total * GROWTH >= x.slots
+                            && (p.eager || total * GROWTH >= x.slots)
                     })
                     .max_by_key(|x| (x.slots, x.id))
             })
@@ -206,9 +226,15 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
             flat: false,
         });
     }
+    // Eager: any segment with room may take the others.
+    let small_below = if p.eager {
+        p.max_segment_size
+    } else {
+        p.max_segment_size / 2
+    };
     let mut small: Vec<&PartInfo> = parts
         .iter()
-        .filter(|x| bytes(x.live) < p.max_segment_size / 2)
+        .filter(|x| bytes(x.live) < small_below)
         .collect();
     small.sort_by_key(|x| (x.slots, x.id));
     let mut run = 0;
@@ -217,7 +243,7 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
         if bytes(total + x.slots) > p.max_segment_size {
             break;
         }
-        if i >= 1 && total * GROWTH >= x.slots {
+        if i >= 1 && (p.eager || total * GROWTH >= x.slots) {
             run = i + 1;
         }
         total += x.slots;
@@ -464,11 +490,13 @@ fn optimize_with(c: &Inner, pool: &rayon::ThreadPool) {
         };
         let st = c.snapshot();
         let parts = infos(c, &st);
-        let next = plan(&parts, &policy(c, force));
+        let quiet = c
+            .now_ms()
+            .saturating_sub(c.last_write.load(Ordering::Acquire));
+        // Someone waits in `optimize()` / `compact()`, or writes paused.
+        let eager = urgent || quiet >= eager_quiet_ms(&parts, c.config.bytes_per_vector());
+        let next = plan(&parts, &policy(c, force, eager));
         if let (Some(p), false) = (&next, urgent) {
-            let quiet = c
-                .now_ms()
-                .saturating_sub(c.last_write.load(Ordering::Acquire));
             let backlog: u64 = parts
                 .iter()
                 .filter(|x| !x.built)
@@ -480,6 +508,7 @@ fn optimize_with(c: &Inner, pool: &rayon::ThreadPool) {
                 && backlog < BACKLOG_PARTS * c.config.rows_per_segment()
                 && st.parts.len() <= MAX_DEFERRED_SEGMENTS
             {
+                c.opt.status.lock().stats.deferred = Some(p.kind.name().into());
                 c.opt
                     .wait(&mut seen, Duration::from_millis(DEFER_MS - quiet));
                 first = true; // look again at once
@@ -487,8 +516,14 @@ fn optimize_with(c: &Inner, pool: &rayon::ThreadPool) {
             }
         }
         let Some(p) = next else {
+            // A merge that waits for writes to pause: looked at again
+            // after the usual wait.
+            let later = (!eager)
+                .then(|| plan(&parts, &policy(c, force, true)))
+                .flatten();
             let mut s = c.opt.status.lock();
             s.stats.idle = true;
+            s.stats.deferred = later.map(|p| p.kind.name().into());
             if st.frozen().next().is_none() {
                 s.settled_at = look;
                 if force {
@@ -502,6 +537,7 @@ fn optimize_with(c: &Inner, pool: &rayon::ThreadPool) {
         {
             let mut s = c.opt.status.lock();
             s.stats.idle = false;
+            s.stats.deferred = None;
             s.stats.task = Some(p.kind.name().into());
             s.stats.task_rows_done = 0;
             s.stats.task_rows_total = 0;
@@ -528,13 +564,26 @@ fn optimize_with(c: &Inner, pool: &rayon::ThreadPool) {
     }
 }
 
-fn policy(c: &Inner, force: bool) -> Policy {
+/// How long writes must have paused before an eager merge: the
+/// [`EAGER_QUIET_MS`] floor, or the time to rewrite the largest segment at
+/// [`EAGER_REWRITE_BYTES_PER_S`].
+fn eager_quiet_ms(parts: &[PartInfo], bytes_per_vector: u64) -> u64 {
+    let largest = parts.iter().map(|x| x.slots).max().unwrap_or(0);
+    let rewrite = largest
+        .saturating_mul(bytes_per_vector)
+        .saturating_mul(1000)
+        / EAGER_REWRITE_BYTES_PER_S;
+    rewrite.max(EAGER_QUIET_MS)
+}
+
+fn policy(c: &Inner, force: bool, eager: bool) -> Policy {
     Policy {
         bytes_per_vector: c.config.bytes_per_vector(),
         max_segment_size: c.config.max_segment_size,
         graph_import: c.config.kind == IndexKind::Hnsw,
         dead_ratio: if force { 0.0 } else { 0.2 },
         index_threshold: c.config.index_threshold_rows(),
+        eager,
     }
 }
 
@@ -749,6 +798,7 @@ mod tests {
             graph_import: true,
             dead_ratio: 0.2,
             index_threshold: 0,
+            eager: false,
         }
     }
 
@@ -854,6 +904,52 @@ mod tests {
     }
 
     #[test]
+    fn eager_merges_a_small_tail_into_the_largest_segment() {
+        // A bulk load's large segment and its small tail: too small to
+        // merge while writes go on...
+        let parts = [part(1, 900, 900, true), part(2, 30, 30, true)];
+        assert_eq!(plan(&parts, &pol()), None);
+        // ...merged into it (its graph imported) once they pause.
+        let eager = Policy {
+            eager: true,
+            ..pol()
+        };
+        let m = plan(&parts, &eager).unwrap();
+        assert_eq!(
+            (m.kind, m.base, m.inputs),
+            (TaskKind::Merge, Some(1), vec![1, 2])
+        );
+        // An unbuilt tail is built into it directly.
+        let parts = [part(1, 900, 900, true), part(2, 30, 30, false)];
+        let b = plan(&parts, &pol()).unwrap();
+        assert_eq!((b.base, b.inputs), (None, vec![2]));
+        let b = plan(&parts, &eager).unwrap();
+        assert_eq!(
+            (b.kind, b.base, b.inputs),
+            (TaskKind::Build, Some(1), vec![1, 2])
+        );
+        // Never past the maximum.
+        assert_eq!(
+            plan(&[part(1, 990, 990, true), part(2, 30, 30, true)], &eager),
+            None
+        );
+        // A settled single segment stays as it is.
+        assert_eq!(plan(&[part(1, 900, 900, true)], &eager), None);
+    }
+
+    #[test]
+    fn eager_quiet_time_grows_with_the_largest_segment() {
+        assert_eq!(eager_quiet_ms(&[], 2048), EAGER_QUIET_MS);
+        assert_eq!(
+            eager_quiet_ms(&[part(1, 100, 100, true)], 2048),
+            EAGER_QUIET_MS
+        );
+        // 1 GiB to rewrite at 16 MiB/s: 64 s.
+        let big = part(1, 1 << 20, 1 << 20, true);
+        assert_eq!(eager_quiet_ms(&[big, part(2, 10, 10, true)], 1024), 64_000);
+    }
+
+    #[test]
     fn small_segments_merge_into_the_largest() {
         let parts = [
             part(1, 100, 100, true),
@@ -908,6 +1004,13 @@ mod tests {
 
     #[test]
     fn repeated_planning_terminates() {
+        for eager in [false, true] {
+            planning_terminates(Policy { eager, ..pol() });
+        }
+    }
+
+    fn planning_terminates(pol: Policy) {
+        let pol = || pol;
         // Simulate: apply each plan, then plan again.
         let mut parts: Vec<PartInfo> = (1..=40)
             .map(|i| part(i, 37 + i % 5, 37 + i % 5, i % 3 != 0))
@@ -929,5 +1032,11 @@ mod tests {
         assert!(parts.iter().all(|x| x.built && x.slots == x.live));
         let total: u64 = parts.iter().map(|x| x.live).sum();
         assert!(parts.len() as u64 <= total / 500 + 2, "{parts:?}");
+        if pol().eager {
+            // Eager: no two segments that fit in one are left apart.
+            let mut sizes: Vec<u64> = parts.iter().map(|x| x.slots).collect();
+            sizes.sort_unstable();
+            assert!(sizes.len() < 2 || sizes[0] + sizes[1] > 1000, "{parts:?}");
+        }
     }
 }
