@@ -470,6 +470,42 @@ def test_flight_string_ids_f16_vectors_and_created_on_first_put(server):
     assert got.schema.names == ["id", "vector"] and sorted(got["id"].to_pylist()) == sorted(ids)
 
 
+def test_collections_get_the_same_default_codes_however_created(server):
+    """f32 vectors get sq8 graph codes by default whether the dtype is
+    given or not and whether HTTP or a Flight DoPut creates the collection
+    (Longbow's clients create theirs by a first DoPut); other dtypes, and
+    codes "none", keep a plain graph."""
+    for name, body in [
+        ("codes_default", {}),
+        ("codes_f32", {"dtype": "f32"}),
+        ("codes_f16", {"dtype": "f16"}),
+        ("codes_none", {"dtype": "f32", "codes": "none"}),
+    ]:
+        status, _, info = raw(
+            server, "POST", "/collections", json.dumps({"name": name, "dims": 4, **body}).encode()
+        )
+        assert status == 201, info
+    client = fl.FlightClient(server.flight_url)
+    x = np.random.default_rng(6).standard_normal((50, 4)).astype(np.float32)
+    table = pa.table({"id": pa.array(np.arange(50, dtype=np.uint64)), "vector": vector_array(x)})
+    writer, _reader = client.do_put(fl.FlightDescriptor.for_path("codes_put"), table.schema)
+    writer.write_table(table)
+    writer.done_writing()
+    writer.close()
+    got = {}
+    for name in ["codes_default", "codes_f32", "codes_f16", "codes_none", "codes_put"]:
+        status, _, info = raw(server, "GET", f"/collections/{name}")
+        assert status == 200, info
+        got[name] = (info["dtype"], info["codes"])
+    assert got == {
+        "codes_default": ("f32", "sq8"),
+        "codes_f32": ("f32", "sq8"),
+        "codes_f16": ("f16", None),
+        "codes_none": ("f32", None),
+        "codes_put": ("f32", "sq8"),
+    }
+
+
 def test_uint128_ids_over_http_and_flight(server):
     """128-bit ids: given as hex strings, integers or fixed_size_binary(16)
     (big-endian), carried back as 32 hex digits (HTTP) and as

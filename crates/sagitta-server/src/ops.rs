@@ -70,9 +70,9 @@ pub struct CreateCollection {
     pub durability: Option<String>,
     /// Compact codes built HNSW segments traverse the graph with, keeping
     /// the full vectors beside them to re-score each search's beam
-    /// exactly: `sq8` (the default when `dtype` is not given, for
-    /// `cos` / `l2` / `ip`), `f16`, `sq16`, or `none` (the graph reads the
-    /// stored vectors; the default when `dtype` is given).
+    /// exactly: `sq8` (the default for `f32` vectors and `cos` / `l2` /
+    /// `ip`), `f16`, `sq16`, or `none` (the graph reads the stored
+    /// vectors; the default for other dtypes).
     #[serde(default)]
     pub codes: Option<String>,
     /// Payload string columns with a full-text (BM25) index: names
@@ -567,9 +567,12 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
         ..d
     };
     cfg.ivf = IvfParams::default();
+    // The same default whether `dtype` is spelled out or not (a collection
+    // a Flight DoPut creates names the dtype of its vectors): sq8 codes
+    // for f32 vectors, none for the others.
     cfg.codes = match req.codes.as_deref() {
-        None if req.dtype.is_none() => default_codes(&space),
-        None | Some("none") => None,
+        None => default_codes(&space),
+        Some("none") => None,
         Some(c) => Some(DType::parse(c).ok_or_else(|| {
             ApiError::BadRequest(format!(
                 "codes: unknown codes {c:?} (sq8, f16, sq16 or none)"
