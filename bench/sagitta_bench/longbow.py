@@ -72,7 +72,8 @@ import numpy as np
 from . import datasets
 
 REPO = Path(__file__).resolve().parents[2]
-SAGITTA_BIN = REPO / "target" / "release" / "sagitta"
+# $SAGITTA_BIN, as the server tests take it (e.g. to set two builds side by side).
+SAGITTA_BIN = Path(os.environ.get("SAGITTA_BIN") or REPO / "target" / "release" / "sagitta")
 LONGBOW_SH = REPO.parent / "shared" / "peers" / "longbow.sh"
 LONGBOW_MIRROR = Path("/work/.mirror/23skdu+longbow/repo")
 LONGBOW_PEER_HOME = os.environ.get("LONGBOW_PEER_HOME", "/tmp/longbow")
