@@ -269,8 +269,9 @@ class Collection:
         bm25_b: float | None = None,
         index_threshold: int | None = None,
     ) -> Collection:
-        """Creates a collection in ``path`` and opens it for writing (without
-        ``dtype``: float32 vectors, with sq8 codes for graph traversal).
+        """Creates a collection in ``path`` and opens it for writing (float32
+        vectors by default, with sq8 codes for graph traversal unless
+        ``codes="none"``).
         ``text_fields``: payload string columns with a BM25 index;
         ``embed_model``: a built-in model embedding the first text field.
         ``key_bits=128``: 128-bit keys (ints, ``bytes(16)``, V16 arrays or

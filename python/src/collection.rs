@@ -12,12 +12,12 @@ use numpy::PyArray1;
 use pyo3::exceptions::{PyStopIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
-use sagitta_index::{DType, IndexError, Space};
+use sagitta_index::{IndexError, Space};
 use sagitta_store::filter::Bound as FilterBound;
 use sagitta_store::payload;
 use sagitta_store::{
-    default_codes, AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Durability,
-    Filter, Id, IdColumn, IdType, IdWrite, OpenMode, Payload, StoreError, TextFieldSpec,
+    codes_named, AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Durability, Filter,
+    Id, IdColumn, IdType, IdWrite, OpenMode, Payload, StoreError, TextFieldSpec,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -122,10 +122,11 @@ impl PyCollection {
     /// segment is trained on its own vectors when it is sealed. codes:
     /// compact codes the built HNSW segments traverse the graph with,
     /// keeping the float32 vectors beside them (memory-mapped) to re-score
-    /// each search's beam exactly: ``"sq8"`` (the default without
-    /// ``dtype``, for cos / l2 / ip), ``"f16"``, ``"sq16"``, or ``"none"``
-    /// (the default with an explicit ``dtype``). Vectors written, read
-    /// back and searched stay float32 (``dtype``); only the graph's
+    /// each search's beam exactly: ``"sq8"`` (the default for float32
+    /// vectors under cos / l2 / ip, whether ``dtype`` is given or not, as
+    /// in the server), ``"f16"``, ``"sq16"``, or ``"none"`` (a plain
+    /// graph; the default for f16, i8 and bit vectors). Vectors written,
+    /// read back and searched stay float32 (``dtype``); only the graph's
     /// traversal uses the codes. text_fields: payload string columns to
     /// index for full-text (BM25) search, a list of names (English
     /// analyzer: lower-casing, stop words, Snowball stemming) or a dict
@@ -190,15 +191,7 @@ impl PyCollection {
         let mut cfg = cfg.with_key_bits(key_bits);
         cfg.hnsw = hnsw;
         cfg.ivf = ivf;
-        cfg.codes = match codes {
-            None if dtype.is_none() => default_codes(&space),
-            None | Some("none") => None,
-            Some(c) => Some(DType::parse(c).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "codes: unknown codes '{c}' (expected sq8, f16, sq16 or none)"
-                ))
-            })?),
-        };
+        cfg.codes = codes_named(codes, &space).map_err(store_err)?;
         cfg.text = text_fields_arg(text_fields)?;
         cfg.embed_model = embed_model;
         if let Some(k1) = bm25_k1 {

@@ -70,8 +70,13 @@ def test_default_collection_has_graph_codes_and_float32_vectors(tmp_path, rng):
     hit = res.keys == want_keys
     np.testing.assert_allclose(res.distances[hit], want_dist[hit], rtol=1e-4, atol=1e-4)
     c.close()
-    plain = sagitta.Collection.create(tmp_path / "p", ndim=16, dtype="f32")
+    # dtype names the vectors' storage, not the graph's: f32 spelled out
+    # gets the same codes as the default (the server does the same).
+    spelled = sagitta.Collection.create(tmp_path / "s", ndim=16, dtype="f32")
+    assert (spelled.dtype, spelled.codes) == ("f32", "sq8")
+    plain = sagitta.Collection.create(tmp_path / "p", ndim=16, dtype="f32", codes="none")
     assert plain.codes is None
+    assert sagitta.Collection.create(tmp_path / "h16", ndim=16, dtype="f16").codes is None
     f16 = sagitta.Collection.create(tmp_path / "h", ndim=16, codes="f16")
     assert f16.codes == "f16"
     with pytest.raises(ValueError, match="codes"):

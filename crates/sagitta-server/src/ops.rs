@@ -8,7 +8,7 @@ use crate::text::{self, TextFieldInfo, TextFieldReq};
 use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, VectorRef};
 use sagitta_store::filter::Bound;
 use sagitta_store::{
-    default_codes, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
+    codes_named, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
     Filter, IdColumn, Payload, Schema, Value,
 };
 use serde::{Deserialize, Serialize};
@@ -568,17 +568,8 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
     };
     cfg.ivf = IvfParams::default();
     // The same default whether `dtype` is spelled out or not (a collection
-    // a Flight DoPut creates names the dtype of its vectors): sq8 codes
-    // for f32 vectors, none for the others.
-    cfg.codes = match req.codes.as_deref() {
-        None => default_codes(&space),
-        Some("none") => None,
-        Some(c) => Some(DType::parse(c).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "codes: unknown codes {c:?} (sq8, f16, sq16 or none)"
-            ))
-        })?),
-    };
+    // a Flight DoPut creates names the dtype of its vectors).
+    cfg.codes = codes_named(req.codes.as_deref(), &space)?;
     if let Some(s) = req.segment_size {
         cfg.segment_size = s;
     }

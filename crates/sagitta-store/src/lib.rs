@@ -30,7 +30,7 @@ pub mod segment;
 pub mod wal;
 
 pub use collection::{
-    default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch,
+    codes_named, default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch,
     CollectionStats, Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent,
     PartSummary, Scan, ScanBatch, TextHit, TextSearch,
 };

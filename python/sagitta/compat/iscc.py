@@ -358,6 +358,10 @@ class ShardedIndex:
             }
             if dtype is not None:
                 kw["dtype"] = _dtype(dtype)
+                # usearch's dtype is the precision the graph is searched
+                # in: an explicit f32 gets a plain f32 graph, not the
+                # Collection default of sq8 graph codes.
+                kw["codes"] = "none"
             if connectivity is not None:
                 kw["connectivity"] = int(connectivity)
             if expansion_add is not None:

@@ -138,6 +138,24 @@ pub fn default_codes(space: &Space) -> Option<DType> {
     (space.dtype == DType::F32 && !space.metric.is_binary()).then_some(DType::Sq8)
 }
 
+/// The graph codes a user asked for by name: `None` (not given) is
+/// [`default_codes`] for the space, whatever else was spelled out (the
+/// vectors' `dtype` included); `"none"` is a plain graph; else `"sq8"`,
+/// `"f16"` or `"sq16"`. The one reading of the option that the server's
+/// HTTP and Flight front ends and the Python package share.
+pub fn codes_named(name: Option<&str>, space: &Space) -> Result<Option<DType>> {
+    match name {
+        None => Ok(default_codes(space)),
+        Some("none") => Ok(None),
+        Some(c) => match DType::parse(c) {
+            Some(d @ (DType::Sq8 | DType::F16 | DType::Sq16)) => Ok(Some(d)),
+            _ => Err(StoreError::Config(format!(
+                "codes: unknown codes {c:?} (sq8, f16, sq16 or none)"
+            ))),
+        },
+    }
+}
+
 impl CollectionConfig {
     /// Defaults: HNSW (M=16, ef_construction=128), 64 MiB mutable part,
     /// merges up to 1 GiB, freeze after 1 s idle, fsync per batch, 64-bit
@@ -510,5 +528,31 @@ impl ConfigFile {
             },
             index_threshold: self.index_threshold,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_named_defaults_by_space_and_refuses_unknown_names() -> Result<()> {
+        let f32_cos = Space::new(8, Metric::Cos, DType::F32)?;
+        assert_eq!(codes_named(None, &f32_cos)?, Some(DType::Sq8));
+        assert_eq!(codes_named(Some("none"), &f32_cos)?, None);
+        assert_eq!(codes_named(Some("f16"), &f32_cos)?, Some(DType::F16));
+        assert_eq!(codes_named(Some("sq16"), &f32_cos)?, Some(DType::Sq16));
+        let f16 = Space::new(8, Metric::L2, DType::F16)?;
+        assert_eq!(codes_named(None, &f16)?, None);
+        let bits = Space::new(64, Metric::Hamming, DType::B1)?;
+        assert_eq!(codes_named(None, &bits)?, None);
+        for bad in ["f32", "i8", "b1", "", "bogus"] {
+            let got = codes_named(Some(bad), &f32_cos);
+            assert!(
+                matches!(&got, Err(StoreError::Config(m)) if m.contains("codes")),
+                "{bad}: {got:?}"
+            );
+        }
+        Ok(())
     }
 }

@@ -67,8 +67,8 @@ mod text;
 mod write;
 
 pub use config::{
-    default_codes, CollectionConfig, Durability, DEFAULT_IDLE_SEAL_MS, DEFAULT_MAX_SEGMENT_SIZE,
-    DEFAULT_SEGMENT_SIZE,
+    codes_named, default_codes, CollectionConfig, Durability, DEFAULT_IDLE_SEAL_MS,
+    DEFAULT_MAX_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE,
 };
 pub use optimizer::OptimizerStats;
 pub use search::CollectionSearch;
