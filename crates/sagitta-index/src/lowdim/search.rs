@@ -201,6 +201,18 @@ impl LowDimView<'_> {
                 if y & LEAF_BIT != 0 {
                     break (x, y);
                 }
+                // The next level's boxes, for whichever side is taken now
+                // or popped later: their loads overlap this level's (a
+                // cold query waits for memory more than it computes).
+                for c in [x, y] {
+                    let (l, r) = (
+                        self.nodes[2 * c as usize],
+                        self.nodes[2 * c as usize + 1],
+                    );
+                    if r & LEAF_BIT == 0 {
+                        a.fetch_boxes(l, r);
+                    }
+                }
                 let (bx, by) = a.bounds(x, y);
                 stats.nodes += 2;
                 let swap = by < bx;
@@ -263,6 +275,29 @@ impl LowDimView<'_> {
     }
 }
 
+/// Starts loading the boxes of nodes `x` and `y` (`corner` coordinates
+/// each; siblings are usually adjacent, then one run of lines).
+#[inline(always)]
+fn prefetch_boxes<C>(boxes: &[C], corner: usize, x: u32, y: u32) {
+    let (x, y) = (x as usize, y as usize);
+    if y == x + 1 {
+        prefetch_lines(boxes.get(x * corner..(x + 2) * corner).unwrap_or(&[]));
+    } else {
+        for n in [x, y] {
+            prefetch_lines(boxes.get(n * corner..(n + 1) * corner).unwrap_or(&[]));
+        }
+    }
+}
+
+/// Starts loading every cache line of `v` (a hint).
+#[inline(always)]
+fn prefetch_lines<T>(v: &[T]) {
+    let p = v.as_ptr().cast::<u8>();
+    for off in (0..std::mem::size_of_val(v)).step_by(64) {
+        sagitta_kernels::prefetch(p.wrapping_add(off));
+    }
+}
+
 /// One arithmetic of the walk: box bounds and leaf distances as `u64`
 /// keys that order as the distances do.
 trait Arith {
@@ -280,6 +315,8 @@ trait Arith {
     fn dist(&self, j: usize) -> u64;
     /// Starts loading the first `rows` rows of leaf block `block` (a hint).
     fn fetch(&self, _block: usize, _rows: usize) {}
+    /// Starts loading the boxes of siblings `x` and `y` (a hint).
+    fn fetch_boxes(&self, x: u32, y: u32);
     /// A key's distance, in the stored units.
     fn value(key: u64) -> f64;
 }
@@ -320,6 +357,11 @@ impl<C: Coord> Arith for F64Arith<'_, C> {
     #[inline(always)]
     fn dist(&self, j: usize) -> u64 {
         self.dists[j].to_bits()
+    }
+
+    #[inline(always)]
+    fn fetch_boxes(&self, x: u32, y: u32) {
+        prefetch_boxes(self.boxes, self.corner, x, y);
     }
 
     fn value(key: u64) -> f64 {
@@ -391,6 +433,11 @@ impl Arith for U32Arith<'_> {
     #[inline(always)]
     fn dist(&self, j: usize) -> u64 {
         u64::from(self.dists[j])
+    }
+
+    #[inline(always)]
+    fn fetch_boxes(&self, x: u32, y: u32) {
+        prefetch_boxes(self.boxes, self.corner, x, y);
     }
 
     fn fetch(&self, block: usize, rows: usize) {
