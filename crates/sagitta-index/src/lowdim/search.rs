@@ -205,10 +205,7 @@ impl LowDimView<'_> {
                 // or popped later: their loads overlap this level's (a
                 // cold query waits for memory more than it computes).
                 for c in [x, y] {
-                    let (l, r) = (
-                        self.nodes[2 * c as usize],
-                        self.nodes[2 * c as usize + 1],
-                    );
+                    let (l, r) = (self.nodes[2 * c as usize], self.nodes[2 * c as usize + 1]);
                     if r & LEAF_BIT == 0 {
                         a.fetch_boxes(l, r);
                     }
