@@ -506,6 +506,39 @@ def test_collections_get_the_same_default_codes_however_created(server):
     }
 
 
+def test_server_and_python_take_the_same_graph_parameters(server, tmp_path):
+    """HNSW build parameters have one set of limits, the index's, whether a
+    collection is created over HTTP or from Python; a refused one leaves no
+    collection behind."""
+    cases = [
+        ({"m": 2, "ef_construction": 5000, "ef_search": 65536}, True),
+        ({"m": 256}, True),
+        ({"m": 1}, False),
+        ({"m": 257}, False),
+        ({"ef_construction": 65537}, False),
+        ({"ef_search": 0}, False),
+    ]
+    py_names = {
+        "m": "connectivity",
+        "ef_construction": "expansion_add",
+        "ef_search": "expansion_search",
+    }
+    for i, (params, ok) in enumerate(cases):
+        name = f"limits_{i}"
+        body = json.dumps({"name": name, "dims": 4, **params}).encode()
+        status, _, info = raw(server, "POST", "/collections", body)
+        assert status == (201 if ok else 400), (params, info)
+        if not ok:
+            assert next(iter(params)) in info["error"]["message"], info
+            assert raw(server, "GET", f"/collections/{name}")[0] == 404
+        kw = {py_names[k]: v for k, v in params.items()}
+        if ok:
+            sagitta.Collection.create(tmp_path / name, ndim=4, **kw).close()
+        else:
+            with pytest.raises(ValueError, match=py_names[next(iter(params))]):
+                sagitta.Collection.create(tmp_path / name, ndim=4, **kw)
+
+
 def test_uint128_ids_over_http_and_flight(server):
     """128-bit ids: given as hex strings, integers or fixed_size_binary(16)
     (big-endian), carried back as 32 hex digits (HTTP) and as

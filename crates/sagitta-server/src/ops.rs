@@ -52,13 +52,13 @@ pub struct CreateCollection {
     /// integers).
     #[serde(default)]
     pub id_type: Option<String>,
-    /// HNSW links per node (default 16).
+    /// HNSW links per node (default 16; 2 to 256).
     #[serde(default)]
     pub m: Option<usize>,
-    /// HNSW beam width while inserting (default 128).
+    /// HNSW beam width while inserting (default 128; 1 to 65536).
     #[serde(default)]
     pub ef_construction: Option<usize>,
-    /// HNSW default beam width while searching (default 64).
+    /// HNSW default beam width while searching (default 64; 1 to 65536).
     #[serde(default)]
     pub ef_search: Option<usize>,
     /// Seal the active segment past this many bytes (default 64 MiB).
@@ -544,26 +544,13 @@ pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
             ))
         })?;
     }
+    // Ranges are the index's own (checked when the collection is created,
+    // the same for Python): one set of limits.
     let d = HnswParams::default();
-    let check = |name: &str, v: Option<usize>, lo: usize, hi: usize, default: usize| {
-        let v = v.unwrap_or(default);
-        if !(lo..=hi).contains(&v) {
-            return Err(ApiError::BadRequest(format!(
-                "{name} = {v}: must be in {lo}..={hi}"
-            )));
-        }
-        Ok(v)
-    };
     cfg.hnsw = HnswParams {
-        m: check("m", req.m, 2, 256, d.m)?,
-        ef_construction: check(
-            "ef_construction",
-            req.ef_construction,
-            1,
-            4096,
-            d.ef_construction,
-        )?,
-        ef_search: check("ef_search", req.ef_search, 1, 4096, d.ef_search)?,
+        m: req.m.unwrap_or(d.m),
+        ef_construction: req.ef_construction.unwrap_or(d.ef_construction),
+        ef_search: req.ef_search.unwrap_or(d.ef_search),
         ..d
     };
     cfg.ivf = IvfParams::default();
