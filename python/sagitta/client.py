@@ -338,6 +338,15 @@ class RemoteCollection:
     def index_status(self) -> dict:
         return self.client.request("GET", f"{self._path}/index")
 
+    def optimize(self, *, compact: bool = False) -> dict:
+        """Seals the mutable part and waits until the server's optimizer has
+        built and merged everything written before the call (``compact``:
+        also rewrites every segment holding deleted rows), as
+        ``Collection.optimize`` does in-process; returns the index status.
+        Past the server's request timeout this raises (504) while the work
+        goes on: poll :meth:`index_status`."""
+        return self._post("optimize", {"compact": bool(compact)})
+
     def __len__(self) -> int:
         return self.count()
 

@@ -723,6 +723,10 @@ def test_api_keys_roles_http_and_flight(tmp_path):
             reader.collection("k").upsert([1], [[1.0, 0.0]])
         assert e.value.status == 403
         assert writer.collection("k").upsert([1], [[1.0, 0.0]]) == 1
+        with pytest.raises(sagitta.AuthError) as e:
+            reader.collection("k").optimize()
+        assert e.value.status == 403
+        assert writer.collection("k").optimize()["unindexed_vectors"] == 0
         assert reader.collection("k").search([1.0, 0.0], 1).keys.tolist() == [1]
         # Flight: same keys, same roles.
         client = fl.FlightClient(s.flight_url)
@@ -732,6 +736,77 @@ def test_api_keys_roles_http_and_flight(tmp_path):
         assert [i.total_records for i in client.list_flights(options=opts)] == [1]
         with pytest.raises(fl.FlightUnauthorizedError):
             list(client.do_action(fl.Action("delete", b'{"dataset": "k", "id": 1}'), options=opts))
+
+
+def test_optimize_merges_everything_written_before_it_over_http_and_flight(tmp_path):
+    """POST /collections/C/optimize (and the `optimize` Flight action)
+    answers once every row written before it is in one built segment
+    (`compact` also drops the deleted rows), with nothing lost; bad bodies
+    and unknown collections are refused."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((3000, 16)).astype(np.float32)
+    with Server(tmp_path / "data") as s:
+        c = sagitta.Client(s.url)
+        # A small mutable part: every batch is frozen into a part of its own.
+        status, _, info = raw(
+            s,
+            "POST",
+            "/collections",
+            json.dumps(
+                {
+                    "name": "opt",
+                    "dims": 16,
+                    "metric": "l2",
+                    "segment_size": 65536,
+                    "index_threshold": 0,
+                }
+            ).encode(),
+        )
+        assert status == 201, info
+        col = c.collection("opt")
+        for i in range(0, len(x), 500):
+            col.upsert(np.arange(i, i + 500), x[i : i + 500])
+        status, _, st = raw(s, "POST", "/collections/opt/optimize")  # no body
+        assert status == 200, st
+        assert (st["unindexed_vectors"], st["optimizer_task"], st["optimizer_deferred"]) == (
+            0,
+            None,
+            None,
+        )
+        status, _, parts = raw(s, "GET", "/collections/opt/segments")
+        assert status == 200
+        assert parts["active_vectors"] == 0
+        assert [p["rows"] for p in parts["segments"]] == [len(x)], parts["segments"]
+        assert all(p["indexed"] for p in parts["segments"])
+        assert col.count() == len(x)
+        want, _ = brute_force(x, x[:50], "l2", 1)
+        got = col.search(x[:50], 1)
+        assert (got.keys[:, 0] == want[:, 0]).mean() >= 0.98
+        # compact: deleted rows leave the files.
+        assert col.remove(np.arange(0, len(x), 2)) == len(x) // 2
+        st = col.optimize(compact=True)
+        assert st["unindexed_vectors"] == 0
+        info = col.info()
+        assert (info["vectors"], info["tombstones"]) == (len(x) // 2, 0)
+        # Flight: the same, as an action.
+        client = fl.FlightClient(s.flight_url)
+        out = list(client.do_action(fl.Action("optimize", b'{"name": "opt"}')))
+        assert json.loads(out[0].body.to_pybytes())["unindexed_vectors"] == 0
+        with pytest.raises(pa.ArrowKeyError, match="nope"):
+            list(client.do_action(fl.Action("optimize", b'{"name": "nope"}')))
+        with pytest.raises(pa.ArrowInvalid, match="unknown field"):
+            list(client.do_action(fl.Action("optimize", b'{"name": "opt", "wait": 1}')))
+        # Bad input over HTTP: a clear 4xx, nothing changed.
+        for body, code in [
+            (b"[1]", 400),
+            (b'{"compact": "yes"}', 400),
+            (b'{"compact": true, "extra": 1}', 400),
+            (b"{", 400),
+        ]:
+            status, _, err = raw(s, "POST", "/collections/opt/optimize", body)
+            assert status == code, (body, err)
+        assert raw(s, "POST", "/collections/nope/optimize")[0] == 404
+        assert col.count() == len(x) // 2
 
 
 def test_refuses_remote_bind_without_keys(tmp_path):

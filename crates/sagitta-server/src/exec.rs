@@ -159,6 +159,8 @@ fn lanes(name: &'static str, lanes: usize, threads: usize) -> std::io::Result<Ru
 pub struct Exec {
     search: Pool,
     ingest: Pool,
+    /// Calls waiting on background work ([`Exec::run_wait`]) in progress.
+    waits: Arc<AtomicUsize>,
     timeout: Duration,
     metrics: Arc<Metrics>,
 }
@@ -209,6 +211,7 @@ impl Exec {
                 pending: Arc::new(AtomicUsize::new(0)),
                 max_pending: cfg.max_pending_ingest.max(1),
             },
+            waits: Arc::new(AtomicUsize::new(0)),
             timeout: cfg.timeout,
             metrics,
         })
@@ -271,6 +274,47 @@ impl Exec {
             }
             let _ = tx.send(catch(work, AssertUnwindSafe(f)));
         });
+        match tokio::time::timeout(self.timeout, rx).await {
+            Ok(Ok(r)) => r,
+            Ok(Err(_)) | Err(_) => {
+                self.metrics.rejected("timeout");
+                Err(ApiError::Timeout(self.timeout.as_millis() as u64))
+            }
+        }
+    }
+}
+
+/// Most calls waiting on background work at once ([`Exec::run_wait`]).
+pub const MAX_WAITS: usize = 8;
+
+impl Exec {
+    /// Runs `f`, a call that mostly waits for the collection's background
+    /// work (an optimize), on a thread of its own, so it holds neither a
+    /// search thread nor an ingest lane while it waits. At most
+    /// [`MAX_WAITS`] at once (past that: refused at once, as a full pool
+    /// refuses). The request gives up after the timeout; the call itself
+    /// runs on to its end (the background work goes on regardless).
+    pub async fn run_wait<T, F>(&self, name: &'static str, f: F) -> ApiResult<T>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> ApiResult<T> + Send + 'static,
+    {
+        if self.waits.fetch_add(1, Ordering::AcqRel) >= MAX_WAITS {
+            self.waits.fetch_sub(1, Ordering::AcqRel);
+            self.metrics.rejected(name);
+            return Err(ApiError::Busy(name));
+        }
+        let guard = PendingGuard(self.waits.clone());
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let spawned = std::thread::Builder::new()
+            .name(format!("sagitta-{name}"))
+            .spawn(move || {
+                let _guard = guard;
+                let _ = tx.send(catch(Work::Ingest, AssertUnwindSafe(f)));
+            });
+        if let Err(e) = spawned {
+            return Err(ApiError::Internal(format!("{name}: no thread: {e}")));
+        }
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) | Err(_) => {

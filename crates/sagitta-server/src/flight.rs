@@ -257,9 +257,17 @@ struct DropAction {
     name: String,
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct OptimizeAction {
+    name: String,
+    #[serde(default)]
+    compact: bool,
+}
+
 /// The actions DoAction takes: (type, description, role). Longbow's
 /// names first (its SDK and clients use them), then Sagitta's own.
-const ACTIONS: [(&str, &str, Role); 25] = [
+const ACTIONS: [(&str, &str, Role); 26] = [
     ("delete", "Delete rows: {\"dataset\": C, \"id\": ID or [ID, ...]} -> {\"deleted\": n}", Role::Write),
     ("Delete", "As delete", Role::Write),
     ("delete-vector", "Delete one row: {\"dataset\": C, \"vector_id\": ID} -> {\"deleted\": n}", Role::Write),
@@ -285,6 +293,7 @@ const ACTIONS: [(&str, &str, Role); 25] = [
     ("describe", "{\"name\": C} -> the collection's settings and figures (as GET /collections/C)", Role::Read),
     ("create-collection", "Body as POST /collections -> the new collection's description", Role::Admin),
     ("drop-collection", "{\"name\": C} -> {\"dropped\": C}", Role::Admin),
+    ("optimize", "{\"name\": C, \"compact\": bool} -> the index status once everything written before is built and merged (as POST /collections/C/optimize)", Role::Write),
 ];
 
 type Stream<T> = BoxStream<'static, Result<T, Status>>;
@@ -806,6 +815,27 @@ impl Flight {
                         })
                         .await
                     }
+                    Err(e) => Err(e.to_status()),
+                };
+                (a.name, r)
+            }
+            "optimize" => {
+                let a: OptimizeAction = match json_body("optimize", body) {
+                    Ok(a) => a,
+                    Err(s) => return (String::new(), Err(s)),
+                };
+                let req = ops::OptimizeRequest { compact: a.compact };
+                let r = match self.st.registry.get(&a.name) {
+                    Ok(e) if self.st.accepting.load(Ordering::Acquire) => self
+                        .st
+                        .exec
+                        .run_wait("optimize", move || {
+                            let s = ops::run_optimize(&e, &req)?;
+                            serde_json::to_value(s).map_err(|e| ApiError::Internal(e.to_string()))
+                        })
+                        .await
+                        .map_err(|e| e.to_status()),
+                    Ok(_) => Err(ApiError::ShuttingDown.to_status()),
                     Err(e) => Err(e.to_status()),
                 };
                 (a.name, r)

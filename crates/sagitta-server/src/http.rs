@@ -52,6 +52,39 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     }
 }
 
+/// A JSON object body that may be left out (an empty body is `T`'s
+/// default).
+#[derive(Debug)]
+pub struct JsonOrEmpty<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonOrEmpty<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let empty = req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes() == b"0");
+        if empty {
+            return Ok(JsonOrEmpty(T::default()));
+        }
+        let bytes = Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::BadRequest(e.body_text()))?;
+        if bytes.trim_ascii().is_empty() {
+            return Ok(JsonOrEmpty(T::default()));
+        }
+        if bytes.trim_ascii_start().first() != Some(&b'{') {
+            return Err(ApiError::BadRequest(
+                "the request body must be a JSON object (or empty)".into(),
+            ));
+        }
+        serde_json::from_slice(&bytes)
+            .map(JsonOrEmpty)
+            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+    }
+}
+
 /// The `{name}` path segment.
 #[derive(Debug)]
 pub struct Name(pub String);
@@ -221,6 +254,31 @@ async fn index_status(AxState(st): S, Name(name): Name) -> ApiResult<Json<IndexS
     Ok(Json(ops::index_status(&e, &s)))
 }
 
+/// Seals the mutable part and waits until the background optimizer has
+/// built and merged everything written before the call (with `compact`,
+/// also rewrites every segment holding deleted rows). Searches and writes
+/// go on meanwhile. A request that outlasts the server's timeout gets 504
+/// while the work goes on: poll `/collections/{name}/index`.
+#[utoipa::path(post, path = "/collections/{name}/optimize", tag = "collections",
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
+    request_body(content = OptimizeRequest, description = "Optional; an empty body is `{}`"),
+    responses((status = 200, body = IndexStatus), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody), (status = 503, body = ErrorBody),
+              (status = 504, body = ErrorBody)))]
+async fn optimize(
+    AxState(st): S,
+    Name(name): Name,
+    JsonOrEmpty(req): JsonOrEmpty<OptimizeRequest>,
+) -> ApiResult<Json<IndexStatus>> {
+    let e = st.registry.get(&name)?;
+    if !st.accepting.load(Ordering::Acquire) {
+        return Err(ApiError::ShuttingDown);
+    }
+    st.exec
+        .run_wait("optimize", move || ops::run_optimize(&e, &req).map(Json))
+        .await
+}
+
 /// Inserts or replaces rows; answers once they are durable under the
 /// collection's WAL policy.
 #[utoipa::path(post, path = "/collections/{name}/upsert", tag = "rows",
@@ -380,7 +438,7 @@ async fn whoami(AxState(st): S, headers: axum::http::HeaderMap) -> ApiResult<Jso
 #[openapi(
     info(title = "Sagitta", description = "Vector search over HTTP/JSON. Arrow Flight is served on its own port (see docs/SERVER.md)."),
     paths(health, ready, metrics, list_collections, create_collection, describe_collection,
-          drop_collection, index_status, segments, upsert, get_rows, delete_rows, count_rows, scroll,
+          drop_collection, index_status, optimize, segments, upsert, get_rows, delete_rows, count_rows, scroll,
           search, classify, whoami),
     modifiers(&BearerAuth),
     security(("api_key" = [])),
@@ -428,7 +486,9 @@ fn role_for(method: &Method, route: &str) -> Option<Role> {
         "/health" | "/ready" | "/openapi.json" | "/docs" | "/ui" | "/ui/" | "/ui/{*file}" => None,
         "/collections" if method == Method::POST => Some(Role::Admin),
         "/collections/{name}" if method == Method::DELETE => Some(Role::Admin),
-        r if r.ends_with("/upsert") || r.ends_with("/delete") => Some(Role::Write),
+        r if r.ends_with("/upsert") || r.ends_with("/delete") || r.ends_with("/optimize") => {
+            Some(Role::Write)
+        }
         _ => Some(Role::Read),
     }
 }
@@ -516,6 +576,7 @@ pub fn router(st: Arc<State>) -> Router {
             get(describe_collection).delete(drop_collection),
         )
         .route("/collections/{name}/index", get(index_status))
+        .route("/collections/{name}/optimize", post(optimize))
         .route("/collections/{name}/segments", get(segments))
         .route("/collections/{name}/scroll", post(scroll))
         .route("/whoami", get(whoami))

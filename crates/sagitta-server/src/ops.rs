@@ -628,6 +628,29 @@ pub fn schema_info(schema: &Schema) -> Vec<FieldInfo> {
         .collect()
 }
 
+/// Body of `POST /collections/{name}/optimize` (and the `optimize`
+/// Flight action, with `name`).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OptimizeRequest {
+    /// Also rewrite every segment holding deleted rows, not only those
+    /// past the policy's dead ratio (default false).
+    #[serde(default)]
+    pub compact: bool,
+}
+
+/// Seals, then waits until the optimizer has built and merged everything
+/// written before the call (see [`OptimizeRequest`]); answers the index
+/// status after.
+pub fn run_optimize(e: &Entry, req: &OptimizeRequest) -> ApiResult<IndexStatus> {
+    if req.compact {
+        e.coll.compact()?;
+    } else {
+        e.coll.optimize()?;
+    }
+    Ok(index_status(e, &e.coll.stats()))
+}
+
 /// Index status of a collection.
 pub fn index_status(e: &Entry, s: &CollectionStats) -> IndexStatus {
     let pending = e.pending_rows.load(Ordering::Acquire);
