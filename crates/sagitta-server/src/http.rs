@@ -41,15 +41,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
                 ApiError::BadRequest(e.body_text())
             }
         })?;
-        if bytes.trim_ascii_start().first() != Some(&b'{') {
-            return Err(ApiError::BadRequest(
-                "the request body must be a JSON object".into(),
-            ));
-        }
-        serde_json::from_slice(&bytes)
-            .map(ApiJson)
-            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+        parse_object(&bytes).map(ApiJson)
     }
+}
+
+/// A request body that must be one JSON object.
+fn parse_object<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    if bytes.trim_ascii_start().first() != Some(&b'{') {
+        return Err(ApiError::BadRequest(
+            "the request body must be a JSON object".into(),
+        ));
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
 }
 
 /// A JSON object body that may be left out (an empty body is `T`'s
@@ -74,14 +78,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Default> FromRequest<S> for JsonOrEmp
         if bytes.trim_ascii().is_empty() {
             return Ok(JsonOrEmpty(T::default()));
         }
-        if bytes.trim_ascii_start().first() != Some(&b'{') {
-            return Err(ApiError::BadRequest(
-                "the request body must be a JSON object (or empty)".into(),
-            ));
-        }
-        serde_json::from_slice(&bytes)
-            .map(JsonOrEmpty)
-            .map_err(|e| ApiError::BadRequest(format!("invalid JSON body: {e}")))
+        parse_object(&bytes).map(JsonOrEmpty)
     }
 }
 
