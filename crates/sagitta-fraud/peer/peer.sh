@@ -19,7 +19,8 @@
 #    its two API processes run on CPU 0 (`taskset -c 0`), k6 unpinned; the
 #    load average and the memory (RSS, PSS) of the service's processes
 #    under load are reported. SCONFIGS="sagitta-cfs peer-cfs" narrows it;
-#    LOAD=0 skips it.
+#    LOAD=0 skips it; SAGITTA_ARGS adds options to `sagitta-fraud serve`
+#    (e.g. "--keep-warm-us 60").
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 RUNS="${1:-3}"
@@ -78,7 +79,7 @@ memory() {  # RSS and PSS of the given processes, KiB
 }
 
 start_sagitta() {  # sched
-    local args=(--cpu 0)
+    local args=(--cpu 0 ${SAGITTA_ARGS:-})
     [[ $1 == fifo ]] && args+=(--rtprio 20)
     "$BIN" serve --index "$IDX" --port 9999 "${args[@]}" > "$OUT/sagitta.log" 2>&1 &
     PIDS=($!)
