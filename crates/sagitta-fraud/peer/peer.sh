@@ -20,7 +20,7 @@
 #    load average and the memory (RSS, PSS) of the service's processes
 #    under load are reported. SCONFIGS="sagitta-cfs peer-cfs" narrows it;
 #    LOAD=0 skips it; SAGITTA_ARGS adds options to `sagitta-fraud serve`
-#    (e.g. "--keep-warm-us 60").
+#    (e.g. "--busy-poll").
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 RUNS="${1:-3}"
