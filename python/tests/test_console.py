@@ -274,6 +274,11 @@ def test_an_admin_creates_fills_searches_and_drops_a_collection(console, server)
     # (Chromium logs the refused request: that one error is expected.)
     assert len(console.errors) == 1 and "400" in console.errors[0], console.errors
     console.errors.clear()
+    # Optimize now: the three rows leave the mutable part for a segment.
+    p.click("#optimize-button")
+    expect(p.locator("#optimize-msg")).to_contain_text("optimized: 1 segment, 0 rows")
+    parts = raw(server, "GET", "/collections/strs/segments", headers={"x-api-key": ADMIN})[2]
+    assert parts["active_vectors"] == 0 and [g["rows"] for g in parts["segments"]] == [3]
     # Search like a row, by its string id.
     p.locator('#sample tr[data-id="b"] a', has_text="similar").click()
     expect(p.locator("#hits tbody tr").first.locator(".hit-id")).to_have_text("b")

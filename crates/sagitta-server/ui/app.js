@@ -357,6 +357,29 @@ function pageCollection(name) {
     }, "Drop collection");
     head.append(el("div", { className: "row" }, confirmName, drop, dropMsg));
   }
+  if (canWrite()) {
+    // POST .../optimize: seal, then wait for the optimizer (the page's
+    // status refreshes on its own meanwhile).
+    const optMsg = el("span", { className: "muted", id: "optimize-msg" });
+    const opt = el("button", {
+      className: "write", type: "button", id: "optimize-button",
+      title: "Write the mutable part as a segment and wait until everything written so far is indexed and merged",
+      onclick: async () => {
+        opt.disabled = true;
+        optMsg.textContent = "optimizing…";
+        try {
+          const ix = await api("POST", "/collections/" + encodeURIComponent(name) + "/optimize", {});
+          optMsg.textContent = "optimized: " + fmtInt(ix.segments) + " segment" + (ix.segments === 1 ? "" : "s") +
+            ", " + fmtInt(ix.unindexed_vectors) + " rows waiting for an index";
+        } catch (e) {
+          optMsg.textContent = e.message;
+        } finally {
+          opt.disabled = false;
+        }
+      },
+    }, "Optimize now");
+    head.append(el("div", { className: "row" }, opt, optMsg));
+  }
 
   api("GET", "/collections/" + encodeURIComponent(name)).then((c) => {
     settings.replaceChildren(el("h2", {}, "Settings"), kvList([
