@@ -154,6 +154,9 @@ fn lanes(name: &'static str, lanes: usize, threads: usize) -> std::io::Result<Ru
     Ok(Runner::Lanes(tx))
 }
 
+/// Most calls waiting on background work at once ([`Exec::run_wait`]).
+pub const MAX_WAITS: usize = 8;
+
 /// The two pools.
 #[derive(Debug)]
 pub struct Exec {
@@ -274,6 +277,11 @@ impl Exec {
             }
             let _ = tx.send(catch(work, AssertUnwindSafe(f)));
         });
+        self.answer(rx).await
+    }
+
+    /// The job's answer, or a timeout once the request's time is up.
+    async fn answer<T>(&self, rx: tokio::sync::oneshot::Receiver<ApiResult<T>>) -> ApiResult<T> {
         match tokio::time::timeout(self.timeout, rx).await {
             Ok(Ok(r)) => r,
             Ok(Err(_)) | Err(_) => {
@@ -282,12 +290,7 @@ impl Exec {
             }
         }
     }
-}
 
-/// Most calls waiting on background work at once ([`Exec::run_wait`]).
-pub const MAX_WAITS: usize = 8;
-
-impl Exec {
     /// Runs `f`, a call that mostly waits for the collection's background
     /// work (an optimize), on a thread of its own, so it holds neither a
     /// search thread nor an ingest lane while it waits. At most
@@ -315,13 +318,7 @@ impl Exec {
         if let Err(e) = spawned {
             return Err(ApiError::Internal(format!("{name}: no thread: {e}")));
         }
-        match tokio::time::timeout(self.timeout, rx).await {
-            Ok(Ok(r)) => r,
-            Ok(Err(_)) | Err(_) => {
-                self.metrics.rejected("timeout");
-                Err(ApiError::Timeout(self.timeout.as_millis() as u64))
-            }
-        }
+        self.answer(rx).await
     }
 }
 
