@@ -1,6 +1,8 @@
 //! HTTP JSON bodies, as the server's handlers run them (after axum's
 //! routing): the first byte picks the request kind, the rest is its body,
 //! parsed into the request type and run against a real collection.
+//! Search bodies are also read by the server's fast path
+//! (`sagitta_server::fastjson`), which must agree with serde_json.
 #![no_main]
 
 mod common;
@@ -41,7 +43,15 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         1 => {
-            if let Ok(req) = serde_json::from_slice(body) {
+            // The search body's fast path reads every body as serde_json
+            // does: the same request, or the same error.
+            let fast = sagitta_server::fastjson::from_slice::<ops::SearchRequest>(body);
+            let slow = serde_json::from_slice::<ops::SearchRequest>(body);
+            assert_eq!(
+                format!("{:?}", fast.as_ref().map_err(|e| e.to_string())),
+                format!("{:?}", slow.as_ref().map_err(|e| e.to_string()))
+            );
+            if let Ok(req) = slow {
                 let _ = ops::run_search(e, req);
             }
         }

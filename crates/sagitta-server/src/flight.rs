@@ -5,6 +5,7 @@ use crate::auth::{self, Role};
 use crate::convert::{self, Ingest};
 use crate::error::{ApiError, ApiResult};
 use crate::exec::Work;
+use crate::fastjson::{self, WithVector};
 use crate::idfilter;
 use crate::longbow;
 use crate::ops::{self, Id, Knobs};
@@ -128,6 +129,27 @@ fn path_name(d: &FlightDescriptor) -> Result<String, Status> {
 
 fn json_body<T: for<'de> Deserialize<'de>>(what: &str, b: &[u8]) -> Result<T, Status> {
     serde_json::from_slice(b).map_err(|e| invalid(format!("{what}: invalid JSON: {e}")))
+}
+
+/// [`json_body`] for a body whose query vector the fast path reads.
+fn vector_body<T: WithVector>(what: &str, b: &[u8]) -> Result<T, Status> {
+    fastjson::from_slice(b).map_err(|e| invalid(format!("{what}: invalid JSON: {e}")))
+}
+
+impl WithVector for TicketBody {
+    const PATH: &'static [&'static str] = &["search", "vector"];
+    fn set_vector(&mut self, v: Vec<f32>) {
+        if let Some(s) = &mut self.search {
+            s.vector = v;
+        }
+    }
+}
+
+impl WithVector for SearchTicket {
+    const PATH: &'static [&'static str] = &["vector"];
+    fn set_vector(&mut self, v: Vec<f32>) {
+        self.vector = v;
+    }
 }
 
 /// A DoGet ticket.
@@ -370,7 +392,7 @@ impl FlightService for Flight {
     async fn do_get(&self, req: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
         let t0 = Instant::now();
         self.auth(&req, Role::Read)?;
-        let t: TicketBody = json_body("ticket", &req.get_ref().ticket)?;
+        let t: TicketBody = vector_body("ticket", &req.get_ref().ticket)?;
         let (label, r) = match (t.name, t.search) {
             (Some(name), None) => (name.clone(), self.scan(name, filter_of(t.filter)).await),
             (None, Some(s)) => (s.dataset.clone(), self.search(s).await),
@@ -660,7 +682,7 @@ impl Flight {
         let json = |r: Result<Json, Status>| r.map(|j| vec![Bytes::from(j.to_string())]);
         match kind {
             "VectorSearch" => {
-                let s: SearchTicket = match json_body("VectorSearch", body) {
+                let s: SearchTicket = match vector_body("VectorSearch", body) {
                     Ok(s) => s,
                     Err(st) => return (String::new(), Err(st)),
                 };
@@ -689,7 +711,7 @@ impl Flight {
                 (label, r)
             }
             "HybridSearch" => {
-                let s: SearchTicket = match json_body("HybridSearch", body) {
+                let s: SearchTicket = match vector_body("HybridSearch", body) {
                     Ok(s) => s,
                     Err(st) => return (String::new(), Err(st)),
                 };

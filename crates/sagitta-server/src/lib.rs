@@ -14,6 +14,7 @@ pub mod classify;
 pub mod convert;
 pub mod error;
 pub mod exec;
+pub mod fastjson;
 pub mod flight;
 pub mod http;
 pub mod idfilter;

@@ -425,6 +425,13 @@ fn ten() -> usize {
     10
 }
 
+impl crate::fastjson::WithVector for SearchRequest {
+    const PATH: &'static [&'static str] = &["vector"];
+    fn set_vector(&mut self, v: Vec<f32>) {
+        self.vector = Some(v);
+    }
+}
+
 /// A neighbour.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Hit {
