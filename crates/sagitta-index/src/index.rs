@@ -1524,7 +1524,10 @@ impl Index {
         let run = || {
             keys.par_iter()
                 .zip(stored.par_chunks_exact(stride.max(1)))
-                .try_for_each(|(&k, v)| self.upsert_encoded(k, v))
+                .try_for_each(|(&k, v)| {
+                    crate::foreground::step();
+                    self.upsert_encoded(k, v)
+                })
         };
         with_threads(if keys.len() < 64 { 0 } else { threads }, run)
     }
@@ -1555,6 +1558,7 @@ impl Index {
             keys.par_iter()
                 .zip(rows.par_chunks_exact(row_stride))
                 .try_for_each(|(&k, r)| {
+                    crate::foreground::step();
                     let v = f32_row(r, dims);
                     self.upsert(k, VectorRef::F32(&v))
                 })
@@ -1580,7 +1584,10 @@ impl Index {
             .enumerate()
             .map_init(
                 || vec![0u8; stride],
-                |buf, (i, v)| self.space.encode(*v, buf).err().map(|e| (i, e)),
+                |buf, (i, v)| {
+                    crate::foreground::step();
+                    self.space.encode(*v, buf).err().map(|e| (i, e))
+                },
             )
             .flatten()
             .min_by_key(|(i, _)| *i);

@@ -24,6 +24,7 @@
 
 mod bitset;
 mod error;
+pub mod foreground;
 mod graph;
 mod index;
 pub mod ivf;

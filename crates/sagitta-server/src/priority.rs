@@ -55,8 +55,11 @@ pub fn latency_sensitive() -> bool {
     }
 }
 
-/// Lowers the calling thread to nice +10.
+/// Lowers the calling thread to nice +10, and marks it as a writer that
+/// yields the core to searches at short intervals
+/// ([`sagitta_index::foreground`]).
 pub fn lower_priority() {
+    sagitta_index::foreground::mark_writer();
     // SAFETY: setpriority with PRIO_PROCESS and a thread id (Linux
     // semantics) only changes this thread's nice value; no memory is
     // touched.

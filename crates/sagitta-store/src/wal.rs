@@ -19,6 +19,8 @@ use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
+/// Bytes per `write` call of an append.
+const WRITE_PIECE: usize = 256 << 10;
 /// Header bytes at the start of every log file.
 pub const HEADER_LEN: u64 = 16;
 const FIXED: usize = 8 + 1 + 8;
@@ -277,14 +279,20 @@ impl Wal {
         })
     }
 
-    /// Appends encoded records (one `write` call). On failure nothing of
-    /// them counts, and the log is repaired before the next append.
+    /// Appends encoded records. On failure nothing of them counts, and the
+    /// log is repaired before the next append.
     pub fn append(&mut self, records: &[u8]) -> Result<()> {
         if records.is_empty() {
             return Ok(());
         }
         self.repair()?;
-        if let Err(e) = fault::write_all(&mut self.file, records, &self.path) {
+        // In pieces, giving way to searches between them (a batch of
+        // megabytes is milliseconds of copying in one system call).
+        let written = records.chunks(WRITE_PIECE).try_for_each(|piece| {
+            sagitta_index::foreground::step();
+            fault::write_all(&mut self.file, piece, &self.path)
+        });
+        if let Err(e) = written {
             // Part of the records may be in the file: the repair cuts them.
             self.poisoned = true;
             return Err(e);

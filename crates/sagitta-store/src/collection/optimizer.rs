@@ -390,7 +390,10 @@ impl Background {
     }
 }
 
+/// Background work: the lowest nice value, and steps aside while searches
+/// run ([`sagitta_index::foreground`]).
 fn lower_priority() {
+    sagitta_index::foreground::mark_background();
     // SAFETY: setpriority with PRIO_PROCESS and a thread id (Linux
     // semantics) only changes this thread's nice value; no memory is
     // touched.

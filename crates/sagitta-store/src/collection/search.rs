@@ -247,6 +247,8 @@ impl Collection {
         k: usize,
         opts: &CollectionSearch<'_>,
     ) -> Result<Vec<Vec<Neighbor>>> {
+        // Background builds step aside until this search is done.
+        let _running = sagitta_index::foreground::search();
         let st = self.inner.snapshot();
         let k = crate::limits::check_k(k, st.live())?;
         crate::limits::check_knobs(opts.ef, opts.nprobe, opts.refine)?;

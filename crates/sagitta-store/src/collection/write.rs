@@ -236,7 +236,10 @@ impl Inner {
             .par_chunks_exact_mut(stride)
             .zip(vectors.par_iter())
             .enumerate()
-            .try_for_each(|(i, (row, v))| space.encode(*v, row).map_err(|e| (i, e)))
+            .try_for_each(|(i, (row, v))| {
+                sagitta_index::foreground::step();
+                space.encode(*v, row).map_err(|e| (i, e))
+            })
             .map_err(|(i, e)| row_err(i, e))?;
         Ok(stored)
     }
@@ -287,6 +290,7 @@ impl Inner {
             .zip(stored.chunks_exact(stride.max(1)))
             .enumerate()
         {
+            sagitta_index::foreground::step();
             match rows.map(|r| &r[i]).filter(|r| !r.is_empty()) {
                 Some(r) => {
                     body.clear();
