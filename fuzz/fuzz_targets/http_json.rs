@@ -1,7 +1,7 @@
 //! HTTP JSON bodies, as the server's handlers run them (after axum's
 //! routing): the first byte picks the request kind, the rest is its body,
 //! parsed into the request type and run against a real collection.
-//! Search bodies are also read by the server's fast path
+//! Search and upsert bodies are also read by the server's fast path
 //! (`sagitta_server::fastjson`), which must agree with serde_json.
 #![no_main]
 
@@ -56,7 +56,13 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         2 => {
-            if let Ok(req) = serde_json::from_slice(body) {
+            let fast = sagitta_server::fastjson::from_slice::<ops::UpsertRequest>(body);
+            let slow = serde_json::from_slice::<ops::UpsertRequest>(body);
+            assert_eq!(
+                format!("{:?}", fast.as_ref().map_err(|e| e.to_string())),
+                format!("{:?}", slow.as_ref().map_err(|e| e.to_string()))
+            );
+            if let Ok(req) = slow {
                 let _ = ops::run_upsert(e, req);
             }
         }

@@ -17,38 +17,70 @@ use serde::de::DeserializeOwned;
 use std::ops::Range;
 use std::sync::OnceLock;
 
-/// A request with one `f32` vector read by the fast path.
+/// A request whose vectors the fast path reads: one query vector (an
+/// array of numbers) and / or a batch (an array of such arrays), both
+/// keys of one object of the body.
 pub trait WithVector: DeserializeOwned {
-    /// The keys from the top-level object down to the vector.
-    const PATH: &'static [&'static str];
-    /// Puts the vector in place (the body parsed had `[]` there).
-    fn set_vector(&mut self, v: Vec<f32>);
+    /// The keys from the top-level object down to the object holding the
+    /// vectors (empty: the top level).
+    const AT: &'static [&'static str] = &[];
+    /// The key of one vector.
+    const ONE: Option<&'static str> = None;
+    /// The key of a batch of vectors.
+    const MANY: Option<&'static str> = None;
+    /// Puts the vector under [`WithVector::ONE`] in place (the body
+    /// parsed had `[]` there).
+    fn set_one(&mut self, _v: Vec<f32>) {}
+    /// Puts the vectors under [`WithVector::MANY`] in place (the body
+    /// parsed had `[]` there).
+    fn set_many(&mut self, _v: Vec<Vec<f32>>) {}
 }
 
-/// `T` from a JSON body, its vector read by the fast path where it can be.
+/// What the scan read under a key.
+enum Floats {
+    One(Vec<f32>),
+    Many(Vec<Vec<f32>>),
+}
+
+/// `T` from a JSON body, its vectors read by the fast path where it can.
 pub fn from_slice<T: WithVector>(bytes: &[u8]) -> serde_json::Result<T> {
-    if let Some((at, v)) = find_vector(bytes, T::PATH) {
-        let mut rest = Vec::with_capacity(bytes.len() - at.len() + 2);
-        rest.extend_from_slice(&bytes[..at.start]);
-        rest.extend_from_slice(b"[]");
-        rest.extend_from_slice(&bytes[at.end..]);
+    if let Some(found) = find(bytes, T::AT, T::ONE, T::MANY).filter(|f| !f.is_empty()) {
+        let mut rest = Vec::with_capacity(512);
+        let mut at = 0;
+        for (r, _) in &found {
+            rest.extend_from_slice(&bytes[at..r.start]);
+            rest.extend_from_slice(b"[]");
+            at = r.end;
+        }
+        rest.extend_from_slice(&bytes[at..]);
         if let Ok(mut t) = serde_json::from_slice::<T>(&rest) {
-            t.set_vector(v);
+            for (_, f) in found {
+                match f {
+                    Floats::One(v) => t.set_one(v),
+                    Floats::Many(v) => t.set_many(v),
+                }
+            }
             return Ok(t);
         }
     }
     serde_json::from_slice(bytes)
 }
 
-/// The byte range of the array under `path` and its numbers; `None` where
-/// the body is not what the fast path reads.
-fn find_vector(b: &[u8], path: &[&str]) -> Option<(Range<usize>, Vec<f32>)> {
+/// The byte ranges of the arrays under `one` and `many` in the object at
+/// `path`, in body order, with their numbers; `None` where the body is not
+/// what the fast path reads.
+fn find(
+    b: &[u8],
+    path: &[&str],
+    one: Option<&str>,
+    many: Option<&str>,
+) -> Option<Vec<(Range<usize>, Floats)>> {
     let mut s = Scan { b, i: 0 };
+    let mut found = Vec::new();
     s.ws();
-    let found = s.object(path)?;
+    s.object(path, one, many, &mut found)?;
     s.ws();
-    (s.i == b.len()).then_some(())?;
-    found
+    (s.i == b.len()).then_some(found)
 }
 
 struct Scan<'a> {
@@ -71,34 +103,50 @@ impl<'a> Scan<'a> {
         (self.peek()? == c).then(|| self.i += 1)
     }
 
-    /// An object at the cursor; returns what was found under `path` in it
-    /// (`Some(None)`: a well-formed scan that did not find it).
-    #[allow(clippy::type_complexity)]
-    fn object(&mut self, path: &[&str]) -> Option<Option<(Range<usize>, Vec<f32>)>> {
+    /// An object at the cursor: reads the arrays under `one` and `many`
+    /// where `path` is empty, or goes down the key `path[0]`; anything else
+    /// is stepped over. A key met twice gives up (serde says so).
+    fn object(
+        &mut self,
+        path: &[&str],
+        one: Option<&str>,
+        many: Option<&str>,
+        found: &mut Vec<(Range<usize>, Floats)>,
+    ) -> Option<()> {
         self.eat(b'{')?;
         self.ws();
-        let mut found = None;
         if self.eat(b'}').is_some() {
-            return Some(found);
+            return Some(());
         }
+        let is = |key: &[u8], k: Option<&str>| k.is_some_and(|k| k.as_bytes() == key);
+        let (mut seen_down, mut seen_one, mut seen_many) = (false, false, false);
         loop {
             self.ws();
             let key = self.key()?;
             self.ws();
             self.eat(b':')?;
             self.ws();
+            let start = self.i;
             match path.split_first() {
                 Some((first, rest)) if key == first.as_bytes() => {
-                    if found.is_some() {
-                        return None; // a duplicate key: serde says so
+                    if std::mem::replace(&mut seen_down, true) {
+                        return None;
                     }
-                    found = Some(if rest.is_empty() {
-                        let start = self.i;
-                        let v = self.floats()?;
-                        (start..self.i, v)
-                    } else {
-                        self.object(rest)??
-                    });
+                    self.object(rest, one, many, found)?;
+                }
+                None if is(key, one) => {
+                    if std::mem::replace(&mut seen_one, true) {
+                        return None;
+                    }
+                    let v = self.floats()?;
+                    found.push((start..self.i, Floats::One(v)));
+                }
+                None if is(key, many) => {
+                    if std::mem::replace(&mut seen_many, true) {
+                        return None;
+                    }
+                    let v = self.batch()?;
+                    found.push((start..self.i, Floats::Many(v)));
                 }
                 _ => self.skip_value()?,
             }
@@ -107,7 +155,30 @@ impl<'a> Scan<'a> {
                 b',' => self.i += 1,
                 b'}' => {
                     self.i += 1;
-                    return Some(found);
+                    return Some(());
+                }
+                _ => return None,
+            }
+        }
+    }
+
+    /// An array of arrays of numbers.
+    fn batch(&mut self) -> Option<Vec<Vec<f32>>> {
+        self.eat(b'[')?;
+        let mut out = Vec::new();
+        self.ws();
+        if self.eat(b']').is_some() {
+            return Some(out);
+        }
+        loop {
+            self.ws();
+            out.push(self.floats()?);
+            self.ws();
+            match self.peek()? {
+                b',' => self.i += 1,
+                b']' => {
+                    self.i += 1;
+                    return Some(out);
                 }
                 _ => return None,
             }
@@ -362,6 +433,8 @@ mod tests {
         #[serde(default)]
         vector: Option<Vec<f32>>,
         #[serde(default)]
+        vectors: Vec<Vec<f32>>,
+        #[serde(default)]
         k: usize,
         #[serde(default)]
         filter: Option<serde_json::Value>,
@@ -370,9 +443,13 @@ mod tests {
     }
 
     impl WithVector for Req {
-        const PATH: &'static [&'static str] = &["vector"];
-        fn set_vector(&mut self, v: Vec<f32>) {
+        const ONE: Option<&'static str> = Some("vector");
+        const MANY: Option<&'static str> = Some("vectors");
+        fn set_one(&mut self, v: Vec<f32>) {
             self.vector = Some(v);
+        }
+        fn set_many(&mut self, v: Vec<Vec<f32>>) {
+            self.vectors = v;
         }
     }
 
@@ -386,10 +463,17 @@ mod tests {
     }
 
     impl WithVector for Outer {
-        const PATH: &'static [&'static str] = &["search", "vector"];
-        fn set_vector(&mut self, v: Vec<f32>) {
+        const AT: &'static [&'static str] = &["search"];
+        const ONE: Option<&'static str> = Some("vector");
+        const MANY: Option<&'static str> = Some("vectors");
+        fn set_one(&mut self, v: Vec<f32>) {
             if let Some(s) = &mut self.search {
-                s.set_vector(v);
+                s.set_one(v);
+            }
+        }
+        fn set_many(&mut self, v: Vec<Vec<f32>>) {
+            if let Some(s) = &mut self.search {
+                s.set_many(v);
             }
         }
     }
@@ -509,6 +593,13 @@ mod tests {
             r#"{"vector": null}"#,
             r#"{"vector": "x", "k": 2}"#,
             r#"[1, 2]"#,
+            r#"{"vectors": [[1, 2], [0.25, -3e-2]], "k": 2}"#,
+            r#"{"vector": [5], "vectors": [[1, 2], []], "k": 2}"#,
+            r#"{"vectors": [], "vector": [1]}"#,
+            r#"{"vectors": [[1], [2]], "vectors": [[3]]}"#,
+            r#"{"vectors": [[1], 2]}"#,
+            r#"{"vectors": [[1], [2],]}"#,
+            r#"{"vectors": [1, 2]}"#,
         ];
         for body in ok {
             let serde = serde_json::from_str::<Req>(body).map_err(|e| e.to_string());
@@ -521,6 +612,8 @@ mod tests {
             r#"{"search": {"k": 2}}"#,
             r#"{"search": {"vector": [1], "vector": [2]}}"#,
             r#"{"name": "c"}"#,
+            r#"{"search": {"vectors": [[1], [2, 3]], "vector": [4]}, "name": "c"}"#,
+            r#"{"search": {"k": 1}, "search": {"k": 2}}"#,
         ];
         for body in nested {
             let serde = serde_json::from_str::<Outer>(body).map_err(|e| e.to_string());

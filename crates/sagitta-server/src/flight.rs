@@ -137,18 +137,29 @@ fn vector_body<T: WithVector>(what: &str, b: &[u8]) -> Result<T, Status> {
 }
 
 impl WithVector for TicketBody {
-    const PATH: &'static [&'static str] = &["search", "vector"];
-    fn set_vector(&mut self, v: Vec<f32>) {
+    const AT: &'static [&'static str] = &["search"];
+    const ONE: Option<&'static str> = Some("vector");
+    const MANY: Option<&'static str> = Some("vectors");
+    fn set_one(&mut self, v: Vec<f32>) {
         if let Some(s) = &mut self.search {
             s.vector = v;
+        }
+    }
+    fn set_many(&mut self, v: Vec<Vec<f32>>) {
+        if let Some(s) = &mut self.search {
+            s.vectors = v;
         }
     }
 }
 
 impl WithVector for SearchTicket {
-    const PATH: &'static [&'static str] = &["vector"];
-    fn set_vector(&mut self, v: Vec<f32>) {
+    const ONE: Option<&'static str> = Some("vector");
+    const MANY: Option<&'static str> = Some("vectors");
+    fn set_one(&mut self, v: Vec<f32>) {
         self.vector = v;
+    }
+    fn set_many(&mut self, v: Vec<Vec<f32>>) {
+        self.vectors = v;
     }
 }
 

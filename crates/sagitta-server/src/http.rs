@@ -309,7 +309,7 @@ async fn optimize(
 async fn upsert(
     AxState(st): S,
     Name(name): Name,
-    ApiJson(req): ApiJson<UpsertRequest>,
+    VectorJson(req): VectorJson<UpsertRequest>,
 ) -> ApiResult<Json<UpsertResponse>> {
     let e = st.registry.get(&name)?;
     let st2 = st.clone();

@@ -426,9 +426,20 @@ fn ten() -> usize {
 }
 
 impl crate::fastjson::WithVector for SearchRequest {
-    const PATH: &'static [&'static str] = &["vector"];
-    fn set_vector(&mut self, v: Vec<f32>) {
+    const ONE: Option<&'static str> = Some("vector");
+    const MANY: Option<&'static str> = Some("vectors");
+    fn set_one(&mut self, v: Vec<f32>) {
         self.vector = Some(v);
+    }
+    fn set_many(&mut self, v: Vec<Vec<f32>>) {
+        self.vectors = Some(v);
+    }
+}
+
+impl crate::fastjson::WithVector for UpsertRequest {
+    const MANY: Option<&'static str> = Some("vectors");
+    fn set_many(&mut self, v: Vec<Vec<f32>>) {
+        self.vectors = v;
     }
 }
 
