@@ -31,6 +31,20 @@ fn entry() -> &'static Arc<Entry> {
     .1
 }
 
+/// The body read by serde_json, after checking that the server's fast
+/// path reads it the same: the same request, or the same error.
+fn both<T: sagitta_server::fastjson::WithVector + std::fmt::Debug>(
+    body: &[u8],
+) -> serde_json::Result<T> {
+    let fast = sagitta_server::fastjson::from_slice::<T>(body);
+    let slow = serde_json::from_slice::<T>(body);
+    assert_eq!(
+        format!("{:?}", fast.as_ref().map_err(|e| e.to_string())),
+        format!("{:?}", slow.as_ref().map_err(|e| e.to_string()))
+    );
+    slow
+}
+
 fuzz_target!(|data: &[u8]| {
     let Some((&kind, body)) = data.split_first() else {
         return;
@@ -43,26 +57,12 @@ fuzz_target!(|data: &[u8]| {
             }
         }
         1 => {
-            // The search body's fast path reads every body as serde_json
-            // does: the same request, or the same error.
-            let fast = sagitta_server::fastjson::from_slice::<ops::SearchRequest>(body);
-            let slow = serde_json::from_slice::<ops::SearchRequest>(body);
-            assert_eq!(
-                format!("{:?}", fast.as_ref().map_err(|e| e.to_string())),
-                format!("{:?}", slow.as_ref().map_err(|e| e.to_string()))
-            );
-            if let Ok(req) = slow {
+            if let Ok(req) = both::<ops::SearchRequest>(body) {
                 let _ = ops::run_search(e, req);
             }
         }
         2 => {
-            let fast = sagitta_server::fastjson::from_slice::<ops::UpsertRequest>(body);
-            let slow = serde_json::from_slice::<ops::UpsertRequest>(body);
-            assert_eq!(
-                format!("{:?}", fast.as_ref().map_err(|e| e.to_string())),
-                format!("{:?}", slow.as_ref().map_err(|e| e.to_string()))
-            );
-            if let Ok(req) = slow {
+            if let Ok(req) = both::<ops::UpsertRequest>(body) {
                 let _ = ops::run_upsert(e, req);
             }
         }

@@ -164,15 +164,23 @@ impl<'a> Scan<'a> {
 
     /// An array of arrays of numbers.
     fn batch(&mut self) -> Option<Vec<Vec<f32>>> {
+        self.array(Vec::new(), Self::floats)
+    }
+
+    /// An array at the cursor, each element read by `elem` into `out`.
+    fn array<T>(
+        &mut self,
+        mut out: Vec<T>,
+        mut elem: impl FnMut(&mut Self) -> Option<T>,
+    ) -> Option<Vec<T>> {
         self.eat(b'[')?;
-        let mut out = Vec::new();
         self.ws();
         if self.eat(b']').is_some() {
             return Some(out);
         }
         loop {
             self.ws();
-            out.push(self.floats()?);
+            out.push(elem(self)?);
             self.ws();
             match self.peek()? {
                 b',' => self.i += 1,
@@ -256,27 +264,11 @@ impl<'a> Scan<'a> {
 
     /// An array of numbers.
     fn floats(&mut self) -> Option<Vec<f32>> {
-        self.eat(b'[')?;
-        let mut out = Vec::with_capacity(512);
-        self.ws();
-        if self.eat(b']').is_some() {
-            return Some(out);
-        }
-        loop {
-            self.ws();
-            let (v, n) = number(&self.b[self.i..])?;
-            out.push(v);
-            self.i += n;
-            self.ws();
-            match self.peek()? {
-                b',' => self.i += 1,
-                b']' => {
-                    self.i += 1;
-                    return Some(out);
-                }
-                _ => return None,
-            }
-        }
+        self.array(Vec::with_capacity(512), |s| {
+            let (v, n) = number(&s.b[s.i..])?;
+            s.i += n;
+            Some(v)
+        })
     }
 }
 
