@@ -56,7 +56,7 @@ pub fn latency_sensitive() -> bool {
 }
 
 /// Lowers the calling thread to nice +10, and marks it as a writer that
-/// yields the core to searches at short intervals
+/// sleeps at its step points while searches run
 /// ([`sagitta_index::foreground`]).
 pub fn lower_priority() {
     sagitta_index::foreground::mark_writer();

@@ -390,8 +390,8 @@ impl Background {
     }
 }
 
-/// Background work: the lowest nice value, and steps aside while searches
-/// run ([`sagitta_index::foreground`]).
+/// Background work: the lowest nice value, and sleeps at its step points
+/// while searches run ([`sagitta_index::foreground`]).
 fn lower_priority() {
     sagitta_index::foreground::mark_background();
     // SAFETY: setpriority with PRIO_PROCESS and a thread id (Linux

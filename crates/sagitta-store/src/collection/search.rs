@@ -247,7 +247,8 @@ impl Collection {
         k: usize,
         opts: &CollectionSearch<'_>,
     ) -> Result<Vec<Vec<Neighbor>>> {
-        // Background builds step aside until this search is done.
+        // Write and build threads give way while this search runs (and
+        // for a moment after it).
         let _running = sagitta_index::foreground::search();
         let st = self.inner.snapshot();
         let k = crate::limits::check_k(k, st.live())?;
