@@ -102,11 +102,6 @@ fn active(now: Instant) -> bool {
             < ACTIVE_WINDOW.as_nanos() as u64
 }
 
-/// Whether searches are active now (one in progress or one just ended).
-pub fn searches_active() -> bool {
-    active(Instant::now())
-}
-
 /// Between two small units of work: on a writer or background thread that
 /// has worked [`RUN`] since its last pause, sleeps while searches are
 /// active (see the module docs); elsewhere returns at once. Returns how
@@ -191,8 +186,8 @@ mod tests {
         // thread about three times as long per run.
         assert!(writer >= WRITER_PAUSE * 4, "{writer:?}");
         assert!(background >= BACKGROUND_PAUSE * 4, "{background:?}");
-        assert!(searches_active());
+        assert!(active(Instant::now()));
         std::thread::sleep(ACTIVE_WINDOW * 2);
-        assert!(!searches_active() || SEARCHES.load(Ordering::Acquire) > 0);
+        assert!(!active(Instant::now()) || SEARCHES.load(Ordering::Acquire) > 0);
     }
 }
