@@ -344,8 +344,22 @@ impl Segment {
         text: &[TextFieldSpec],
         path: &Path,
     ) -> Result<SegmentInfo> {
+        Self::write_with_text(index, payload, text, None, path)
+    }
+
+    /// [`Segment::write_with_payload`] with the text already indexed:
+    /// `analysed`, when given and over the same fields as `text`, holds
+    /// every slot's documents (a mutable part's index); the section keeps
+    /// the live slots' and no text is analysed again.
+    pub fn write_with_text(
+        index: &Index,
+        payload: Option<(&Schema, &RecordBatch)>,
+        text: &[TextFieldSpec],
+        analysed: Option<&MemText>,
+        path: &Path,
+    ) -> Result<SegmentInfo> {
         let tmp = tmp_path(path);
-        let r = write_file(index, payload, text, &tmp);
+        let r = write_file(index, payload, text, analysed, &tmp);
         if r.is_err() {
             let _ = fault::remove(&tmp);
         }
@@ -1450,6 +1464,7 @@ fn write_file(
     index: &Index,
     payload: Option<(&Schema, &RecordBatch)>,
     text: &[TextFieldSpec],
+    analysed: Option<&MemText>,
     tmp: &Path,
 ) -> Result<SegmentInfo> {
     let view = index.view();
@@ -1479,7 +1494,7 @@ fn write_file(
     } + usize::from(has_full);
     let text = match payload {
         Some((_, batch)) if !text.is_empty() && batch.num_rows() == view.slots() => {
-            Some(text_section(&view, batch, text)?)
+            Some(text_section(&view, batch, text, analysed)?)
         }
         _ => None,
     };
@@ -1781,14 +1796,24 @@ fn encode_header(
 const _: () = assert!(HEADER_LEN == 128 && SECTION_ENTRY_LEN == 32);
 
 /// The text section of a segment: the `text` fields' string columns of
-/// `batch` (one row per slot), live slots only.
+/// `batch` (one row per slot), live slots only; taken from `analysed`
+/// (every slot's documents, over the same fields) when given.
 fn text_section(
     view: &sagitta_index::IndexView<'_>,
     batch: &RecordBatch,
     text: &[TextFieldSpec],
+    analysed: Option<&MemText>,
 ) -> Result<Vec<u8>> {
     use arrow_array::cast::AsArray;
     use arrow_array::Array;
+    let encode = |mem: &MemText| {
+        sagitta_text::section::encode(mem, view.slots() as u32)
+            .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))
+    };
+    if let Some(mem) = analysed.filter(|m| m.has_fields(text)) {
+        let slots = view.slots();
+        return encode(&mem.live_only(&|s| (s as usize) < slots && view.is_live(s)));
+    }
     let mut mem = MemText::new(text);
     for (fi, f) in text.iter().enumerate() {
         let Some(col) = batch.column_by_name(&f.name) else {
@@ -1806,6 +1831,5 @@ fn text_section(
             }
         }
     }
-    sagitta_text::section::encode(&mem, view.slots() as u32)
-        .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))
+    encode(&mem)
 }

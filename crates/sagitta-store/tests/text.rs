@@ -462,6 +462,101 @@ fn frozen_v4_text_fixture_reads_back() {
     }
 }
 
+/// A segment's text section taken from a part's text index (every slot's
+/// documents, overwritten and removed ones included: how a mutable part
+/// is flushed) is the same file as one analysed afresh from the live
+/// slots' payload.
+#[test]
+fn text_section_from_a_part_index_equals_a_fresh_analysis() {
+    use sagitta_index::{GraphView, IndexWrite};
+    let space = Space::new(DIMS, Metric::L2, DType::F32).unwrap();
+    let idx = sagitta_index::Index::new(space, IndexKind::Flat, Default::default()).unwrap();
+    let spec = [
+        TextFieldSpec::new("body", AnalyzerKind::English),
+        TextFieldSpec::new("tag", AnalyzerKind::Simple),
+    ];
+    let mut mem = MemText::new(&spec);
+    let text = |k: u64, round: u64| {
+        let t = text_of(k + 1000 * round);
+        (
+            t.clone(),
+            format!("Tag{} {}", k % 3, t.split(' ').next().unwrap()),
+        )
+    };
+    let mut texts: Vec<(String, String)> = Vec::new();
+    // 60 keys, then keys 0..15 written again (new slots; the old ones
+    // die) and keys 40..50 removed; key 59's text is empty.
+    for (round, keys) in [(0u64, 0..60u64), (1, 0..15)] {
+        for k in keys {
+            idx.upsert(k, VectorRef::F32(&vector(k))).unwrap();
+            let (a, b) = if k == 59 {
+                (String::new(), String::new())
+            } else {
+                text(k, round)
+            };
+            let slot = texts.len() as u32;
+            mem.add(0, slot, &a);
+            mem.add(1, slot, &b);
+            texts.push((a, b));
+        }
+    }
+    for k in 40..50 {
+        assert!(idx.remove(k));
+    }
+    let field = |name: &str| Field {
+        name: name.into(),
+        ty: FieldType::String,
+    };
+    let schema = sagitta_store::Schema::new(vec![field("body"), field("tag")]).unwrap();
+    let v = idx.view();
+    assert_eq!(v.slots(), texts.len());
+    let rows: Vec<Vec<Value>> = texts
+        .iter()
+        .map(|(a, b)| vec![Value::Str(a.clone()), Value::Str(b.clone())])
+        .collect();
+    assert_eq!(GraphView::key(&v, 60), 0);
+    drop(v);
+    let batch = sagitta_store::payload::to_record_batch(&schema, rows.iter().map(|r| Some(&r[..])))
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (fresh, reused) = (dir.path().join("a.sgt"), dir.path().join("b.sgt"));
+    sagitta_store::Segment::write_with_payload(&idx, Some((&schema, &batch)), &spec, &fresh)
+        .unwrap();
+    sagitta_store::Segment::write_with_text(
+        &idx,
+        Some((&schema, &batch)),
+        &spec,
+        Some(&mem),
+        &reused,
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read(&fresh).unwrap(),
+        std::fs::read(&reused).unwrap()
+    );
+    // The dead slots' terms are gone: a term only an overwritten text had
+    // finds nothing.
+    let seg = sagitta_store::Segment::open(&reused).unwrap();
+    let sec = seg.text().unwrap().expect("text section");
+    let body = &sec.fields()[0];
+    assert_eq!(body.docs(), 60 - 10 - 1);
+    // An index over other fields is not used (analysed afresh instead).
+    let other = MemText::new(&spec[..1]);
+    let third = dir.path().join("c.sgt");
+    sagitta_store::Segment::write_with_text(
+        &idx,
+        Some((&schema, &batch)),
+        &spec,
+        Some(&other),
+        &third,
+    )
+    .unwrap();
+    assert_eq!(
+        std::fs::read(&fresh).unwrap(),
+        std::fs::read(&third).unwrap()
+    );
+}
+
 /// A collection with the built-in model: rows written without vectors
 /// are embedded (the vector equals embedding the text directly), a
 /// text-only search embeds its query and is hybrid, and a model missing

@@ -7,10 +7,10 @@
 //! [`MAX_TOKEN_BYTES`]. `en` then drops English stop words and stems
 //! with the Snowball English (Porter 2) stemmer; `simple` stops there.
 
+use foldhash::HashMap;
+use foldhash::HashMapExt;
 use rust_stemmers::{Algorithm, Stemmer};
-use std::borrow::Cow;
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt;
 
 /// Tokens longer than this (in UTF-8 bytes) are dropped, as base64 blobs
@@ -157,41 +157,151 @@ impl Analyzer {
 
     /// Calls `f` with each term of `text`, in order (repeats included).
     pub fn for_each_term(&self, text: &str, mut f: impl FnMut(&str)) {
+        if text.is_ascii() {
+            self.ascii_terms(text, &mut f);
+        } else {
+            self.unicode_terms(text, &mut f);
+        }
+    }
+
+    /// The terms of any text: tokens split at every character that is not
+    /// alphanumeric, lower-cased.
+    fn unicode_terms(&self, text: &str, f: &mut impl FnMut(&str)) {
         let mut lower = String::new();
         for token in text
             .split(|c: char| !c.is_alphanumeric())
             .filter(|t| !t.is_empty() && t.len() <= MAX_TOKEN_BYTES)
         {
-            let token: Cow<'_, str> = if token.chars().any(char::is_uppercase) {
+            let token: &str = if token.chars().any(char::is_uppercase) {
                 lower.clear();
                 lower.extend(token.chars().flat_map(char::to_lowercase));
-                Cow::Borrowed(lower.as_str())
+                lower.as_str()
             } else {
-                Cow::Borrowed(token)
+                token
             };
-            if self.stemmer.is_some() && is_stop_word(&token) {
+            self.term(token, f);
+        }
+    }
+
+    /// [`Analyzer::unicode_terms`] for ASCII text, byte by byte (the same
+    /// tokens: on ASCII, Unicode's alphanumerics and case are ASCII's).
+    fn ascii_terms(&self, text: &str, f: &mut impl FnMut(&str)) {
+        let mut lower = String::new();
+        let bytes = text.as_bytes();
+        let mut at = 0;
+        while at < bytes.len() {
+            if !bytes[at].is_ascii_alphanumeric() {
+                at += 1;
                 continue;
             }
-            match &self.stemmer {
-                Some(s) => stem_cached(s, &token, &mut f),
-                None => f(&token),
+            let start = at;
+            let mut upper = false;
+            while at < bytes.len() && bytes[at].is_ascii_alphanumeric() {
+                upper |= bytes[at].is_ascii_uppercase();
+                at += 1;
             }
+            if at - start > MAX_TOKEN_BYTES {
+                continue;
+            }
+            // ASCII: every byte index is a character boundary.
+            let token = &text[start..at];
+            let token = if upper {
+                lower.clear();
+                lower.push_str(token);
+                lower.make_ascii_lowercase();
+                lower.as_str()
+            } else {
+                token
+            };
+            self.term(token, f);
+        }
+    }
+
+    /// One lower-cased token: dropped as a stop word, or stemmed, per the
+    /// analyzer.
+    #[inline]
+    fn term(&self, token: &str, f: &mut impl FnMut(&str)) {
+        if self.stemmer.is_some() && is_stop_word(token) {
+            return;
+        }
+        match &self.stemmer {
+            Some(s) => stem_cached(s, token, f),
+            None => f(token),
         }
     }
 
     /// The distinct terms of `text` with their counts, sorted by term.
     pub fn term_counts(&self, text: &str) -> Vec<(String, u32)> {
-        let mut terms: Vec<String> = Vec::new();
-        self.for_each_term(text, |t| terms.push(t.to_owned()));
-        terms.sort_unstable();
-        let mut out: Vec<(String, u32)> = Vec::with_capacity(terms.len());
-        for t in terms {
-            match out.last_mut() {
-                Some((last, n)) if *last == t => *n += 1,
-                _ => out.push((t, 1)),
+        self.counts(text)
+            .iter()
+            .map(|(t, n)| (t.to_owned(), n))
+            .collect()
+    }
+
+    /// [`Analyzer::term_counts`] in one buffer: what indexing a document
+    /// takes, with no allocation per term.
+    pub fn counts(&self, text: &str) -> TermCounts {
+        let mut all = String::new();
+        // (first 8 bytes, big-endian, zero-padded: orders as the terms
+        // do, and terms hold no zero byte), start, end.
+        let mut spans: Vec<(u64, usize, usize)> = Vec::new();
+        self.for_each_term(text, |t| {
+            let mut head = [0u8; 8];
+            let n = t.len().min(8);
+            head[..n].copy_from_slice(&t.as_bytes()[..n]);
+            spans.push((u64::from_be_bytes(head), all.len(), all.len() + t.len()));
+            all.push_str(t);
+        });
+        spans.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| all[a.1..a.2].cmp(&all[b.1..b.2]))
+        });
+        let mut out = TermCounts {
+            bytes: String::with_capacity(all.len()),
+            terms: Vec::with_capacity(spans.len()),
+        };
+        let mut last: Option<&str> = None;
+        for (_, a, b) in spans {
+            let t = &all[a..b];
+            match out.terms.last_mut() {
+                Some((_, n)) if last == Some(t) => *n += 1,
+                _ => {
+                    out.bytes.push_str(t);
+                    out.terms.push((out.bytes.len(), 1));
+                    last = Some(t);
+                }
             }
         }
         out
+    }
+}
+
+/// The distinct terms of one text with their counts, sorted by term
+/// ([`Analyzer::counts`]), held in one string.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TermCounts {
+    bytes: String,
+    /// Each term's end in `bytes`, and its count.
+    terms: Vec<(usize, u32)>,
+}
+
+impl TermCounts {
+    /// Distinct terms.
+    pub fn len(&self) -> usize {
+        self.terms.len()
+    }
+
+    /// Whether the text had no term.
+    pub fn is_empty(&self) -> bool {
+        self.terms.is_empty()
+    }
+
+    /// The terms and their counts, in term order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, u32)> + '_ {
+        let starts = std::iter::once(0).chain(self.terms.iter().map(|&(end, _)| end));
+        starts
+            .zip(&self.terms)
+            .map(|(start, &(end, n))| (&self.bytes[start..end], n))
     }
 }
 
@@ -215,6 +325,32 @@ mod tests {
             ),
             ["librari", "run", "python3", "foo", "s", "test"]
         );
+    }
+
+    proptest::proptest! {
+        /// ASCII text takes the byte-wise path: the same terms as the
+        /// Unicode path, and `counts` is `term_counts` in one buffer.
+        #[test]
+        fn ascii_path_equals_unicode_path(s in "([ -~\t\n]{0,40}[A-Za-z0-9]{0,50}){0,4}") {
+            for kind in AnalyzerKind::ALL {
+                let a = kind.analyzer();
+                let (mut fast, mut slow) = (Vec::new(), Vec::new());
+                a.ascii_terms(&s, &mut |t: &str| fast.push(t.to_owned()));
+                a.unicode_terms(&s, &mut |t: &str| slow.push(t.to_owned()));
+                proptest::prop_assert_eq!(&fast, &slow);
+                let mut want: Vec<(String, u32)> = Vec::new();
+                slow.sort();
+                for t in slow {
+                    match want.last_mut() {
+                        Some((l, n)) if *l == t => *n += 1,
+                        _ => want.push((t, 1)),
+                    }
+                }
+                let got: Vec<(String, u32)> =
+                    a.counts(&s).iter().map(|(t, n)| (t.to_owned(), n)).collect();
+                proptest::prop_assert_eq!(got, want);
+            }
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ pub mod fusion;
 pub mod mem;
 pub mod section;
 
-pub use analyzer::{Analyzer, AnalyzerKind};
+pub use analyzer::{Analyzer, AnalyzerKind, TermCounts};
 pub use bm25::{Accumulator, Bm25, TextQuery};
 pub use field::{DocLens, FieldRead, Postings};
 pub use fusion::{fuse, Fused, Fusion};

@@ -2,9 +2,11 @@
 //! (documents added as rows are written) and the builder a segment's text
 //! section is encoded from.
 
-use crate::analyzer::{Analyzer, AnalyzerKind};
+use crate::analyzer::{Analyzer, AnalyzerKind, TermCounts};
 use crate::field::{DocLens, FieldRead, Postings};
-use std::collections::HashMap;
+// foldhash: several times faster than SipHash on short terms, and seeded
+// per process, so a crafted text cannot aim at one bucket in advance.
+use foldhash::{HashMap, HashMapExt};
 
 /// A text field to index: a payload column and its analyzer.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,8 +60,8 @@ impl MemField {
         if self.has(slot) {
             return;
         }
-        let counts = self.analyzer.term_counts(text);
-        self.add_counts(slot, counts);
+        let counts = self.analyzer.counts(text);
+        self.add_counts(slot, &counts);
     }
 
     /// Whether `slot` already has a document.
@@ -67,17 +69,17 @@ impl MemField {
         self.doc_len.get(slot as usize).is_some_and(|&l| l > 0)
     }
 
-    /// The analysed form of `text` ([`Analyzer::term_counts`] with this
+    /// The analysed form of `text` ([`Analyzer::counts`] with this
     /// field's analyzer): what [`MemField::add_counts`] takes. Needs only
     /// a shared reference, so a batch is analysed in parallel before the
     /// index is locked for writing.
-    pub fn analyze(&self, text: &str) -> Vec<(String, u32)> {
-        self.analyzer.term_counts(text)
+    pub fn analyze(&self, text: &str) -> TermCounts {
+        self.analyzer.counts(text)
     }
 
     /// Indexes analysed `counts` (from [`MemField::analyze`]) as the
     /// document of `slot`; the same rules as [`MemField::add`].
-    pub fn add_counts(&mut self, slot: u32, counts: Vec<(String, u32)>) {
+    pub fn add_counts(&mut self, slot: u32, counts: &TermCounts) {
         if self.has(slot) {
             return;
         }
@@ -92,12 +94,12 @@ impl MemField {
         self.doc_len[i] = len;
         self.docs += 1;
         self.total_len += u64::from(len);
-        for (term, n) in counts {
-            let id = match self.terms.get(term.as_str()) {
+        for (term, n) in counts.iter() {
+            let id = match self.terms.get(term) {
                 Some(&id) => id,
                 None => {
                     let id = self.postings.len() as u32;
-                    self.terms.insert(term.into_boxed_str(), id);
+                    self.terms.insert(term.into(), id);
                     self.postings.push(Vec::new());
                     id
                 }
@@ -124,6 +126,40 @@ impl MemField {
             })
             .collect();
         out.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        out
+    }
+
+    /// This field with only the documents of slots for which `live` holds:
+    /// what indexing those slots' texts afresh would give (terms left
+    /// with no document dropped, counts and lengths of the rest).
+    fn live_only(&self, live: &dyn Fn(u32) -> bool) -> MemField {
+        let mut out = MemField {
+            name: self.name.clone(),
+            analyzer: self.analyzer.kind().analyzer(),
+            terms: HashMap::with_capacity(self.terms.len()),
+            postings: Vec::with_capacity(self.postings.len()),
+            doc_len: vec![0; self.doc_len.len()],
+            docs: 0,
+            total_len: 0,
+        };
+        for (slot, &len) in self.doc_len.iter().enumerate() {
+            if len > 0 && live(slot as u32) {
+                out.doc_len[slot] = len;
+                out.docs += 1;
+                out.total_len += u64::from(len);
+            }
+        }
+        for (term, &id) in &self.terms {
+            let kept: Vec<(u32, u32)> = self.postings[id as usize]
+                .iter()
+                .copied()
+                .filter(|&(slot, _)| out.doc_len[slot as usize] > 0)
+                .collect();
+            if !kept.is_empty() {
+                out.terms.insert(term.clone(), out.postings.len() as u32);
+                out.postings.push(kept);
+            }
+        }
         out
     }
 
@@ -186,7 +222,7 @@ impl MemText {
     }
 
     /// Field `field`'s analysis of `text` (empty for a field it lacks).
-    pub fn analyze(&self, field: usize, text: &str) -> Vec<(String, u32)> {
+    pub fn analyze(&self, field: usize, text: &str) -> TermCounts {
         self.fields
             .get(field)
             .map(|f| f.analyze(text))
@@ -194,9 +230,30 @@ impl MemText {
     }
 
     /// Indexes analysed `counts` as field `field`'s document for `slot`.
-    pub fn add_counts(&mut self, field: usize, slot: u32, counts: Vec<(String, u32)>) {
+    pub fn add_counts(&mut self, field: usize, slot: u32, counts: &TermCounts) {
         if let Some(f) = self.fields.get_mut(field) {
             f.add_counts(slot, counts);
+        }
+    }
+
+    /// Whether this index has exactly the fields `specs` (names and
+    /// analyzers, in order).
+    pub fn has_fields(&self, specs: &[TextFieldSpec]) -> bool {
+        self.fields.len() == specs.len()
+            && self
+                .fields
+                .iter()
+                .zip(specs)
+                .all(|(f, s)| f.name == s.name && f.analyzer.kind() == s.analyzer)
+    }
+
+    /// The index of the documents of slots for which `live` holds only:
+    /// the same as indexing those slots' texts into a new index, without
+    /// analysing any text again (how a part's index becomes its segment's
+    /// text section once overwritten and removed rows are left out).
+    pub fn live_only(&self, live: &dyn Fn(u32) -> bool) -> MemText {
+        MemText {
+            fields: self.fields.iter().map(|f| f.live_only(live)).collect(),
         }
     }
 

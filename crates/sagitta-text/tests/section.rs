@@ -168,7 +168,7 @@ fn analysed_apart_then_added_equals_add() {
     // reference (here in reverse order), then add in slot order.
     let direct = mem();
     let mut split = MemText::new(&specs());
-    type Analysed = (u32, usize, Vec<(String, u32)>);
+    type Analysed = (u32, usize, sagitta_text::TermCounts);
     let mut analysed: Vec<Analysed> = DOCS
         .iter()
         .enumerate()
@@ -182,13 +182,13 @@ fn analysed_apart_then_added_equals_add() {
         .collect();
     analysed.sort_by_key(|&(slot, fi, _)| (slot, fi));
     for (slot, fi, counts) in analysed {
-        split.add_counts(fi, slot, counts);
+        split.add_counts(fi, slot, &counts);
     }
     // A slot is indexed once: a second document for it is ignored.
-    split.add_counts(0, 0, split.analyze(0, "python python python"));
+    split.add_counts(0, 0, &split.analyze(0, "python python python"));
     // An unknown field analyses to nothing and adds nothing.
     assert!(split.analyze(9, "python").is_empty());
-    split.add_counts(9, 0, vec![("python".into(), 1)]);
+    split.add_counts(9, 0, &split.analyze(0, "python"));
     let n = DOCS.len() as u32;
     assert_eq!(encode(&direct, n).unwrap(), encode(&split, n).unwrap());
     assert_eq!(split.fields()[0].docs(), direct.fields()[0].docs());

@@ -55,7 +55,7 @@ impl ActiveRows {
         if cols.is_empty() || docs.is_empty() {
             return;
         }
-        type Analysed = (u32, usize, Vec<(String, u32)>);
+        type Analysed = (u32, usize, sagitta_text::TermCounts);
         let analysed: Vec<Analysed> = {
             let mem = mem.read();
             docs.par_iter()
@@ -71,7 +71,7 @@ impl ActiveRows {
         };
         let mut mem = mem.write();
         for (slot, fi, counts) in analysed {
-            mem.add_counts(fi, slot, counts);
+            mem.add_counts(fi, slot, &counts);
         }
     }
 

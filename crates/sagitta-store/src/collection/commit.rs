@@ -154,12 +154,17 @@ impl Inner {
             let file = segment_file(part.id);
             let path = self.dir.join(&file);
             let batch = self.payload_batch(index, |_, slot| rows.get(slot))?;
-            Segment::write_with_payload(
+            // The part's text index has every slot's documents: the
+            // segment keeps the live ones, analysed once, at write time.
+            let analysed = rows.text.as_ref().map(|(mem, _)| mem.read());
+            Segment::write_with_text(
                 index,
                 batch.as_ref().map(|(s, b)| (s, b)),
                 &self.config.text_fields(),
+                analysed.as_deref(),
                 &path,
             )?;
+            drop(analysed);
             let seg = open_written(&path)?;
             // The file has the frozen part's slots: its dead set carries
             // over as is (and the commit carries kills made since).

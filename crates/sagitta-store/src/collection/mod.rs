@@ -126,7 +126,15 @@ impl State {
 pub(crate) struct Writer {
     wal: Wal,
     next_seq: u64,
+    /// The records of the write in progress, encoded before they are
+    /// appended; kept between writes so a large batch neither grows a
+    /// fresh buffer nor faults in fresh pages each time.
+    log_buf: Vec<u8>,
 }
+
+/// Largest log buffer kept between writes (one 64 MiB part's worth at
+/// most is written at once).
+const KEEP_LOG_BUF: usize = 64 << 20;
 
 /// The config a manifest records, or why it cannot be one.
 fn manifest_config(dir: &Path, manifest: &Manifest) -> Result<CollectionConfig> {
@@ -410,7 +418,11 @@ impl Collection {
                 }
                 None => Wal::create(dir, next_seq, inner.config.durability.unsynced())?,
             };
-            *inner.writer.lock() = Some(Writer { wal, next_seq });
+            *inner.writer.lock() = Some(Writer {
+                wal,
+                next_seq,
+                log_buf: Vec::new(),
+            });
             background = Some(optimizer::Background::start(&inner));
         }
         Ok(Collection { inner, background })

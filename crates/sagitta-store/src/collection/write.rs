@@ -281,7 +281,9 @@ impl Inner {
     ) -> Result<()> {
         let vb = self.config.space.vector_bytes();
         let stride = self.config.space.stride();
-        let mut buf = Vec::with_capacity(keys.len() * (vb + 25) + removes.len() * 25);
+        let mut buf = std::mem::take(&mut w.log_buf);
+        buf.clear();
+        buf.reserve(keys.len() * (vb + 25) + removes.len() * 25);
         let mut seq = w.next_seq;
         let schema = self.schema.read().clone();
         let mut body = Vec::new();
@@ -314,7 +316,11 @@ impl Inner {
             wal::encode(&mut buf, seq, Op::Remove, k, &[]);
             seq += 1;
         }
-        w.wal.append(&buf)?;
+        let appended = w.wal.append(&buf);
+        if buf.capacity() <= super::KEEP_LOG_BUF {
+            w.log_buf = buf;
+        }
+        appended?;
         w.next_seq = seq;
         if self.config.durability == super::Durability::Batch {
             w.wal.sync()?;
