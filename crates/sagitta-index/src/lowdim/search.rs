@@ -8,19 +8,13 @@ use crate::{IndexError, Result};
 use std::cmp::Reverse;
 
 /// A candidate: distance (the walk's key; its `f64` bits once the walk
-/// ends), then row id (the tie-break).
+/// ends) and block slot. Ties go to the lower row id, read from the id
+/// array only when two distances are equal: an id is a cache miss of its
+/// own (a separate array), and most candidates are strictly nearer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Best {
     dist: u64,
-    id: u32,
     pos: u32,
-}
-
-impl Best {
-    #[inline(always)]
-    fn before(&self, dist: u64, id: u32) -> bool {
-        self.dist < dist || (self.dist == dist && self.id < id)
-    }
 }
 
 impl LowDimView<'_> {
@@ -91,7 +85,7 @@ impl LowDimView<'_> {
         scratch.hits.clear();
         for b in &scratch.best {
             scratch.hits.push(LowDimHit {
-                id: b.id,
+                id: self.ids[b.pos as usize],
                 dist: f64::from_bits(b.dist) * unit,
                 label: self.labels.map_or(0, |l| l[b.pos as usize]),
             });
@@ -244,16 +238,18 @@ impl LowDimView<'_> {
                     continue;
                 }
                 let pos = start + j;
-                let id = self.ids[pos];
-                if best.len() == k && !(d < worst || id < best[k - 1].id) {
+                // Only a tie needs ids (the lower one is nearer).
+                let id = |p: usize| self.ids[p];
+                if best.len() == k && d == worst && id(pos) >= id(best[k - 1].pos as usize) {
                     continue;
                 }
-                let at = best.partition_point(|b| b.before(d, id));
+                let at = best.partition_point(|b| {
+                    b.dist < d || (b.dist == d && id(b.pos as usize) < id(pos))
+                });
                 best.insert(
                     at,
                     Best {
                         dist: d,
-                        id,
                         pos: pos as u32,
                     },
                 );
