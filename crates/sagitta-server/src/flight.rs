@@ -447,24 +447,38 @@ impl FlightService for Flight {
                 Ok(fd)
             });
         let mut batches = arrow_flight::decode::FlightRecordBatchStream::new_from_flight_data(data);
+        // The next batch is received and decoded while this one is
+        // written: one batch ahead at most (a slot is reserved before the
+        // next is read), so an upload is never held in memory beyond that.
+        let (next_tx, mut next_rx) = tokio::sync::mpsc::channel(1);
+        tokio::spawn(async move {
+            while let Ok(slot) = next_tx.reserve().await {
+                // Arrow's decoder may panic on a message whose nodes are
+                // longer than its (in-body) buffers: that message is
+                // refused, the stream ends, the server goes on.
+                let next = AssertUnwindSafe(batches.next())
+                    .catch_unwind()
+                    .await
+                    .unwrap_or_else(|_| {
+                        Some(Err(FlightError::DecodeError(
+                            "DoPut: malformed Arrow data".into(),
+                        )))
+                    });
+                let Some(b) = next else { break };
+                let failed = b.is_err();
+                slot.send(b);
+                if failed {
+                    break;
+                }
+            }
+        });
         let (mut tx, rx) = futures::channel::mpsc::channel::<Result<PutResult, Status>>(2);
         let this = self.clone();
         tokio::spawn(async move {
             let mut total = 0usize;
             // The collection this stream writes to, fixed by its first batch.
             let mut target: Option<Arc<Entry>> = None;
-            // Arrow's decoder may panic on a message whose nodes are longer
-            // than its (in-body) buffers: that message is refused, the
-            // stream ends, the server goes on.
-            while let Some(b) = AssertUnwindSafe(batches.next())
-                .catch_unwind()
-                .await
-                .unwrap_or_else(|_| {
-                    Some(Err(FlightError::DecodeError(
-                        "DoPut: malformed Arrow data".into(),
-                    )))
-                })
-            {
+            while let Some(b) = next_rx.recv().await {
                 let t0 = Instant::now();
                 let r = match b {
                     Ok(batch) => this.put_batch(&name, batch, &mut target).await,
