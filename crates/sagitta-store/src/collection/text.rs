@@ -232,6 +232,12 @@ fn collect_allowed(
         .as_ref()
         .or_else(|| s.dead.as_ref().and_then(|d| d.allowed.as_ref()));
     let ok = |slot: u32| allowed.is_none_or(|b| b.contains(slot as usize));
+    /// One pass over the touched slots: a slot is checked (`keep`: live,
+    /// allowed) only when its score could still make the best `depth`,
+    /// which most of a common term's documents cannot once `depth` are
+    /// held. A min-heap holds the best `depth` so far; slots it pushes
+    /// out, or that only tie its least, wait beside it, and those tied
+    /// with the final least are kept too.
     fn best(
         acc: &Accumulator,
         depth: usize,
@@ -239,13 +245,46 @@ fn collect_allowed(
         key: impl Fn(u32) -> u64,
         out: &mut Vec<(u64, f32)>,
     ) {
-        let mut cand: Vec<(u32, f32)> = acc.hits().filter(|&(slot, _)| keep(slot)).collect();
-        if cand.len() > depth && depth > 0 {
-            cand.select_nth_unstable_by(depth - 1, |a, b| b.1.total_cmp(&a.1));
-            let last = cand[depth - 1].1;
-            cand.retain(|c| c.1 >= last);
+        use std::cmp::Reverse;
+        use std::collections::BinaryHeap;
+        if depth == 0 {
+            out.extend(
+                acc.hits()
+                    .filter(|&(s, _)| keep(s))
+                    .map(|(s, x)| (key(s), x)),
+            );
+            return;
         }
-        out.extend(cand.into_iter().map(|(slot, x)| (key(slot), x)));
+        // (score bits, slot): scores are positive, so their bits order
+        // as they do.
+        let mut heap: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::with_capacity(depth + 1);
+        let mut ties: Vec<(u32, u32)> = Vec::new();
+        for (slot, x) in acc.hits() {
+            let bits = x.to_bits();
+            if heap.len() == depth && heap.peek().is_some_and(|m| bits < m.0 .0) {
+                continue;
+            }
+            if !keep(slot) {
+                continue;
+            }
+            if heap.len() < depth {
+                heap.push(Reverse((bits, slot)));
+            } else if heap.peek().is_some_and(|m| bits == m.0 .0) {
+                ties.push((bits, slot));
+            } else {
+                heap.push(Reverse((bits, slot)));
+                if let Some(Reverse(e)) = heap.pop() {
+                    ties.push(e);
+                }
+            }
+        }
+        let least = heap.peek().map_or(0, |m| m.0 .0);
+        let held = heap.into_iter().map(|Reverse(e)| e);
+        let tied = ties.into_iter().filter(|&(b, _)| b == least);
+        out.extend(
+            held.chain(tied)
+                .map(|(b, slot)| (key(slot), f32::from_bits(b))),
+        );
     }
     let in_memory = |index: &sagitta_index::Index, out: &mut Vec<(u64, f32)>| {
         let v = index.view();
