@@ -7,8 +7,7 @@
 //! [`MAX_TOKEN_BYTES`]. `en` then drops English stop words and stems
 //! with the Snowball English (Porter 2) stemmer; `simple` stops there.
 
-use foldhash::HashMap;
-use foldhash::HashMapExt;
+use foldhash::{HashMap, HashMapExt};
 use rust_stemmers::{Algorithm, Stemmer};
 use std::cell::RefCell;
 use std::fmt;
