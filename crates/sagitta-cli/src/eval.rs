@@ -198,6 +198,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         (None, true) => bail!("--from-segment needs --save"),
         _ => &hnsw,
     };
+    let full = hnsw.keeps_full_precision();
     println!(
         "# searching: {}",
         if a.from_segment {
@@ -292,7 +293,16 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         println!("| ef_search | recall@{k} | QPS (1 thread) | path |");
         println!("|---:|---:|---:|---|");
         for &ef in &efs {
-            let exact_path = sagitta_index::prefer_exact_scan(allowed.len(), n, ef.max(k), 2 * a.m);
+            // The planner's choice (sagitta_index::plan): codes scanned and
+            // re-scored where f32 rows are kept, the rows scanned where not.
+            let (m0, beam) = (2 * a.m, ef.max(k));
+            let path = if full && sagitta_index::prefer_code_scan(allowed.len(), n, beam, m0) {
+                "scan of the allowed slots' codes, best re-scored"
+            } else if !full && sagitta_index::prefer_exact_scan(allowed.len(), n, beam, m0) {
+                "exact scan of allowed slots"
+            } else {
+                "filtered graph traversal"
+            };
             let (res, qps) = timed(
                 searched,
                 &qs,
@@ -315,14 +325,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
                     k,
                 )
             };
-            println!(
-                "| {ef} | {r:.4} | {qps:.0} | {} |",
-                if exact_path {
-                    "exact scan of allowed slots"
-                } else {
-                    "filtered graph traversal"
-                }
-            );
+            println!("| {ef} | {r:.4} | {qps:.0} | {path} |");
         }
     }
     Ok(())

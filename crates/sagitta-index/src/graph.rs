@@ -229,6 +229,87 @@ pub(crate) fn knn<G: GraphView + ?Sized>(
     }
 }
 
+/// Rows whose stored vectors are loaded ahead of the one being scored in a
+/// scan of scattered slots ([`scan`], a filtered [`exact`]): each row
+/// starts a new run of lines the hardware prefetcher cannot guess.
+const SCAN_AHEAD: usize = 8;
+
+/// Calls `f` on each live slot among `filter` (or all slots), in
+/// increasing order, each after `load` has been called on the slot
+/// [`SCAN_AHEAD`] further on (a window of slots, nothing allocated).
+fn each_live_ahead<G: GraphView + ?Sized>(
+    g: &G,
+    filter: Option<&Bitset>,
+    load: impl Fn(u32),
+    f: impl FnMut(u32),
+) {
+    match filter {
+        Some(b) => ahead(
+            b.iter().map(|s| s as u32).filter(|&s| g.is_live(s)),
+            load,
+            f,
+        ),
+        None => ahead((0..g.slots() as u32).filter(|&s| g.is_live(s)), load, f),
+    }
+}
+
+/// [`each_live_ahead`] over any slot sequence.
+fn ahead(slots: impl Iterator<Item = u32>, load: impl Fn(u32), mut f: impl FnMut(u32)) {
+    let mut ring = [0u32; SCAN_AHEAD];
+    let mut n = 0usize;
+    for slot in slots {
+        if n >= SCAN_AHEAD {
+            f(ring[n % SCAN_AHEAD]);
+        }
+        load(slot);
+        ring[n % SCAN_AHEAD] = slot;
+        n += 1;
+    }
+    for i in n.saturating_sub(SCAN_AHEAD)..n {
+        f(ring[i % SCAN_AHEAD]);
+    }
+}
+
+/// The best `k` live (and allowed) slots by a scan of their stored codes
+/// (each row loaded [`SCAN_AHEAD`] rows early), the best `depth` of them
+/// re-scored from full-precision rows as [`knn`] re-scores its beam (with
+/// `full`; else the codes' distances, the best `k`).
+pub(crate) fn scan<G: GraphView + ?Sized>(
+    g: &G,
+    dist: &Distance,
+    q: &[u8],
+    k: usize,
+    filter: Option<&Bitset>,
+    full: Option<(Full<'_>, usize)>,
+    s: &mut Scratch,
+) -> Vec<Neighbor> {
+    s.reset(0);
+    let depth = match full {
+        Some((_, d)) if d > 0 => d.max(k),
+        _ => k,
+    };
+    let results = &mut s.results;
+    each_live_ahead(
+        g,
+        filter,
+        |n| prefetch_vector(g.vector(n)),
+        |n| {
+            let d = dist.eval(q, g.vector(n));
+            if results.len() < depth {
+                results.push(Cand { dist: d, slot: n });
+            } else if let Some(mut worst) = results.peek_mut() {
+                if d < worst.dist {
+                    *worst = Cand { dist: d, slot: n };
+                }
+            }
+        },
+    );
+    match full {
+        Some((f, d)) if d > 0 => rerank(g, f, s, d, k),
+        _ => drain(g, s, k),
+    }
+}
+
 /// Re-scores the best `depth` beam results from their full-precision rows
 /// (prefetched a few ahead: they are cold) and keeps the best `k` by
 /// (distance, key). A slot without a row keeps its stored-code distance.
@@ -293,14 +374,14 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
             return exact_rows(g, dist, q, k, rows, stride, s);
         }
     }
+    // The row scored for a slot: its full-precision row where kept.
+    let row = |slot: u32| match (full, g.full(slot)) {
+        (Some(f), Some(r)) => (f.dist, f.query, r),
+        _ => (dist, q, g.vector(slot)),
+    };
     let push = |slot: u32, s: &mut Scratch| {
-        if !g.is_live(slot) {
-            return;
-        }
-        let d = match (full, g.full(slot)) {
-            (Some(f), Some(row)) => f.dist.eval(f.query, row),
-            _ => dist.eval(q, g.vector(slot)),
-        };
+        let (dist, q, r) = row(slot);
+        let d = dist.eval(q, r);
         if s.keyed.len() < k {
             s.keyed.push(KeyedCand {
                 dist: d,
@@ -318,10 +399,8 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
             });
         }
     };
-    match filter {
-        Some(f) => f.iter().for_each(|slot| push(slot as u32, s)),
-        None => (0..g.slots() as u32).for_each(|slot| push(slot, s)),
-    }
+    // Scattered rows, each loaded a few rows ahead of its scoring.
+    each_live_ahead(g, filter, |n| prefetch_vector(row(n).2), |n| push(n, s));
     let mut out: Vec<Neighbor> = s
         .keyed
         .drain()

@@ -6,8 +6,8 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
 
 use sagitta_index::{
-    DType, GraphView, HnswParams, Index, IndexKind, IndexRead, Metric, SearchOptions, Space,
-    VectorRef,
+    DType, GraphView, HnswParams, Index, IndexKind, IndexRead, IndexWrite, Metric, SearchOptions,
+    Space, VectorRef,
 };
 
 fn data(n: usize, dims: usize, seed: u64) -> Vec<Vec<f32>> {
@@ -196,5 +196,93 @@ fn an_imported_graph_keeps_its_full_rows() {
     assert_eq!(
         cv.full(5).map(<[u8]>::to_vec),
         src.view().full(5).map(<[u8]>::to_vec)
+    );
+}
+
+fn with(filter: &sagitta_index::Bitset, exact: bool, refine: Option<usize>) -> SearchOptions<'_> {
+    SearchOptions {
+        filter: Some(filter),
+        exact,
+        refine,
+        ..SearchOptions::default()
+    }
+}
+
+/// A selective filter over sq8 codes with f32 rows: the allowed codes are
+/// scanned and the best re-scored (`Plan::Scan`). Every hit is allowed,
+/// carries its exact f32 distance, and the answer matches the Flat oracle
+/// over the same rows; `exact: true` scans the f32 rows and matches it
+/// exactly; `refine: 0` leaves the codes' own distances.
+#[test]
+fn selective_filters_scan_the_codes_and_rescore_the_best() {
+    let (n, dims, k) = (6000, 48, 10);
+    let rows = data(n, dims, 21);
+    let queries = data(100, dims, 22);
+    let f32s = Space::new(dims, Metric::Cos, DType::F32).unwrap();
+    let oracle = build(f32s, IndexKind::Flat, false, &rows);
+    let codes = build(
+        Space::new(dims, Metric::Cos, DType::Sq8).unwrap(),
+        IndexKind::Hnsw,
+        true,
+        &rows,
+    );
+    // Every 20th row, some of them deleted: 5% allowed, a scan's share.
+    let allowed: Vec<u64> = (0..n as u64).step_by(20).collect();
+    for key in allowed.iter().step_by(7) {
+        assert!(codes.remove(*key));
+        assert!(oracle.remove(*key));
+    }
+    let (fc, fo) = (
+        codes.filter_for_keys(&allowed),
+        oracle.filter_for_keys(&allowed),
+    );
+    let (mut hits, mut total, mut code_dists) = (0, 0, 0);
+    for q in &queries {
+        let q = VectorRef::F32(q);
+        let truth = oracle.search(q, k, &with(&fo, false, None)).unwrap();
+        let got = codes.search(q, k, &with(&fc, false, None)).unwrap();
+        assert_eq!(got.len(), k);
+        for g in &got {
+            assert!(
+                g.key % 20 == 0 && g.key % 140 != 0,
+                "key {} not allowed",
+                g.key
+            );
+            let only = oracle.filter_for_keys(&[g.key]);
+            let d = oracle.search(q, 1, &with(&only, false, None)).unwrap()[0];
+            assert!(
+                (d.distance - g.distance).abs() <= 1e-5,
+                "key {}: {} against exactly {}",
+                g.key,
+                g.distance,
+                d.distance
+            );
+        }
+        hits += truth
+            .iter()
+            .filter(|t| got.iter().any(|g| g.key == t.key))
+            .count();
+        total += k;
+        let exact = codes.search(q, k, &with(&fc, true, None)).unwrap();
+        let same = |a: &[sagitta_index::Neighbor], b: &[sagitta_index::Neighbor]| {
+            a.len() == b.len()
+                && a.iter()
+                    .zip(b)
+                    .all(|(x, y)| x.key == y.key && (x.distance - y.distance).abs() <= 1e-5)
+        };
+        assert!(same(&exact, &truth), "exact: {exact:?} against {truth:?}");
+        let raw = codes.search(q, k, &with(&fc, false, Some(0))).unwrap();
+        assert_eq!(raw.len(), k);
+        code_dists += raw
+            .iter()
+            .zip(&truth)
+            .filter(|(r, t)| r.key == t.key && r.distance != t.distance)
+            .count();
+    }
+    let recall = hits as f64 / total as f64;
+    assert!(recall >= 0.99, "filtered scan recall {recall}");
+    assert!(
+        code_dists > 0,
+        "refine 0 should return the codes' distances"
     );
 }
