@@ -399,8 +399,19 @@ pub(crate) fn exact<G: GraphView + ?Sized>(
             });
         }
     };
-    // Scattered rows, each loaded a few rows ahead of its scoring.
-    each_live_ahead(g, filter, |n| prefetch_vector(row(n).2), |n| push(n, s));
+    // Scattered rows, each started a few rows ahead of its scoring: its
+    // first 256 bytes (the hardware prefetcher streams the rest of a long
+    // row; a whole 1,536-byte f32 row eight ahead measured slower at 1%
+    // selectivity than none, its first 256 bytes faster at 1% and 10%).
+    each_live_ahead(
+        g,
+        filter,
+        |n| {
+            let r = row(n).2;
+            prefetch_vector(&r[..r.len().min(256)]);
+        },
+        |n| push(n, s),
+    );
     let mut out: Vec<Neighbor> = s
         .keyed
         .drain()
