@@ -305,7 +305,7 @@ pub(crate) fn scan<G: GraphView + ?Sized>(
         },
     );
     match full {
-        Some((f, d)) if d > 0 => rerank(g, f, s, d, k),
+        Some((f, d)) if d > 0 => rerank(g, f, s, depth, k),
         _ => drain(g, s, k),
     }
 }

@@ -271,6 +271,9 @@ fn selective_filters_scan_the_codes_and_rescore_the_best() {
                     .all(|(x, y)| x.key == y.key && (x.distance - y.distance).abs() <= 1e-5)
         };
         assert!(same(&exact, &truth), "exact: {exact:?} against {truth:?}");
+        // A re-scoring depth under k still answers k rows.
+        let shallow = codes.search(q, k, &with(&fc, false, Some(5))).unwrap();
+        assert_eq!(shallow.len(), k);
         let raw = codes.search(q, k, &with(&fc, false, Some(0))).unwrap();
         assert_eq!(raw.len(), k);
         code_dists += raw
