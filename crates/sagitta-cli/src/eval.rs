@@ -295,13 +295,12 @@ pub fn run(a: &EvalArgs) -> Result<()> {
         for &ef in &efs {
             // The planner's choice (sagitta_index::plan): codes scanned and
             // re-scored where f32 rows are kept, the rows scanned where not.
-            let (m0, beam) = (2 * a.m, ef.max(k));
-            let path = if full && sagitta_index::prefer_code_scan(allowed.len(), n, beam, m0) {
-                "scan of the allowed slots' codes, best re-scored"
-            } else if !full && sagitta_index::prefer_exact_scan(allowed.len(), n, beam, m0) {
-                "exact scan of allowed slots"
-            } else {
-                "filtered graph traversal"
+            let scan =
+                sagitta_index::prefer_filter_scan(allowed.len(), n, ef.max(k), 2 * a.m, full);
+            let path = match (scan, full) {
+                (true, true) => "scan of the allowed slots' codes, best re-scored",
+                (true, false) => "exact scan of allowed slots",
+                (false, _) => "filtered graph traversal",
             };
             let (res, qps) = timed(
                 searched,

@@ -46,7 +46,7 @@ pub use index::{
     IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
 pub use ivf::{IvfModel, IvfParams};
-pub use plan::{prefer_code_scan, prefer_exact_scan, Plan, Target};
+pub use plan::{prefer_exact_scan, prefer_filter_scan, Plan, Target};
 pub use sagitta_kernels::{prefetch, DType, Metric};
 pub use space::{Space, VectorRef, VECTOR_ALIGN};
 pub use topk::Neighbor;

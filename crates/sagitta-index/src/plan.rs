@@ -12,7 +12,7 @@
 //!   for a graph so small that scanning all of it costs less than the walk
 //!   ([`prefer_exact_small`]);
 //! * **scan** for such a filter over compact codes with full-precision
-//!   rows ([`prefer_code_scan`]): the allowed codes are scanned (a quarter
+//!   rows ([`prefer_filter_scan`]): the allowed codes are scanned (a quarter
 //!   of an f32 row's bytes for sq8) and the best [`scan_rerank`] re-scored
 //!   from the rows, as a beam is;
 //! * **graph** otherwise: a beam of `ef` (at least `k`), and where
@@ -41,7 +41,7 @@ pub fn prefer_exact_scan(allowed: usize, slots: usize, ef: usize, m0: usize) -> 
     scan_beats_walk(FILTER_GRAPH_COST, allowed, slots, ef, m0)
 }
 
-/// Cost constant of a filtered graph walk in [`prefer_code_scan`], in
+/// Cost constant of a filtered graph walk in [`prefer_filter_scan`], in
 /// rows of a code scan: as [`FILTER_GRAPH_COST`], for a scan of sq8
 /// codes (a quarter of an f32 row) with the best re-scored. Fitted on
 /// debian-minilm (100k × 384, ef 64, M 16; `sagitta_bench filtered`, both
@@ -50,11 +50,24 @@ pub fn prefer_exact_scan(allowed: usize, slots: usize, ef: usize, m0: usize) -> 
 /// allowed rows of 100,000.
 pub const FILTER_SCAN_COST: f64 = 1.1;
 
-/// Whether scanning the `allowed` slots' stored codes (and re-scoring the
-/// best, [`Plan::Scan`]) is cheaper than a filtered graph walk with beam
-/// `ef` over `slots` slots of `m0` links.
-pub fn prefer_code_scan(allowed: usize, slots: usize, ef: usize, m0: usize) -> bool {
-    scan_beats_walk(FILTER_SCAN_COST, allowed, slots, ef, m0)
+/// Whether a filter allowing `allowed` of `slots` slots is searched by a
+/// scan rather than a filtered graph walk with beam `ef` over `m0` links:
+/// a scan of the stored codes re-scored from full-precision rows
+/// ([`Plan::Scan`], cost [`FILTER_SCAN_COST`]) where the graph keeps such
+/// rows, else of the rows themselves ([`Plan::Exact`],
+/// [`prefer_exact_scan`]).
+pub fn prefer_filter_scan(
+    allowed: usize,
+    slots: usize,
+    ef: usize,
+    m0: usize,
+    full_precision: bool,
+) -> bool {
+    if full_precision {
+        scan_beats_walk(FILTER_SCAN_COST, allowed, slots, ef, m0)
+    } else {
+        prefer_exact_scan(allowed, slots, ef, m0)
+    }
 }
 
 /// A scan of `allowed` rows against a walk of `cost × ef × m0 /
@@ -204,16 +217,17 @@ pub fn plan(t: &Target, k: usize, opts: &SearchOptions<'_>) -> Result<Plan> {
     Ok(match opts.filter {
         // A selective filter over codes with full-precision rows: the
         // allowed codes are scanned and the best re-scored, as the beam is.
-        Some(f) if t.full_precision && prefer_code_scan(f.count(), t.slots, ef, t.m0) => {
-            Plan::Scan {
-                rerank: match opts.refine {
-                    Some(r) => r,
-                    None => scan_rerank(k),
-                },
+        Some(f) if prefer_filter_scan(f.count(), t.slots, ef, t.m0, t.full_precision) => {
+            if t.full_precision {
+                Plan::Scan {
+                    rerank: match opts.refine {
+                        Some(r) => r,
+                        None => scan_rerank(k),
+                    },
+                }
+            } else {
+                Plan::Exact
             }
-        }
-        Some(f) if !t.full_precision && prefer_exact_scan(f.count(), t.slots, ef, t.m0) => {
-            Plan::Exact
         }
         None if prefer_exact_small(t, ef) => Plan::Exact,
         _ => Plan::Graph { ef, rerank },
