@@ -3,7 +3,8 @@
 //! document frequencies ([`TextQuery::add_stats`]) before any part is
 //! scored ([`TextQuery::score`]), so the scores of different segments are
 //! on one scale. Scoring is term-at-a-time into a per-part accumulator
-//! that remembers which slots it touched.
+//! that remembers which slots it touched; a search for the best documents
+//! skips most postings of common terms ([`TextQuery::top`], MaxScore).
 //!
 //! idf = ln(1 + (N − df + 0.5) / (df + 0.5)) and a term scores
 //! idf · tf · (k1 + 1) / (tf + k1 · (1 − b + b · dl / avgdl)), summed over
@@ -52,22 +53,22 @@ impl Bm25 {
 }
 
 #[derive(Debug)]
-struct FieldQuery {
-    name: String,
+pub(crate) struct FieldQuery {
+    pub(crate) name: String,
     /// (term, weight in the query: 1, distinct terms).
-    terms: Vec<(String, u32)>,
+    pub(crate) terms: Vec<(String, u32)>,
     df: Vec<u64>,
-    weights: Vec<f32>,
+    pub(crate) weights: Vec<f32>,
     docs: u64,
     total_len: u64,
-    avgdl: f32,
+    pub(crate) avgdl: f32,
 }
 
 /// A text query with its collection-wide statistics.
 #[derive(Debug)]
 pub struct TextQuery {
-    fields: Vec<FieldQuery>,
-    params: Bm25,
+    pub(crate) fields: Vec<FieldQuery>,
+    pub(crate) params: Bm25,
 }
 
 impl TextQuery {
@@ -132,31 +133,17 @@ impl TextQuery {
         }
     }
 
-    /// Scores one part's fields into `acc` (sized to the part's slots).
+    /// Scores one part's fields into `acc` (sized to the part's slots):
+    /// every posting, term at a time, the terms by weight, largest first
+    /// (the order [`TextQuery::top`] sums in too).
     pub fn score<'a>(
         &self,
         fields: impl IntoIterator<Item = &'a dyn FieldRead>,
         acc: &mut Accumulator,
     ) {
-        let Bm25 { k1, b } = self.params;
-        for f in fields {
-            let Some(q) = self.fields.iter().find(|q| q.name == f.name()) else {
-                continue;
-            };
-            let lens = f.doc_lens();
-            let base = k1 * (1.0 - b);
-            let per_len = k1 * b / q.avgdl;
-            for (i, (t, _)) in q.terms.iter().enumerate() {
-                let w = q.weights[i];
-                if w <= 0.0 {
-                    continue;
-                }
-                f.postings(t).for_each(|slot, tf| {
-                    let tf = tf as f32;
-                    let norm = base + per_len * lens.get(slot) as f32;
-                    acc.add(slot, w * tf / (tf + norm));
-                });
-            }
+        let fields: Vec<&dyn FieldRead> = fields.into_iter().collect();
+        for c in self.cursors(&fields) {
+            c.score_all(acc);
         }
     }
 }
@@ -164,8 +151,8 @@ impl TextQuery {
 /// Scores by slot for one part, and the slots touched.
 #[derive(Debug, Default)]
 pub struct Accumulator {
-    scores: Vec<f32>,
-    touched: Vec<u32>,
+    pub(crate) scores: Vec<f32>,
+    pub(crate) touched: Vec<u32>,
 }
 
 impl Accumulator {
@@ -189,6 +176,22 @@ impl Accumulator {
                 self.touched.push(slot);
             }
             *x += s;
+        }
+    }
+
+    /// Adds `s` to `slot`'s score and returns the new score (0 for a
+    /// slot past the part).
+    #[inline]
+    pub fn add_get(&mut self, slot: u32, s: f32) -> f32 {
+        match self.scores.get_mut(slot as usize) {
+            Some(x) => {
+                if *x == 0.0 {
+                    self.touched.push(slot);
+                }
+                *x += s;
+                *x
+            }
+            None => 0.0,
         }
     }
 

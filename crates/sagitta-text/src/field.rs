@@ -30,6 +30,26 @@ impl Postings<'_> {
         self.len() == 0
     }
 
+    /// The slot of posting `i` (`u32::MAX` past the end).
+    #[inline]
+    pub fn slot(&self, i: usize) -> u32 {
+        match self {
+            Postings::Empty => u32::MAX,
+            Postings::Mem(p) => p.get(i).map_or(u32::MAX, |e| e.0),
+            Postings::Mapped { slots, .. } => slots.get(i * 4..i * 4 + 4).map_or(u32::MAX, le32),
+        }
+    }
+
+    /// The term frequency of posting `i` (0 past the end).
+    #[inline]
+    pub fn tf(&self, i: usize) -> u32 {
+        match self {
+            Postings::Empty => 0,
+            Postings::Mem(p) => p.get(i).map_or(0, |e| e.1),
+            Postings::Mapped { tfs, .. } => tfs.get(i * 4..i * 4 + 4).map_or(0, le32),
+        }
+    }
+
     /// Calls `f(slot, tf)` for each posting.
     #[inline]
     pub fn for_each(&self, mut f: impl FnMut(u32, u32)) {
@@ -88,4 +108,8 @@ pub trait FieldRead {
     fn postings(&self, term: &str) -> Postings<'_>;
     /// Document lengths by slot.
     fn doc_lens(&self) -> DocLens<'_>;
+    /// Whether every term's postings are in increasing slot order (what
+    /// the document-at-a-time search of [`crate::TextQuery::top`] needs;
+    /// otherwise it scores term at a time).
+    fn postings_sorted(&self) -> bool;
 }

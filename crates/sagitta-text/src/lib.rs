@@ -4,7 +4,8 @@
 //! in-memory inverted index for the mutable part and for building
 //! segments ([`mem`]), the text section of a segment file read in place
 //! from the mapping ([`section`]), BM25 with collection-wide statistics
-//! ([`bm25`]), and the fusion of a dense and a text ranking ([`fusion`]).
+//! ([`bm25`]; the best documents of a part found without scoring every
+//! posting, MaxScore, in `prune`), and the fusion of a dense and a text ranking ([`fusion`]).
 //!
 //! Sits beside `sagitta-index` (it knows slots, not vectors); the store
 //! wires it to collections.
@@ -14,6 +15,7 @@ pub mod bm25;
 mod field;
 pub mod fusion;
 pub mod mem;
+mod prune;
 pub mod section;
 
 pub use analyzer::{Analyzer, AnalyzerKind, TermCounts};

@@ -37,6 +37,9 @@ pub struct MemField {
     doc_len: Vec<u32>,
     docs: u64,
     total_len: u64,
+    /// Whether documents were added in increasing slot order (so every
+    /// term's postings are sorted by slot).
+    in_order: bool,
 }
 
 impl MemField {
@@ -50,6 +53,7 @@ impl MemField {
             doc_len: Vec::new(),
             docs: 0,
             total_len: 0,
+            in_order: true,
         }
     }
 
@@ -87,6 +91,10 @@ impl MemField {
         let len: u32 = counts.iter().map(|(_, n)| n).sum();
         if len == 0 {
             return;
+        }
+        if self.doc_len.len() > i + 1 {
+            // A slot below one already added.
+            self.in_order = false;
         }
         if self.doc_len.len() <= i {
             self.doc_len.resize(i + 1, 0);
@@ -141,6 +149,7 @@ impl MemField {
             doc_len: vec![0; self.doc_len.len()],
             docs: 0,
             total_len: 0,
+            in_order: self.in_order,
         };
         for (slot, &len) in self.doc_len.iter().enumerate() {
             if len > 0 && live(slot as u32) {
@@ -192,6 +201,9 @@ impl FieldRead for MemField {
     }
     fn doc_lens(&self) -> DocLens<'_> {
         DocLens::Mem(&self.doc_len)
+    }
+    fn postings_sorted(&self) -> bool {
+        self.in_order
     }
 }
 

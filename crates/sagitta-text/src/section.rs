@@ -300,4 +300,9 @@ impl FieldRead for SectionField<'_> {
     fn doc_lens(&self) -> DocLens<'_> {
         DocLens::Mapped(self.doc_len)
     }
+    /// Written in slot order ([`encode`]); a damaged section that is not
+    /// gives wrong answers, never a panic.
+    fn postings_sorted(&self) -> bool {
+        true
+    }
 }

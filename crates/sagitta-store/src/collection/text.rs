@@ -1,6 +1,6 @@
 //! Text and hybrid search over a collection: the BM25 leg (statistics
 //! gathered over every part first, so scores of different segments are
-//! comparable; each part scored term-at-a-time under its allowed slots:
+//! comparable; each part's best found by MaxScore under its allowed slots:
 //! live, not dead, passing the key filter and payload predicate), the
 //! dense leg (the ordinary kNN search), and their fusion.
 
@@ -128,10 +128,8 @@ impl Collection {
                 if s.live == 0 || s.allowed == Some(0) {
                     continue;
                 }
-                acc.reset(s.seg.slot_count());
-                q.score(t.fields(), &mut acc);
                 let before = all.len();
-                collect_allowed(s, &st.active, &acc, depth, &mut all);
+                collect_allowed(s, &st.active, &q, t.fields(), &mut acc, depth, &mut all);
                 top(&mut all, before, depth);
             }
         });
@@ -223,7 +221,9 @@ impl Collection {
 fn collect_allowed(
     s: &Seg<'_>,
     active: &sagitta_index::Index,
-    acc: &Accumulator,
+    q: &TextQuery,
+    fields: Vec<&dyn FieldRead>,
+    acc: &mut Accumulator,
     depth: usize,
     out: &mut Vec<(u64, f32)>,
 ) {
@@ -232,82 +232,40 @@ fn collect_allowed(
         .as_ref()
         .or_else(|| s.dead.as_ref().and_then(|d| d.allowed.as_ref()));
     let ok = |slot: u32| allowed.is_none_or(|b| b.contains(slot as usize));
-    /// One pass over the touched slots: a slot is checked (`keep`: live,
-    /// allowed) only when its score could still make the best `depth`,
-    /// which most of a common term's documents cannot once `depth` are
-    /// held. A min-heap holds the best `depth` so far; slots it pushes
-    /// out, or that only tie its least, wait beside it, and those tied
-    /// with the final least are kept too.
-    fn best(
-        acc: &Accumulator,
-        depth: usize,
-        keep: impl Fn(u32) -> bool,
-        key: impl Fn(u32) -> u64,
-        out: &mut Vec<(u64, f32)>,
-    ) {
-        use std::cmp::Reverse;
-        use std::collections::BinaryHeap;
-        if depth == 0 {
-            out.extend(
-                acc.hits()
-                    .filter(|&(s, _)| keep(s))
-                    .map(|(s, x)| (key(s), x)),
-            );
-            return;
-        }
-        // (score bits, slot): scores are positive, so their bits order
-        // as they do.
-        let mut heap: BinaryHeap<Reverse<(u32, u32)>> = BinaryHeap::with_capacity(depth + 1);
-        let mut ties: Vec<(u32, u32)> = Vec::new();
-        for (slot, x) in acc.hits() {
-            let bits = x.to_bits();
-            if heap.len() == depth && heap.peek().is_some_and(|m| bits < m.0 .0) {
-                continue;
-            }
-            if !keep(slot) {
-                continue;
-            }
-            if heap.len() < depth {
-                heap.push(Reverse((bits, slot)));
-            } else if heap.peek().is_some_and(|m| bits == m.0 .0) {
-                ties.push((bits, slot));
-            } else {
-                heap.push(Reverse((bits, slot)));
-                if let Some(Reverse(e)) = heap.pop() {
-                    ties.push(e);
-                }
-            }
-        }
-        let least = heap.peek().map_or(0, |m| m.0 .0);
-        let held = heap.into_iter().map(|Reverse(e)| e);
-        let tied = ties.into_iter().filter(|&(b, _)| b == least);
-        out.extend(
-            held.chain(tied)
-                .map(|(b, slot)| (key(slot), f32::from_bits(b))),
-        );
-    }
-    let in_memory = |index: &sagitta_index::Index, out: &mut Vec<(u64, f32)>| {
+    let nslots = s.seg.slot_count();
+    let mut slots: Vec<(u32, f32)> = Vec::new();
+    let in_memory = |index: &sagitta_index::Index, slots: &mut Vec<(u32, f32)>, acc| {
         let v = index.view();
-        best(
-            acc,
+        q.top(
+            fields.iter().copied(),
+            nslots,
             depth,
             |slot| ok(slot) && v.is_live(slot),
-            |slot| v.key(slot),
-            out,
-        )
-    };
-    match s.part.map(|p| &p.body) {
-        Some(Body::Sealed { seg, .. }) => best(
             acc,
-            depth,
-            |slot| ok(slot) && seg.is_live(slot),
-            |slot| seg.key(slot),
-            out,
-        ),
+            slots,
+        );
+        slots
+            .iter()
+            .map(|&(slot, x)| (v.key(slot), x))
+            .collect::<Vec<_>>()
+    };
+    let hits = match s.part.map(|p| &p.body) {
+        Some(Body::Sealed { seg, .. }) => {
+            q.top(
+                fields.iter().copied(),
+                nslots,
+                depth,
+                |slot| ok(slot) && seg.is_live(slot),
+                acc,
+                &mut slots,
+            );
+            slots.iter().map(|&(slot, x)| (seg.key(slot), x)).collect()
+        }
         // A frozen part or the mutable one: an in-memory index.
-        Some(Body::Frozen { index, .. }) => in_memory(index, out),
-        None => in_memory(active, out),
-    }
+        Some(Body::Frozen { index, .. }) => in_memory(index, &mut slots, acc),
+        None => in_memory(active, &mut slots, acc),
+    };
+    out.extend(hits);
 }
 
 /// Keeps the `depth` best of `v[from..]` (score descending, key
