@@ -4,6 +4,9 @@
 
 use crate::analyzer::AnalyzerKind;
 
+/// Postings per block of [`Postings::for_each_block`].
+pub const BLOCK: usize = 64;
+
 /// The postings of one term: (slot, term frequency) pairs.
 #[derive(Clone, Copy, Debug)]
 pub enum Postings<'a> {
@@ -47,6 +50,37 @@ impl Postings<'_> {
             Postings::Empty => 0,
             Postings::Mem(p) => p.get(i).map_or(0, |e| e.1),
             Postings::Mapped { tfs, .. } => tfs.get(i * 4..i * 4 + 4).map_or(0, le32),
+        }
+    }
+
+    /// Calls `f(slots, tfs)` for the postings in blocks of up to
+    /// [`BLOCK`] (decoded into arrays, for loops the compiler can
+    /// vectorise).
+    #[inline]
+    pub fn for_each_block(&self, mut f: impl FnMut(&[u32], &[u32])) {
+        let mut s = [0u32; BLOCK];
+        let mut t = [0u32; BLOCK];
+        match self {
+            Postings::Empty => {}
+            Postings::Mem(p) => {
+                for chunk in p.chunks(BLOCK) {
+                    for (k, &(slot, tf)) in chunk.iter().enumerate() {
+                        s[k] = slot;
+                        t[k] = tf;
+                    }
+                    f(&s[..chunk.len()], &t[..chunk.len()]);
+                }
+            }
+            Postings::Mapped { slots, tfs } => {
+                for (cs, ct) in slots.chunks(BLOCK * 4).zip(tfs.chunks(BLOCK * 4)) {
+                    let m = (cs.len() / 4).min(ct.len() / 4);
+                    for k in 0..m {
+                        s[k] = le32(&cs[k * 4..]);
+                        t[k] = le32(&ct[k * 4..]);
+                    }
+                    f(&s[..m], &t[..m]);
+                }
+            }
         }
     }
 

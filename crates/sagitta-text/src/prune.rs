@@ -23,7 +23,7 @@
 //! a relative slack for rounding, so pruning only ever keeps more.
 
 use crate::bm25::{Accumulator, TextQuery};
-use crate::field::{DocLens, FieldRead, Postings};
+use crate::field::{DocLens, FieldRead, Postings, BLOCK};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
@@ -57,10 +57,28 @@ impl Cursor<'_> {
         self.w * tf / (tf + norm)
     }
 
-    /// Adds every posting's contribution to `acc`.
-    pub(crate) fn score_all(&self, acc: &mut Accumulator) {
-        self.post
-            .for_each(|slot, tf| acc.add(slot, self.contribution(slot, tf)));
+    /// Adds every posting's contribution to `acc`; returns the largest
+    /// score reached. A block at a time: the document lengths read, then
+    /// the contributions in one loop the compiler vectorises (the same
+    /// expression, so the same values), then added.
+    pub(crate) fn score_all(&self, acc: &mut Accumulator) -> f32 {
+        let mut most = 0.0f32;
+        let mut x = [0.0f32; BLOCK];
+        self.post.for_each_block(|slots, tfs| {
+            let m = slots.len();
+            for k in 0..m {
+                x[k] = self.lens.get(slots[k]) as f32;
+            }
+            for k in 0..m {
+                let tf = tfs[k] as f32;
+                let norm = self.base + self.per_len * x[k];
+                x[k] = self.w * tf / (tf + norm);
+            }
+            for k in 0..m {
+                most = most.max(acc.add_get(slots[k], x[k]));
+            }
+        });
+        most
     }
 
     /// Moves to the first posting at or after `target` (galloping from
@@ -279,11 +297,7 @@ fn max_score(
     let mut i = 0;
     let mut most = 0.0f32;
     while i < n {
-        let c = &cs[i];
-        c.post.for_each(|slot, tf| {
-            let x = acc.add_get(slot, c.contribution(slot, tf));
-            most = most.max(x);
-        });
+        most = most.max(cs[i].score_all(acc));
         i += 1;
         if i < n && f64::from(most) > rest[i] {
             let bar = rest[i];
