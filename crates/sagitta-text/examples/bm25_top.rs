@@ -10,7 +10,9 @@
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use sagitta_text::section::{encode, TextSection};
-use sagitta_text::{Accumulator, AnalyzerKind, Bm25, FieldRead, MemText, TextFieldSpec, TextQuery};
+use sagitta_text::{
+    Accumulator, AnalyzerKind, Bm25, FieldRead, MemText, TextFieldSpec, TextQuery, Wanted,
+};
 use std::time::Instant;
 
 fn main() {
@@ -41,6 +43,7 @@ fn main() {
         .collect();
     let mut acc = Accumulator::default();
     let keep = |_s: u32| true;
+    let want = Wanted { depth, floor: 0.0 };
     let exhaustive = |q: &TextQuery, acc: &mut Accumulator| -> Vec<(u32, f32)> {
         acc.reset(n);
         q.score(fields.iter().copied(), acc);
@@ -57,7 +60,7 @@ fn main() {
     for q in &qs {
         let mut a = exhaustive(q, &mut acc);
         let mut b = Vec::new();
-        q.top(fields.iter().copied(), n, depth, keep, &mut acc, &mut b);
+        q.top(fields.iter().copied(), n, want, keep, &mut acc, &mut b);
         a.sort_by_key(|x| x.0);
         b.sort_by_key(|x| x.0);
         let bits = |v: &[(u32, f32)]| v.iter().map(|x| (x.0, x.1.to_bits())).collect::<Vec<_>>();
@@ -82,7 +85,7 @@ fn main() {
         let t = Instant::now();
         for q in &qs {
             let mut b = Vec::new();
-            q.top(fields.iter().copied(), n, depth, keep, &mut acc, &mut b);
+            q.top(fields.iter().copied(), n, want, keep, &mut acc, &mut b);
             sink += b.len();
         }
         let ms = t.elapsed().as_secs_f64() * 1e6 / qs.len() as f64;

@@ -23,6 +23,7 @@ pub use bm25::{Accumulator, Bm25, TextQuery};
 pub use field::{DocLens, FieldRead, Postings};
 pub use fusion::{fuse, Fused, Fusion};
 pub use mem::{MemField, MemText, TextFieldSpec};
+pub use prune::Wanted;
 pub use section::{SectionField, TextSection};
 
 /// Longest text accepted in one field of one row or one query, in bytes.

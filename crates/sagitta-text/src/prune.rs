@@ -176,18 +176,33 @@ impl Best {
     }
 }
 
-/// Appends the `depth` best accepted hits of `acc` and those tied with
-/// the last of them.
+/// How many of a part's best documents are wanted.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Wanted {
+    /// The best `depth` (and those tied with the last of them); 0: every
+    /// document with a score.
+    pub depth: usize,
+    /// Only scores at or above this (0: any): the `depth`-th best score
+    /// of the parts searched before, which a document under it cannot
+    /// displace.
+    pub floor: f32,
+}
+
+/// Appends the `depth` best accepted hits of `acc` at or above `floor`
+/// and those tied with the last of them.
 fn best_of(
     acc: &Accumulator,
-    depth: usize,
+    want: Wanted,
     keep: &impl Fn(u32) -> bool,
     out: &mut Vec<(u32, f32)>,
 ) {
-    let mut best = Best::new(depth);
+    let mut best = Best::new(want.depth);
     for (slot, x) in acc.hits() {
         // The score first: most hits fall under the threshold.
-        if best.threshold().is_some_and(|least| x.to_bits() < least) || !keep(slot) {
+        if x < want.floor
+            || best.threshold().is_some_and(|least| x.to_bits() < least)
+            || !keep(slot)
+        {
             continue;
         }
         best.push(slot, x);
@@ -195,27 +210,29 @@ fn best_of(
     best.finish(out);
 }
 
-/// The `depth`-th largest of `scores` (`depth` ≥ 1, at most its length),
-/// using `tmp` as scratch.
-fn nth_best(scores: impl Iterator<Item = f32>, depth: usize, tmp: &mut Vec<f32>) -> f32 {
-    tmp.clear();
-    tmp.extend(scores);
-    let (_, x, _) = tmp.select_nth_unstable_by(depth - 1, |a, b| b.total_cmp(a));
-    *x
+/// The `depth`-th largest of `scores` (reordered), 0 when there are
+/// fewer (`depth` ≥ 1).
+fn nth_best(scores: &mut [f32], depth: usize) -> f64 {
+    if scores.len() < depth {
+        return 0.0;
+    }
+    let (_, x, _) = scores.select_nth_unstable_by(depth - 1, |a, b| b.total_cmp(a));
+    f64::from(*x)
 }
 
 impl TextQuery {
-    /// Appends to `out` the `depth` best (slot, score) of one part among
-    /// the slots `keep` accepts, plus any tied with the last of them, in
-    /// no particular order (`depth` 0: every accepted slot with a score).
-    /// The scores are those of [`TextQuery::score`], bit for bit. `acc`
-    /// is scratch; `nslots` is the part's slot count. Parts whose postings
-    /// are not in slot order are scored in full.
+    /// Appends to `out` the `want.depth` best (slot, score) of one part
+    /// among the slots `keep` accepts, plus any tied with the last of
+    /// them, leaving out scores under `want.floor`, in no particular order
+    /// (depth 0: every accepted slot with a score). The scores are those
+    /// of [`TextQuery::score`], bit for bit. `acc` is scratch; `nslots` is
+    /// the part's slot count. Parts whose postings are not in slot order
+    /// are scored in full.
     pub fn top<'a>(
         &self,
         fields: impl IntoIterator<Item = &'a dyn FieldRead>,
         nslots: usize,
-        depth: usize,
+        want: Wanted,
         keep: impl Fn(u32) -> bool,
         acc: &mut Accumulator,
         out: &mut Vec<(u32, f32)>,
@@ -223,18 +240,18 @@ impl TextQuery {
         let fields: Vec<&dyn FieldRead> = fields.into_iter().collect();
         let mut cs = self.cursors(&fields);
         acc.reset(nslots);
-        if depth == 0 || !fields.iter().all(|f| f.postings_sorted()) {
+        if want.depth == 0 || !fields.iter().all(|f| f.postings_sorted()) {
             for c in &cs {
                 c.score_all(acc);
             }
-            if depth == 0 {
-                out.extend(acc.hits().filter(|&(s, _)| keep(s)));
+            if want.depth == 0 {
+                out.extend(acc.hits().filter(|&(s, x)| x >= want.floor && keep(s)));
                 return;
             }
-            best_of(acc, depth, &keep, out);
+            best_of(acc, want, &keep, out);
             return;
         }
-        max_score(&mut cs, depth, &keep, acc, out);
+        max_score(&mut cs, want, &keep, acc, out);
     }
 
     /// A cursor per (field, term) with postings and a positive weight,
@@ -279,7 +296,7 @@ impl TextQuery {
 /// MaxScore over `cs`, largest bound first (see the module's notes).
 fn max_score(
     cs: &mut [Cursor<'_>],
-    depth: usize,
+    want: Wanted,
     keep: &impl Fn(u32) -> bool,
     acc: &mut Accumulator,
     out: &mut Vec<(u32, f32)>,
@@ -292,13 +309,19 @@ fn max_score(
     for i in (0..n).rev() {
         rest[i] = rest[i + 1] + f64::from(cs[i].w) * slack;
     }
+    let depth = want.depth;
+    let floor = f64::from(want.floor);
     let mut tmp = Vec::new();
-    // Phase 1: whole lists until no unseen document can make the best.
+    // Phase 1: whole lists until no unseen document can make the best
+    // (`depth` documents above what one can reach, or the floor above it).
     let mut i = 0;
     let mut most = 0.0f32;
     while i < n {
         most = most.max(cs[i].score_all(acc));
         i += 1;
+        if i < n && rest[i] < floor {
+            break;
+        }
         if i < n && f64::from(most) > rest[i] {
             let bar = rest[i];
             let above = acc
@@ -312,7 +335,7 @@ fn max_score(
         }
     }
     if i == n {
-        best_of(acc, depth, keep, out);
+        best_of(acc, want, keep, out);
         return;
     }
     // Phase 2: the documents found that can still make the best (score so
@@ -320,13 +343,13 @@ fn max_score(
     // bound under the final one) get the remaining lists' contributions;
     // the others keep a score under the final `depth`-th best and are never
     // returned.
-    let theta = f64::from(nth_best(
+    tmp.clear();
+    tmp.extend(
         acc.hits()
             .filter(|&(s, x)| f64::from(x) > rest[i] && keep(s))
             .map(|h| h.1),
-        depth,
-        &mut tmp,
-    ));
+    );
+    let theta = nth_best(&mut tmp, depth).max(floor);
     let alive = acc
         .hits()
         .filter(|&(_, x)| f64::from(x) + rest[i] >= theta)
@@ -347,7 +370,7 @@ fn max_score(
                 }
             });
         }
-        best_of(acc, depth, keep, out);
+        best_of(acc, want, keep, out);
         return;
     }
     // Few: in slot order (a bitmap of them read in order), looked up in
@@ -375,13 +398,17 @@ fn max_score(
                 e.1 += x;
             }
         }
-        let theta = f64::from(nth_best(cands.iter().map(|e| e.1), depth, &mut tmp));
+        tmp.clear();
+        tmp.extend(cands.iter().map(|e| e.1));
+        let theta = nth_best(&mut tmp, depth).max(floor);
         let left = rest[j + 1];
         cands.retain(|e| f64::from(e.1) + left >= theta);
     }
     let mut best = Best::new(depth);
     for (slot, x) in cands {
-        best.push(slot, x);
+        if x >= want.floor {
+            best.push(slot, x);
+        }
     }
     best.finish(out);
 }

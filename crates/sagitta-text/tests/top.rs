@@ -7,7 +7,9 @@
 
 use proptest::prelude::*;
 use sagitta_text::section::{encode, TextSection};
-use sagitta_text::{Accumulator, AnalyzerKind, Bm25, FieldRead, MemText, TextFieldSpec, TextQuery};
+use sagitta_text::{
+    Accumulator, AnalyzerKind, Bm25, FieldRead, MemText, TextFieldSpec, TextQuery, Wanted,
+};
 
 fn specs() -> Vec<TextFieldSpec> {
     vec![
@@ -29,24 +31,29 @@ fn query(fields: &[&dyn FieldRead], text: &str, params: Bm25) -> TextQuery {
     q
 }
 
-/// Every accepted hit scored term at a time, then the `depth` best and
-/// those tied with the last of them, sorted by slot.
-fn oracle(
+/// Every accepted hit scored term at a time, best first.
+fn scored(
     q: &TextQuery,
     fields: &[&dyn FieldRead],
     nslots: usize,
-    depth: usize,
     keep: &dyn Fn(u32) -> bool,
-) -> Vec<(u32, u32)> {
+) -> Vec<(u32, f32)> {
     let mut acc = Accumulator::default();
     acc.reset(nslots);
     q.score(fields.iter().copied(), &mut acc);
     let mut hits: Vec<(u32, f32)> = acc.hits().filter(|&(s, _)| keep(s)).collect();
     hits.sort_by(|a, b| b.1.total_cmp(&a.1));
-    if depth > 0 && hits.len() > depth {
-        let least = hits[depth - 1].1;
+    hits
+}
+
+/// The `depth` best of `hits` (best first) and those tied with the last
+/// of them, at or above `floor`, sorted by slot.
+fn oracle(mut hits: Vec<(u32, f32)>, want: Wanted) -> Vec<(u32, u32)> {
+    if want.depth > 0 && hits.len() > want.depth {
+        let least = hits[want.depth - 1].1;
         hits.retain(|h| h.1 >= least);
     }
+    hits.retain(|h| h.1 >= want.floor);
     let mut v: Vec<(u32, u32)> = hits.iter().map(|&(s, x)| (s, x.to_bits())).collect();
     v.sort_unstable();
     v
@@ -56,7 +63,7 @@ fn pruned(
     q: &TextQuery,
     fields: &[&dyn FieldRead],
     nslots: usize,
-    depth: usize,
+    want: Wanted,
     keep: &dyn Fn(u32) -> bool,
 ) -> Vec<(u32, u32)> {
     let mut acc = Accumulator::default();
@@ -64,7 +71,7 @@ fn pruned(
     q.top(
         fields.iter().copied(),
         nslots,
-        depth,
+        want,
         keep,
         &mut acc,
         &mut out,
@@ -82,6 +89,9 @@ struct Case {
     keep_mod: u32,
     params: (f32, f32),
     reversed: bool,
+    /// The floor: the score at this rank of every accepted hit (what an
+    /// earlier part's `depth`-th best could be), or none.
+    floor_rank: Option<usize>,
 }
 
 fn case() -> impl Strategy<Value = Case> {
@@ -102,15 +112,19 @@ fn case() -> impl Strategy<Value = Case> {
             (0.5, 1.0),
         ]),
         any::<bool>(),
+        prop::option::of(0usize..40),
     )
-        .prop_map(|(docs, query, depth, keep_mod, params, reversed)| Case {
-            docs,
-            query,
-            depth,
-            keep_mod,
-            params,
-            reversed,
-        })
+        .prop_map(
+            |(docs, query, depth, keep_mod, params, reversed, floor_rank)| Case {
+                docs,
+                query,
+                depth,
+                keep_mod,
+                params,
+                reversed,
+                floor_rank,
+            },
+        )
 }
 
 fn text(words: &[u32]) -> String {
@@ -144,9 +158,18 @@ fn check(c: &Case) {
         sec.fields().iter().map(|f| f as &dyn FieldRead).collect();
     for fields in [&mem_fields, &sec_fields] {
         let q = query(fields, &qtext, params);
-        let want = oracle(&q, fields, n, c.depth, &keep);
-        let got = pruned(&q, fields, n, c.depth, &keep);
-        assert_eq!(got, want, "query {qtext:?}, depth {}", c.depth);
+        let hits = scored(&q, fields, n, &keep);
+        let floor = match c.floor_rank {
+            Some(r) if !hits.is_empty() => hits[r % hits.len()].1,
+            _ => 0.0,
+        };
+        let w = Wanted {
+            depth: c.depth,
+            floor,
+        };
+        let want = oracle(hits, w);
+        let got = pruned(&q, fields, n, w, &keep);
+        assert_eq!(got, want, "query {qtext:?}, {w:?}");
     }
 }
 
@@ -172,27 +195,31 @@ fn big_case() -> impl Strategy<Value = Case> {
         1u32..4,
         prop::sample::select(vec![(0.9f32, 0.4f32), (1.2, 0.75), (0.0, 0.5)]),
         any::<bool>(),
+        prop::option::of(0usize..60),
     )
-        .prop_map(|(mut docs, mut query, depth, keep_mod, params, reversed)| {
-            // Two words in most documents, both in the query.
-            for (i, d) in docs.iter_mut().enumerate() {
-                if i % 7 != 0 {
-                    d.1.push(0);
+        .prop_map(
+            |(mut docs, mut query, depth, keep_mod, params, reversed, floor_rank)| {
+                // Two words in most documents, both in the query.
+                for (i, d) in docs.iter_mut().enumerate() {
+                    if i % 7 != 0 {
+                        d.1.push(0);
+                    }
+                    if i % 2 == 0 {
+                        d.1.push(10);
+                    }
                 }
-                if i % 2 == 0 {
-                    d.1.push(10);
+                query.extend([0, 10]);
+                Case {
+                    docs,
+                    query,
+                    depth,
+                    keep_mod,
+                    params,
+                    reversed,
+                    floor_rank,
                 }
-            }
-            query.extend([0, 10]);
-            Case {
-                docs,
-                query,
-                depth,
-                keep_mod,
-                params,
-                reversed,
-            }
-        })
+            },
+        )
 }
 
 proptest! {
@@ -231,6 +258,7 @@ fn many_ties_and_a_common_word() {
                 keep_mod: 4,
                 params: (0.9, 0.4),
                 reversed: false,
+                floor_rank: (depth == 10).then_some(30),
             });
         }
     }

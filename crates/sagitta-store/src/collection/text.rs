@@ -11,7 +11,8 @@ use crate::error::{Result, StoreError};
 use parking_lot::RwLockReadGuard;
 use sagitta_index::{GraphView, VectorRef};
 use sagitta_text::{
-    fuse, Accumulator, FieldRead, Fused, Fusion, MemText, TextQuery, TextSection, MAX_TEXT_BYTES,
+    fuse, Accumulator, FieldRead, Fused, Fusion, MemText, TextQuery, TextSection, Wanted,
+    MAX_TEXT_BYTES,
 };
 use std::cell::RefCell;
 
@@ -121,19 +122,29 @@ impl Collection {
             q.add_stats(t.fields());
         }
         q.finish();
+        // The largest parts first: the best `depth` so far is a floor the
+        // later parts' documents must reach, and a high one early lets
+        // them skip more.
+        let mut order: Vec<usize> = (0..segs.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(segs[i].live));
         let mut all: Vec<(u64, f32)> = Vec::new();
         ACC.with(|acc| {
             let mut acc = acc.borrow_mut();
-            for (s, t) in segs.iter().zip(&texts) {
+            for i in order {
+                let (s, t) = (&segs[i], &texts[i]);
                 if s.live == 0 || s.allowed == Some(0) {
                     continue;
                 }
-                let before = all.len();
-                collect_allowed(s, &st.active, &q, t.fields(), &mut acc, depth, &mut all);
-                top(&mut all, before, depth);
+                let floor = if all.len() == depth {
+                    all[depth - 1].1
+                } else {
+                    0.0
+                };
+                let want = Wanted { depth, floor };
+                collect_allowed(s, &st.active, &q, t.fields(), &mut acc, want, &mut all);
+                top(&mut all, depth);
             }
         });
-        top(&mut all, 0, depth);
         Ok(all)
     }
 
@@ -224,7 +235,7 @@ fn collect_allowed(
     q: &TextQuery,
     fields: Vec<&dyn FieldRead>,
     acc: &mut Accumulator,
-    depth: usize,
+    want: Wanted,
     out: &mut Vec<(u64, f32)>,
 ) {
     let allowed = s
@@ -239,7 +250,7 @@ fn collect_allowed(
         q.top(
             fields.iter().copied(),
             nslots,
-            depth,
+            want,
             |slot| ok(slot) && v.is_live(slot),
             acc,
             slots,
@@ -254,7 +265,7 @@ fn collect_allowed(
             q.top(
                 fields.iter().copied(),
                 nslots,
-                depth,
+                want,
                 |slot| ok(slot) && seg.is_live(slot),
                 acc,
                 &mut slots,
@@ -268,14 +279,13 @@ fn collect_allowed(
     out.extend(hits);
 }
 
-/// Keeps the `depth` best of `v[from..]` (score descending, key
-/// ascending), sorted.
-fn top(v: &mut Vec<(u64, f32)>, from: usize, depth: usize) {
+/// Keeps the `depth` best of `v` (score descending, key ascending),
+/// sorted.
+fn top(v: &mut Vec<(u64, f32)>, depth: usize) {
     let cmp = |a: &(u64, f32), b: &(u64, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-    let tail = &mut v[from..];
-    if tail.len() > depth && depth > 0 {
-        tail.select_nth_unstable_by(depth - 1, cmp);
+    if v.len() > depth && depth > 0 {
+        v.select_nth_unstable_by(depth - 1, cmp);
     }
-    v.truncate(from + depth.min(v.len() - from));
-    v[from..].sort_unstable_by(cmp);
+    v.truncate(depth.min(v.len()));
+    v.sort_unstable_by(cmp);
 }
