@@ -46,6 +46,32 @@ fuzz_target!(|data: &[u8]| {
             let _ = p.row(&schema, s);
         }
     }
-    let _ = seg.text();
+    if let Ok(Some(t)) = seg.text() {
+        // BM25 over the section, every posting and pruned (MaxScore reads
+        // the postings in whatever order they are).
+        use sagitta_text::{Accumulator, Bm25, FieldRead, TextQuery, Wanted};
+        let fields: Vec<&dyn FieldRead> = t.fields().iter().map(|f| f as &dyn FieldRead).collect();
+        let specs: Vec<_> = t
+            .fields()
+            .iter()
+            .map(|f| sagitta_text::TextFieldSpec::new(f.name(), f.analyzer()))
+            .collect();
+        let mut q = TextQuery::new("the search engine vector", &specs, Bm25::default());
+        q.add_stats(fields.iter().copied());
+        q.finish();
+        let mut acc = Accumulator::default();
+        let mut out = Vec::new();
+        for depth in [0, 1, 3] {
+            let want = Wanted { depth, floor: 0.0 };
+            q.top(
+                fields.iter().copied(),
+                t.nslots() as usize,
+                want,
+                |_| true,
+                &mut acc,
+                &mut out,
+            );
+        }
+    }
     let _ = seg.verify();
 });

@@ -156,7 +156,19 @@ proptest! {
         b.truncate(b.len() - cut % b.len());
         if let Ok(sec) = TextSection::parse(&b, 5) {
             for q in ["search engine", "python bindings", "images"] {
-                let _ = scores(sec.fields().iter().map(|f| f as &dyn FieldRead).collect(), q, 5);
+                let fields: Vec<&dyn FieldRead> =
+                    sec.fields().iter().map(|f| f as &dyn FieldRead).collect();
+                let _ = scores(fields.clone(), q, 5);
+                // The pruned search too, on whatever order the slots are in.
+                let mut tq = TextQuery::new(q, &specs(), Bm25::default());
+                tq.add_stats(fields.iter().copied());
+                tq.finish();
+                let mut acc = Accumulator::default();
+                let mut out = Vec::new();
+                for depth in [1, 2, 5] {
+                    let want = sagitta_text::Wanted { depth, floor: 0.0 };
+                    tq.top(fields.iter().copied(), 5, want, |_| true, &mut acc, &mut out);
+                }
             }
         }
     }
