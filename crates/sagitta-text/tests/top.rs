@@ -94,35 +94,52 @@ struct Case {
     floor_rank: Option<usize>,
 }
 
-fn case() -> impl Strategy<Value = Case> {
+/// Parts of `ndocs` documents over a vocabulary of `vocab` draws (titles
+/// of up to 5 words, bodies of `body` words); with `common`, two words in
+/// most documents and in every query.
+fn cases(
+    vocab: u32,
+    ndocs: std::ops::Range<usize>,
+    body: std::ops::Range<usize>,
+    depths: std::ops::Range<usize>,
+    params: Vec<(f32, f32)>,
+    common: bool,
+) -> impl Strategy<Value = Case> {
     let doc = (
-        prop::collection::vec(0u32..80, 0..6),
-        prop::collection::vec(0u32..80, 0..30),
+        prop::collection::vec(0u32..vocab, 0..6),
+        prop::collection::vec(0u32..vocab, body),
     );
     (
-        prop::collection::vec(doc, 1..300),
-        prop::collection::vec(0u32..80, 1..12),
-        0usize..25,
+        prop::collection::vec(doc, ndocs),
+        prop::collection::vec(0u32..vocab, 1..12),
+        depths,
         1u32..5,
-        prop::sample::select(vec![
-            (0.9f32, 0.4f32),
-            (1.2, 0.75),
-            (0.0, 0.5),
-            (2.0, 0.0),
-            (0.5, 1.0),
-        ]),
+        prop::sample::select(params),
         any::<bool>(),
-        prop::option::of(0usize..40),
+        prop::option::of(0usize..60),
     )
         .prop_map(
-            |(docs, query, depth, keep_mod, params, reversed, floor_rank)| Case {
-                docs,
-                query,
-                depth,
-                keep_mod,
-                params,
-                reversed,
-                floor_rank,
+            move |(mut docs, mut query, depth, keep_mod, params, reversed, floor_rank)| {
+                if common {
+                    for (i, d) in docs.iter_mut().enumerate() {
+                        if i % 7 != 0 {
+                            d.1.push(0);
+                        }
+                        if i % 2 == 0 {
+                            d.1.push(10);
+                        }
+                    }
+                    query.extend([0, 10]);
+                }
+                Case {
+                    docs,
+                    query,
+                    depth,
+                    keep_mod,
+                    params,
+                    reversed,
+                    floor_rank,
+                }
             },
         )
 }
@@ -176,56 +193,31 @@ fn check(c: &Case) {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(400))]
     #[test]
-    fn maxscore_returns_what_scoring_every_posting_returns(c in case()) {
+    fn maxscore_returns_what_scoring_every_posting_returns(c in cases(
+        80,
+        1..300,
+        0..30,
+        0..25,
+        vec![(0.9, 0.4), (1.2, 0.75), (0.0, 0.5), (2.0, 0.0), (0.5, 1.0)],
+        false,
+    )) {
         check(&c);
     }
 }
 
-/// Larger parts, where few documents found by the rare terms are left to
-/// look up in the common terms' long lists.
-fn big_case() -> impl Strategy<Value = Case> {
-    let doc = (
-        prop::collection::vec(0u32..200, 0..4),
-        prop::collection::vec(0u32..200, 1..16),
-    );
-    (
-        prop::collection::vec(doc, 1000..4000),
-        prop::collection::vec(0u32..200, 1..8),
-        1usize..30,
-        1u32..4,
-        prop::sample::select(vec![(0.9f32, 0.4f32), (1.2, 0.75), (0.0, 0.5)]),
-        any::<bool>(),
-        prop::option::of(0usize..60),
-    )
-        .prop_map(
-            |(mut docs, mut query, depth, keep_mod, params, reversed, floor_rank)| {
-                // Two words in most documents, both in the query.
-                for (i, d) in docs.iter_mut().enumerate() {
-                    if i % 7 != 0 {
-                        d.1.push(0);
-                    }
-                    if i % 2 == 0 {
-                        d.1.push(10);
-                    }
-                }
-                query.extend([0, 10]);
-                Case {
-                    docs,
-                    query,
-                    depth,
-                    keep_mod,
-                    params,
-                    reversed,
-                    floor_rank,
-                }
-            },
-        )
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Larger parts, where few documents found by the rare terms are left
+    /// to look up in the common terms' long lists.
     #[test]
-    fn maxscore_on_larger_parts(c in big_case()) {
+    fn maxscore_on_larger_parts(c in cases(
+        200,
+        1000..4000,
+        1..16,
+        1..30,
+        vec![(0.9, 0.4), (1.2, 0.75), (0.0, 0.5)],
+        true,
+    )) {
         check(&c);
     }
 }

@@ -245,38 +245,29 @@ fn collect_allowed(
     let ok = |slot: u32| allowed.is_none_or(|b| b.contains(slot as usize));
     let nslots = s.seg.slot_count();
     let mut slots: Vec<(u32, f32)> = Vec::new();
-    let in_memory = |index: &sagitta_index::Index, slots: &mut Vec<(u32, f32)>, acc| {
-        let v = index.view();
+    let mut run = |live: &dyn Fn(u32) -> bool, key: &dyn Fn(u32) -> u64| {
         q.top(
             fields.iter().copied(),
             nslots,
             want,
-            |slot| ok(slot) && v.is_live(slot),
+            |slot| ok(slot) && live(slot),
             acc,
-            slots,
+            &mut slots,
         );
-        slots
-            .iter()
-            .map(|&(slot, x)| (v.key(slot), x))
-            .collect::<Vec<_>>()
+        out.extend(slots.iter().map(|&(slot, x)| (key(slot), x)));
     };
-    let hits = match s.part.map(|p| &p.body) {
-        Some(Body::Sealed { seg, .. }) => {
-            q.top(
-                fields.iter().copied(),
-                nslots,
-                want,
-                |slot| ok(slot) && seg.is_live(slot),
-                acc,
-                &mut slots,
-            );
-            slots.iter().map(|&(slot, x)| (seg.key(slot), x)).collect()
-        }
+    match s.part.map(|p| &p.body) {
+        Some(Body::Sealed { seg, .. }) => run(&|slot| seg.is_live(slot), &|slot| seg.key(slot)),
         // A frozen part or the mutable one: an in-memory index.
-        Some(Body::Frozen { index, .. }) => in_memory(index, &mut slots, acc),
-        None => in_memory(active, &mut slots, acc),
-    };
-    out.extend(hits);
+        body => {
+            let index = match body {
+                Some(Body::Frozen { index, .. }) => index,
+                _ => active,
+            };
+            let v = index.view();
+            run(&|slot| v.is_live(slot), &|slot| v.key(slot));
+        }
+    }
 }
 
 /// Keeps the `depth` best of `v` (score descending, key ascending),
