@@ -26,7 +26,7 @@ each smaller set lies inside every larger one: ``--limit-queries`` (all),
 is also scored on the smallest of these sets (the "common" columns), so
 methods run on different sets can be compared on the same queries.
 
-``python -m sagitta_bench text [--engines sagitta,lancedb] [--limit-queries N]``
+``python -m sagitta_bench text [--engines sagitta,lancedb,tantivy] [--limit-queries N]``
 Results: ``results/text/text-<timestamp>.{json,md}``; ``report`` puts the
 newest into BENCHMARKS.md.
 """
@@ -52,7 +52,7 @@ from . import datasets
 K = 10  # scored depth
 ASK = K + 1  # asked of each engine: the query's own row is dropped
 SEED = 11  # the permutation the query subsets are prefixes of
-ENGINES = ("sagitta", "lancedb")
+ENGINES = ("sagitta", "lancedb", "tantivy")
 BENCH = Path(__file__).resolve().parents[1]
 
 
@@ -259,7 +259,8 @@ def worker(cfg_path: str, out_path: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="sagitta-bench text", description=__doc__)
-    ap.add_argument("--engines", default=",".join(ENGINES), help="comma list of sagitta, lancedb")
+    engines = ", ".join(ENGINES)
+    ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma list of {engines}")
     ap.add_argument("--limit-queries", type=int, help="the first N of the seeded permutation")
     ap.add_argument("--rows", type=int, help="a smaller corpus (smoke tests; not the task)")
     ap.add_argument(

@@ -93,6 +93,78 @@ class LanceText:
         b.method("hybrid, IVF_HNSW_SQ (RRF)", hybrid)
 
 
+class TantivyText:
+    """Tantivy (the Rust full-text engine, through ``tantivy-py``): one
+    index of (id, text), the text analysed as Sagitta's ``en`` analyzer
+    does (split on non-alphanumerics, tokens over 40 bytes dropped,
+    lower-cased, English stop words, English Snowball stemmer), one
+    writer thread, merged to one segment; BM25 with its fixed k1 1.2 and
+    b 0.75. A query is its text analysed by the same analyzer, its
+    distinct terms a disjunction (a boolean query of ``Should`` term
+    queries, as Sagitta scores them), searched for the top ``ASK``. Row
+    ids come from a table built once from the stored ids (outside the
+    timing), so a search pays no document fetch."""
+
+    def version(self) -> str:
+        from importlib.metadata import version
+
+        return version("tantivy")
+
+    def notes(self, bench) -> list[str]:
+        return [
+            "tantivy: analyzer simple tokenizer + remove_long(40) + lowercase + "
+            "stopword('english') + stemmer('english'); BM25 k1 1.2, b 0.75 (not settable); "
+            "query = boolean_query of Should term_query (freq) over the query's distinct "
+            "analysed terms, `searcher.search(query, 11)`, hits mapped to row ids by a table "
+            "built once"
+        ]
+
+    def run(self, task, work: Path, b) -> None:
+        import tantivy
+
+        path = work / "tantivy"
+        path.mkdir(parents=True, exist_ok=True)
+        sb = tantivy.SchemaBuilder()
+        sb.add_integer_field("id", stored=True, indexed=False)
+        sb.add_text_field("text", stored=False, tokenizer_name="sg_en")
+        index = tantivy.Index(sb.build(), path=str(path))
+        analyzer = (
+            tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+            .filter(tantivy.Filter.remove_long(40))
+            .filter(tantivy.Filter.lowercase())
+            .filter(tantivy.Filter.stopword("english"))
+            .filter(tantivy.Filter.stemmer("english"))
+            .build()
+        )
+        index.register_tokenizer("sg_en", analyzer)
+        n = len(task.keys)
+
+        def load() -> None:
+            w = index.writer(heap_size=256 << 20, num_threads=1)
+            for key, text in zip(task.keys.tolist(), task.texts):
+                w.add_document(tantivy.Document(id=int(key), text=text))
+            w.commit()
+            w.wait_merging_threads()
+            index.reload()
+
+        b.ingest("add_document + commit (one writer thread)", load, rows=n, path=path)
+        searcher = index.searcher()
+        every = searcher.search(tantivy.Query.all_query(), n).hits
+        row = {(a.segment_ord, a.doc): searcher.doc(a)["id"][0] for _, a in every}
+        schema = index.schema
+        should = tantivy.Occur.Should
+
+        def bm25(q):
+            terms = dict.fromkeys(analyzer.analyze(q.text))  # distinct, in order
+            query = tantivy.Query.boolean_query(
+                [(should, tantivy.Query.term_query(schema, "text", t, "freq")) for t in terms]
+            )
+            hits = searcher.search(query, ASK).hits
+            return np.array([row[(a.segment_ord, a.doc)] for _, a in hits], dtype=np.int64)
+
+        b.method("BM25", bm25)
+
+
 def load_collection(c, task, vectors: bool = True, rows: int | None = None) -> None:
     """``upsert`` the first ``rows`` of the corpus in batches: keys, the
     vectors (or None: the engine embeds the texts) and the text payload."""
@@ -227,7 +299,7 @@ class SagittaText:
         c.close()
 
 
-ADAPTERS = {"sagitta": SagittaText, "lancedb": LanceText}
+ADAPTERS = {"sagitta": SagittaText, "lancedb": LanceText, "tantivy": TantivyText}
 
 
 def sagitta_text_api_error() -> str | None:

@@ -129,6 +129,22 @@ def test_text_lancedb(tmp_path, monkeypatch):
     assert "## Full-text and hybrid search (debian-pkg-retrieval, dev split)" in bm.read_text()
 
 
+def test_text_tantivy(tmp_path, monkeypatch):
+    run, md = run_text(
+        tmp_path,
+        monkeypatch,
+        *("--engines", "tantivy", "--limit-queries", "50", "--rows", "400", "--warmup", "3"),
+    )
+    (r,) = run["results"]
+    ((m),) = r["methods"]
+    assert m["method"] == "BM25" and m["queries"] == 50
+    # The stand-in's relevant rows share the query's topic words.
+    assert m["ndcg"] > 0.5 and m["p50_ms"] <= m["p99_ms"]
+    (step,) = r["ingest"]
+    assert step["rows"] == 400 and step["seconds"] > 0
+    assert "| tantivy | BM25 | 50 |" in md
+
+
 def test_text_sagitta(tmp_path, monkeypatch):
     from sagitta_bench.text_engines import sagitta_text_api_error
 
