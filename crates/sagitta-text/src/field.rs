@@ -143,7 +143,7 @@ pub trait FieldRead {
     /// Document lengths by slot.
     fn doc_lens(&self) -> DocLens<'_>;
     /// Whether every term's postings are in increasing slot order (what
-    /// the document-at-a-time search of [`crate::TextQuery::top`] needs;
-    /// otherwise it scores term at a time).
+    /// the lookups of [`crate::TextQuery::top`] need; otherwise it scores
+    /// every posting).
     fn postings_sorted(&self) -> bool;
 }
