@@ -168,21 +168,10 @@ impl Accumulator {
         self.scores.resize(nslots, 0.0);
     }
 
-    /// Adds `s` to `slot`'s score (slots past the part are ignored).
-    #[inline]
-    pub fn add(&mut self, slot: u32, s: f32) {
-        if let Some(x) = self.scores.get_mut(slot as usize) {
-            if *x == 0.0 {
-                self.touched.push(slot);
-            }
-            *x += s;
-        }
-    }
-
     /// Adds `s` to `slot`'s score and returns the new score (0 for a
     /// slot past the part).
     #[inline]
-    pub fn add_get(&mut self, slot: u32, s: f32) -> f32 {
+    pub(crate) fn add_get(&mut self, slot: u32, s: f32) -> f32 {
         match self.scores.get_mut(slot as usize) {
             Some(x) => {
                 if *x == 0.0 {

@@ -52,8 +52,14 @@ impl Cursor<'_> {
     /// What this term adds to `slot`'s score with term frequency `tf`.
     #[inline]
     fn contribution(&self, slot: u32, tf: u32) -> f32 {
-        let tf = tf as f32;
-        let norm = self.base + self.per_len * self.lens.get(slot) as f32;
+        self.weigh(tf as f32, self.lens.get(slot) as f32)
+    }
+
+    /// BM25's term score for term frequency `tf` in a document of `dl`
+    /// terms.
+    #[inline]
+    fn weigh(&self, tf: f32, dl: f32) -> f32 {
+        let norm = self.base + self.per_len * dl;
         self.w * tf / (tf + norm)
     }
 
@@ -70,9 +76,7 @@ impl Cursor<'_> {
                 x[k] = self.lens.get(slots[k]) as f32;
             }
             for k in 0..m {
-                let tf = tfs[k] as f32;
-                let norm = self.base + self.per_len * x[k];
-                x[k] = self.w * tf / (tf + norm);
+                x[k] = self.weigh(tfs[k] as f32, x[k]);
             }
             for k in 0..m {
                 most = most.max(acc.add_get(slots[k], x[k]));
