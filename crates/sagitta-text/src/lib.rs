@@ -5,7 +5,8 @@
 //! segments ([`mem`]), the text section of a segment file read in place
 //! from the mapping ([`section`]), BM25 with collection-wide statistics
 //! ([`bm25`]; the best documents of a part found without scoring every
-//! posting, MaxScore, in `prune`), and the fusion of a dense and a text ranking ([`fusion`]).
+//! posting, MaxScore, in `prune`), and the fusion of a dense and a text
+//! ranking ([`fusion`]).
 //!
 //! Sits beside `sagitta-index` (it knows slots, not vectors); the store
 //! wires it to collections.
