@@ -246,6 +246,11 @@ def main(argv: list[str] | None = None) -> None:
 
         server.main(args_in[1:])
         return
+    if args_in[:1] == ["busy"]:
+        from . import busy
+
+        busy.main(args_in[1:])
+        return
     if args_in[:1] == ["cluster"]:
         from . import cluster
 
@@ -317,6 +322,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser(
         "longbow",
         help="Arrow Flight: sagitta serve beside the peer Longbow (see sagitta_bench.longbow)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "busy",
+        help="optimize() alone and beside CPU-bound processes (see sagitta_bench.busy)",
         add_help=False,
     )
     sub.add_parser(

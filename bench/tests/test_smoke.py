@@ -211,3 +211,13 @@ def test_filtered_mode_runs_every_filtering_engine(tmp_path):
     assert all(x["short"] == 0.0 for x in ours)
     md = (out / "filtered" / files[0].name.replace(".json", ".md")).read_text()
     assert "| and | 1% |" in md
+
+
+def test_busy_times_optimize_with_and_without_busy_processes():
+    cmd = [sys.executable, "-m", "sagitta_bench", "busy", "--dataset", "synthetic:3000:32:7"]
+    cmd += ["--rows", "3000", "--rounds", "1", "--burners", "1"]
+    out = subprocess.run(cmd, check=True, cwd=BENCH, capture_output=True, text=True).stdout
+    rows = [x for x in out.splitlines() if x.startswith("| 0 |") or x.startswith("| 1 |")]
+    assert len(rows) == 2, out
+    for x in rows:
+        assert float(x.rstrip(" |").rsplit("|", 1)[1]) > 0

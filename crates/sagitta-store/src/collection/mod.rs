@@ -490,6 +490,8 @@ impl Collection {
     pub fn optimize(&self) -> Result<()> {
         self.inner.writable("optimize")?;
         self.inner.freeze_now()?;
+        // Written by this thread, at its priority (see `optimizer::Pools`).
+        self.inner.flush_frozen()?;
         self.inner.wait_settled(false)
     }
 
@@ -498,6 +500,8 @@ impl Collection {
     pub fn compact(&self) -> Result<()> {
         self.inner.writable("compact")?;
         self.inner.freeze_now()?;
+        // Written by this thread, at its priority (see `optimizer::Pools`).
+        self.inner.flush_frozen()?;
         self.inner.wait_settled(true)
     }
 
