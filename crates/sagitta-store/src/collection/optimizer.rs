@@ -29,8 +29,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Rows inserted between two checks for shutdown.
+/// Rows inserted between two checks for shutdown, while a caller waits.
 const CHUNK: usize = 1024;
+/// Rows inserted in one background step: a step begun at nice 19 finishes
+/// there (a thread cannot take its priority back), so a caller who starts
+/// waiting meanwhile waits for at most this many inserts at that priority
+/// (1,024 rows of 384 dims kept `optimize()` waiting 11 s beside two
+/// CPU-bound processes).
+const BACKGROUND_CHUNK: usize = 128;
 /// Wait after a failed task before trying again.
 const RETRY: Duration = Duration::from_secs(1);
 /// Builds and merges wait until writes have paused this long...
@@ -340,6 +346,11 @@ impl Shared {
         *seen = s.wakes;
     }
 
+    /// A caller waits in `optimize()` / `compact()`.
+    fn waited_for(&self) -> bool {
+        self.status.lock().waiters > 0
+    }
+
     fn progress(&self, done: u64) {
         let mut s = self.status.lock();
         s.stats.task_rows_done = done;
@@ -460,23 +471,30 @@ fn flush_loop(c: &Inner) {
 
 /// The two build pools: background work runs at the lowest priority;
 /// work a caller waits for (`optimize()`, `compact()`) at the priority of
-/// the thread that opened the collection. A thread cannot raise its own
-/// priority again once lowered (without `CAP_SYS_NICE`), so the second
-/// pool's threads are started before this thread lowers its own: on a
-/// machine kept busy by other processes, a nice-19 build gets about 1/70
-/// of a core beside each of them, and `optimize()` took 94 s instead of
-/// 1.1 s beside two CPU-bound processes.
+/// the thread that opened the collection, step by step
+/// ([`Pools::install`]). A thread cannot raise its own priority again once
+/// lowered (without `CAP_SYS_NICE`), so the optimizer thread, which only
+/// plans and hands steps to a pool, keeps that priority, and the
+/// background pool's threads lower their own. On a machine kept busy by
+/// other processes a nice-19 build gets about 1/70 of a core beside each
+/// of them: `optimize()` of 20,000 rows took 94 s instead of 1.1 s beside
+/// two CPU-bound processes.
 struct Pools<'a> {
     background: &'a rayon::ThreadPool,
     waited: &'a rayon::ThreadPool,
 }
 
 impl Pools<'_> {
-    fn pick(&self, waited_for: bool) -> &rayon::ThreadPool {
-        if waited_for {
-            self.waited
+    /// Runs `f` on the pool for now: the waited-for one while a caller
+    /// waits in `optimize()` / `compact()`. A task is made of such steps
+    /// (reading its inputs, each chunk of inserts, writing the file), so
+    /// a task begun in the background moves to the caller's priority at
+    /// its next step when a caller starts waiting.
+    fn install<R: Send>(&self, opt: &Shared, f: impl FnOnce() -> R + Send) -> R {
+        if opt.waited_for() {
+            self.waited.install(f)
         } else {
-            self.background
+            self.background.install(f)
         }
     }
 }
@@ -509,7 +527,11 @@ fn optimize_loop(c: &Inner) {
 }
 
 fn optimize_with(c: &Inner, pools: &Pools<'_>) {
-    lower_priority();
+    // This thread only plans and hands each step to a pool; at nice 19 on
+    // a busy machine every hand-back waited for a time slice (optimize()
+    // beside two CPU-bound processes took 3.5 times as long as alone,
+    // where the pools' share of the cores accounts for 2).
+    sagitta_index::foreground::mark_background();
     let mut seen = 0;
     let mut first = true;
     while !c.opt.stopping() {
@@ -581,10 +603,7 @@ fn optimize_with(c: &Inner, pools: &Pools<'_>) {
             s.stats.task_rows_done = 0;
             s.stats.task_rows_total = 0;
         }
-        // The whole task (reading the inputs, writing the file) on a
-        // thread of the chosen pool, not only its parallel parts.
-        let pool = pools.pick(urgent);
-        match pool.install(|| run(c, &st, &p, pool)) {
+        match run(c, &st, &p, pools) {
             Ok(rows) => {
                 let mut s = c.opt.status.lock();
                 s.stats.tasks_done += 1;
@@ -648,7 +667,7 @@ fn infos(c: &Inner, st: &State) -> Vec<PartInfo> {
 }
 
 /// Executes `p` on the parts of `st`; returns the rows inserted.
-fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64> {
+fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools<'_>) -> Result<u64> {
     let inputs: Vec<Arc<Part>> = p
         .inputs
         .iter()
@@ -677,6 +696,8 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
     // rows beside codes, encoded like user vectors.
     let stride = c.config.space.stride();
     let full = c.config.keeps_full();
+    // A copy, on this thread (at its priority: a copy begun on the
+    // background pool kept a caller who came meanwhile waiting seconds).
     let (mut keys, mut stored, mut origin) = (Vec::new(), Vec::new(), Vec::new());
     for (i, x) in inputs.iter().enumerate() {
         if Some(i) != base {
@@ -687,32 +708,42 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
             });
         }
     }
-    let index = match base.and_then(|b| inputs[b].segment().map(|s| (b, s))) {
-        Some((b, seg)) => {
-            let dead = &dead0[b];
-            Index::from_graph(
-                c.config.built_space(),
-                c.config.hnsw,
-                seg,
-                &|slot| dead.keys.is_empty() || !dead.keys.contains(&seg.key(slot)),
-                keys.len(),
-            )?
-        }
-        None if p.flat => Index::flat(c.config.space)?,
-        None => c.config.sealed_index()?,
-    };
+    let index = pools.install(&c.opt, || -> Result<Index> {
+        Ok(
+            match base.and_then(|b| inputs[b].segment().map(|s| (b, s))) {
+                Some((b, seg)) => {
+                    let dead = &dead0[b];
+                    Index::from_graph(
+                        c.config.built_space(),
+                        c.config.hnsw,
+                        seg,
+                        &|slot| dead.keys.is_empty() || !dead.keys.contains(&seg.key(slot)),
+                        keys.len(),
+                    )?
+                }
+                None if p.flat => Index::flat(c.config.space)?,
+                None => c.config.sealed_index()?,
+            },
+        )
+    })?;
     c.opt.status.lock().stats.task_rows_total = keys.len() as u64;
     if c.config.kind == IndexKind::IvfRq {
         // Trained on all of its rows at once.
-        pool.install(|| index.upsert_encoded_batch(&keys, &stored, 0))?;
+        pools.install(&c.opt, || index.upsert_encoded_batch(&keys, &stored, 0))?;
     } else {
-        for at in (0..keys.len()).step_by(CHUNK) {
+        let mut at = 0;
+        while at < keys.len() {
             if c.opt.stopping() {
                 return Err(StoreError::Optimizer("stopped".into()));
             }
-            let end = (at + CHUNK).min(keys.len());
+            let step = if c.opt.waited_for() {
+                CHUNK
+            } else {
+                BACKGROUND_CHUNK
+            };
+            let end = (at + step).min(keys.len());
             let rows = &stored[at * stride..end * stride];
-            pool.install(|| {
+            pools.install(&c.opt, || {
                 if full && !p.flat {
                     index.upsert_f32_rows(&keys[at..end], rows, stride, 0)
                 } else {
@@ -720,6 +751,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
                 }
             })?;
             c.opt.progress(end as u64);
+            at = end;
         }
     }
     let rows = keys.len() as u64;
@@ -727,49 +759,68 @@ fn run(c: &Inner, st: &State, p: &Plan, pool: &rayon::ThreadPool) -> Result<u64>
     let out = if index.is_empty() {
         None
     } else {
-        let file = segment_file(id);
-        let path = c.dir.join(&file);
-        let schema = c.schema.read().clone();
-        let from: HashMap<u64, (usize, u32)> = keys.iter().copied().zip(origin).collect();
-        let base_slots = base.map_or(0, |b| inputs[b].slot_count());
-        let failure: RefCell<Option<StoreError>> = RefCell::new(None);
-        let batch = c.payload_batch(&index, |key, slot| {
-            let (i, s) = match (base, from.get(&key)) {
-                (_, Some(&o)) => o,
-                (Some(b), None) if (slot as usize) < base_slots => (b, slot),
-                _ => return None,
-            };
-            match inputs[i].payload_row(&schema, s) {
-                Ok(r) => (!r.is_empty()).then_some(r),
-                Err(e) => {
-                    failure.borrow_mut().get_or_insert(e);
-                    None
-                }
-            }
+        let written = pools.install(&c.opt, || {
+            write(c, &index, &inputs, base, &keys, origin, id)
         })?;
-        if let Some(e) = failure.into_inner() {
-            return Err(e);
-        }
-        Segment::write_with_payload(
-            &index,
-            batch.as_ref().map(|(s, b)| (s, b)),
-            &c.config.text_fields(),
-            &path,
-        )?;
-        let seg = super::commit::open_written(&path)?;
-        Some(Arc::new(Part::new(id, Body::Sealed { file, seg })))
+        Some(written)
     };
     let carry: Vec<(Arc<Part>, Arc<Dead>)> = inputs.iter().cloned().zip(dead0).collect();
-    c.commit(
-        Change {
-            remove: p.inputs.clone(),
-            add: out.into_iter().collect(),
-            wal_seq: None,
-            what: Some(p.kind.name()),
-        },
-        &carry,
-    )?;
+    pools.install(&c.opt, || {
+        c.commit(
+            Change {
+                remove: p.inputs.clone(),
+                add: out.into_iter().collect(),
+                wal_seq: None,
+                what: Some(p.kind.name()),
+            },
+            &carry,
+        )
+    })?;
     Ok(rows)
+}
+
+/// Writes a task's segment file (vectors, payload, text) as part `id`
+/// and opens it.
+fn write(
+    c: &Inner,
+    index: &Index,
+    inputs: &[Arc<Part>],
+    base: Option<usize>,
+    keys: &[u64],
+    origin: Vec<(usize, u32)>,
+    id: u64,
+) -> Result<Arc<Part>> {
+    let file = segment_file(id);
+    let path = c.dir.join(&file);
+    let schema = c.schema.read().clone();
+    let from: HashMap<u64, (usize, u32)> = keys.iter().copied().zip(origin).collect();
+    let base_slots = base.map_or(0, |b| inputs[b].slot_count());
+    let failure: RefCell<Option<StoreError>> = RefCell::new(None);
+    let batch = c.payload_batch(index, |key, slot| {
+        let (i, s) = match (base, from.get(&key)) {
+            (_, Some(&o)) => o,
+            (Some(b), None) if (slot as usize) < base_slots => (b, slot),
+            _ => return None,
+        };
+        match inputs[i].payload_row(&schema, s) {
+            Ok(r) => (!r.is_empty()).then_some(r),
+            Err(e) => {
+                failure.borrow_mut().get_or_insert(e);
+                None
+            }
+        }
+    })?;
+    if let Some(e) = failure.into_inner() {
+        return Err(e);
+    }
+    Segment::write_with_payload(
+        index,
+        batch.as_ref().map(|(s, b)| (s, b)),
+        &c.config.text_fields(),
+        &path,
+    )?;
+    let seg = super::commit::open_written(&path)?;
+    Ok(Arc::new(Part::new(id, Body::Sealed { file, seg })))
 }
 
 impl Inner {
@@ -813,6 +864,29 @@ impl Inner {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn steps_run_on_the_waited_for_pool_while_a_caller_waits() {
+        let pool = |name: &'static str| {
+            rayon::ThreadPoolBuilder::new()
+                .num_threads(1)
+                .thread_name(move |_| name.to_string())
+                .build()
+                .unwrap()
+        };
+        let (background, waited) = (pool("bg"), pool("waited"));
+        let pools = Pools {
+            background: &background,
+            waited: &waited,
+        };
+        let opt = Shared::default();
+        let name = || std::thread::current().name().map(str::to_string);
+        assert_eq!(pools.install(&opt, name).as_deref(), Some("bg"));
+        opt.status.lock().waiters += 1;
+        assert_eq!(pools.install(&opt, name).as_deref(), Some("waited"));
+        opt.status.lock().waiters -= 1;
+        assert_eq!(pools.install(&opt, name).as_deref(), Some("bg"));
+    }
 
     fn part(id: u64, slots: u64, live: u64, built: bool) -> PartInfo {
         PartInfo {
