@@ -20,6 +20,7 @@ pub mod http;
 pub mod idfilter;
 pub mod longbow;
 pub mod metrics;
+pub mod opener;
 pub mod ops;
 pub mod priority;
 pub mod registry;

@@ -31,6 +31,18 @@ struct SchedAttr {
 /// Asks for the shortest time slice for the calling thread, keeping its
 /// policy (normal) and nice value. Returns whether the kernel took it.
 pub fn latency_sensitive() -> bool {
+    set_slice(SHORT_SLICE_NS)
+}
+
+/// Gives the calling thread the scheduler's default slice again, keeping
+/// its nice value (a thread started by a latency-sensitive one inherits
+/// its short slice). Returns whether the kernel took it.
+pub fn default_slice() -> bool {
+    set_slice(0)
+}
+
+/// The calling thread's slice request (`0`: the kernel's default).
+fn set_slice(runtime: u64) -> bool {
     #[cfg(target_os = "linux")]
     {
         let attr = SchedAttr {
@@ -39,7 +51,7 @@ pub fn latency_sensitive() -> bool {
             flags: 0,
             nice: nice(),
             priority: 0,
-            runtime: SHORT_SLICE_NS,
+            runtime,
             deadline: 0,
             period: 0,
         };
@@ -51,6 +63,7 @@ pub fn latency_sensitive() -> bool {
     }
     #[cfg(not(target_os = "linux"))]
     {
+        let _ = runtime;
         false
     }
 }

@@ -2,6 +2,7 @@
 //! directory, opened at start, created and dropped by requests.
 
 use crate::error::{ApiError, ApiResult};
+use crate::opener::Opener;
 use parking_lot::{Mutex, RwLock};
 use sagitta_store::{Collection, CollectionConfig, OpenMode, StoreError};
 use std::collections::BTreeMap;
@@ -51,6 +52,9 @@ pub struct Registry {
     cols: RwLock<BTreeMap<String, Arc<Entry>>>,
     // Serialises create and drop (directory operations).
     ddl: Mutex<()>,
+    /// Every collection is opened or created on this thread (the
+    /// priority its background work runs at; see `opener`).
+    opener: Opener,
 }
 
 impl Registry {
@@ -66,8 +70,10 @@ impl Registry {
             .filter(|n| validate_name(n).is_ok())
             .collect();
         names.sort();
+        let opener = Opener::start();
         for name in names {
-            match Collection::open(&root.join(&name), OpenMode::ReadWrite) {
+            let dir = root.join(&name);
+            match opener.run(move || Collection::open(&dir, OpenMode::ReadWrite)) {
                 Ok(c) => {
                     tracing::info!(collection = %name, vectors = c.len(), "opened collection");
                     cols.insert(name.clone(), Arc::new(Entry::new(name, c)));
@@ -81,6 +87,7 @@ impl Registry {
             root: root.to_path_buf(),
             cols: RwLock::new(cols),
             ddl: Mutex::new(()),
+            opener,
         })
     }
 
@@ -113,7 +120,7 @@ impl Registry {
             return Err(ApiError::Conflict(name.into()));
         }
         let dir = self.root.join(name);
-        let c = match Collection::create(&dir, config) {
+        let c = match self.opener.run(move || Collection::create(&dir, config)) {
             Ok(c) => c,
             Err(StoreError::AlreadyExists { .. }) => return Err(ApiError::Conflict(name.into())),
             Err(e) => return Err(e.into()),
