@@ -74,8 +74,8 @@ fn loaded(dir: &std::path::Path) -> (Collection, usize) {
     (c, keys.len())
 }
 
-/// Checks the three pools' nice values, and that the graph was built on
-/// the one named `on` (its threads did at least ten times the work of the
+/// Checks the pools' nice values, and that the graph was built on the one
+/// named `on` (its threads did at least ten times the work of the
 /// other two together).
 fn built_on(c: &Collection, rows: usize, on: &str) {
     let stats = c.stats();
@@ -92,9 +92,11 @@ fn built_on(c: &Collection, rows: usize, on: &str) {
         ("idle", 10.max(mine)),
         ("urgent", mine),
     ];
+    // Pools are started on first use: `on` is, the others may be.
     for (name, nice) in want {
         let p = pool(name);
-        assert_eq!(p.len(), 2, "{name}");
+        let started = p.len() == 2 || (p.is_empty() && name != on);
+        assert!(started, "{name}: {} threads", p.len());
         assert!(p.iter().all(|t| t.nice == nice), "{name} at nice {nice}");
     }
     let cpu = |name: &str| pool(name).iter().map(|t| t.cpu_ns).sum::<u64>();

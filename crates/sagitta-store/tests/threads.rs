@@ -41,13 +41,13 @@ fn closed_and_dropped_collections_leave_no_thread() {
 
     let c = Collection::create(dir.path(), cfg).unwrap();
     c.add(&keys, &refs).unwrap();
-    // optimize() returns once the optimizer has built every segment: its
-    // build pool is up.
+    // optimize() returns once the optimizer has built every segment: the
+    // build pool it used (started on first use) is up.
     c.optimize().unwrap();
     assert!(
         store_threads()
             .iter()
-            .any(|n| n.starts_with("sagitta-build")),
+            .any(|n| n.starts_with("sagitta-urgent")),
         "the optimizer's build pool runs while the collection is open: {:?}",
         store_threads()
     );

@@ -481,7 +481,8 @@ fn flush_loop(c: &Inner) {
     }
 }
 
-/// The build pools, one per priority, chosen step by step
+/// The build pools, one per priority, each started on first use, chosen
+/// step by step
 /// ([`Pools::install`]): builds while writes arrive at nice 19; builds
 /// once writes pause at nice 10; work a caller waits for (`optimize()`,
 /// `compact()`) at the priority of the thread that opened the collection.
@@ -493,23 +494,66 @@ fn flush_loop(c: &Inner) {
 /// rows took 94 s instead of 1.1 s beside two CPU-bound processes, and the
 /// server's indexing of a 100,000-row upload made no visible progress in
 /// 9 minutes.
-struct Pools<'a> {
-    background: &'a rayon::ThreadPool,
-    idle: &'a rayon::ThreadPool,
-    waited: &'a rayon::ThreadPool,
+struct Pools {
+    background: LazyPool,
+    idle: LazyPool,
+    waited: LazyPool,
 }
 
-impl Pools<'_> {
+impl Pools {
     /// Runs `f` on the pool for now ([`Inner::build_priority`]). A task is
     /// made of such steps (each chunk of inserts, writing the file, the
     /// commit), so a task begun in the background moves over at its next
     /// step.
     fn install<R: Send>(&self, c: &Inner, f: impl FnOnce() -> R + Send) -> R {
-        match c.build_priority() {
-            Priority::Waited => self.waited.install(f),
-            Priority::Idle => self.idle.install(f),
-            Priority::Background => self.background.install(f),
+        let pool = match c.build_priority() {
+            Priority::Waited => &self.waited,
+            Priority::Idle => &self.idle,
+            Priority::Background => &self.background,
+        };
+        match pool.get() {
+            Some(p) => p.install(f),
+            // No thread could be started: on this one.
+            None => f(),
         }
+    }
+}
+
+/// A pool started on first use, by the optimizer thread (so its threads
+/// start from the opener's priority and set their own), and joined when
+/// dropped: a collection that never builds starts no build thread.
+struct LazyPool {
+    name: &'static str,
+    nice: Option<libc::c_int>,
+    threads: usize,
+    pool: std::sync::OnceLock<Option<sagitta_index::threads::JoinedPool>>,
+}
+
+impl LazyPool {
+    fn new(name: &'static str, nice: Option<libc::c_int>, threads: usize) -> LazyPool {
+        LazyPool {
+            name,
+            nice,
+            threads,
+            pool: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> Option<&rayon::ThreadPool> {
+        let (name, nice) = (self.name, self.nice);
+        self.pool
+            .get_or_init(|| {
+                let b = rayon::ThreadPoolBuilder::new()
+                    .num_threads(self.threads)
+                    .thread_name(move |i| format!("sagitta-{name}-{i}"))
+                    .start_handler(move |_| match nice {
+                        Some(n) => lower_priority(n),
+                        // Still gives way to searches at its step points.
+                        None => sagitta_index::foreground::mark_background(),
+                    });
+                sagitta_index::threads::JoinedPool::build(b).ok()
+            })
+            .as_deref()
     }
 }
 
@@ -525,40 +569,19 @@ enum Priority {
 }
 
 fn optimize_loop(c: &Inner) {
-    // Their threads are joined when the loop ends, so a closed collection
-    // leaves no build thread behind.
-    let pool = |name: &'static str, nice: Option<libc::c_int>| {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(c.config.build_threads())
-            .thread_name(move |i| format!("sagitta-{name}-{i}"))
-            .start_handler(move |_| match nice {
-                Some(n) => lower_priority(n),
-                // Still gives way to searches at its step points.
-                None => sagitta_index::foreground::mark_background(),
-            })
+    let n = c.config.build_threads();
+    let pools = Pools {
+        background: LazyPool::new("build", Some(BACKGROUND_NICE), n),
+        idle: LazyPool::new("idle", Some(IDLE_NICE), n),
+        waited: LazyPool::new("urgent", None, n),
     };
-    use sagitta_index::threads::with_joined_pool;
-    let built = with_joined_pool(pool("build", Some(BACKGROUND_NICE)), |background| {
-        with_joined_pool(pool("idle", Some(IDLE_NICE)), |idle| {
-            with_joined_pool(pool("urgent", None), |waited| {
-                optimize_with(
-                    c,
-                    &Pools {
-                        background,
-                        idle,
-                        waited,
-                    },
-                )
-            })
-        })
-    });
-    if !matches!(built, Ok(Ok(Ok(())))) {
-        c.opt
-            .failed(&StoreError::Optimizer("cannot start the build pool".into()));
-    }
+    optimize_with(c, &pools);
+    // Dropping the pools joins their threads, so a closed collection
+    // leaves no build thread behind.
+    drop(pools);
 }
 
-fn optimize_with(c: &Inner, pools: &Pools<'_>) {
+fn optimize_with(c: &Inner, pools: &Pools) {
     // This thread only plans and hands each step to a pool; at nice 19 on
     // a busy machine every hand-back waited for a time slice (optimize()
     // beside two CPU-bound processes took 3.5 times as long as alone,
@@ -699,7 +722,7 @@ fn infos(c: &Inner, st: &State) -> Vec<PartInfo> {
 }
 
 /// Executes `p` on the parts of `st`; returns the rows inserted.
-fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools<'_>) -> Result<u64> {
+fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
     let inputs: Vec<Arc<Part>> = p
         .inputs
         .iter()
