@@ -582,10 +582,11 @@ fn optimize_loop(c: &Inner) {
 }
 
 fn optimize_with(c: &Inner, pools: &Pools) {
-    // This thread only plans and hands each step to a pool; at nice 19 on
-    // a busy machine every hand-back waited for a time slice (optimize()
-    // beside two CPU-bound processes took 3.5 times as long as alone,
-    // where the pools' share of the cores accounts for 2).
+    // This thread plans, copies a task's rows and hands each other step to
+    // a pool, at the opener's priority: at nice 19 on a busy machine every
+    // hand-back waited for a time slice (optimize() beside two CPU-bound
+    // processes took 3.5 times as long as alone, where the pools' share of
+    // the cores accounts for 2).
     sagitta_index::foreground::mark_background();
     let mut seen = 0;
     let mut first = true;
