@@ -251,6 +251,11 @@ def main(argv: list[str] | None = None) -> None:
 
         busy.main(args_in[1:])
         return
+    if args_in[:1] == ["memory"]:
+        from . import memory
+
+        memory.main(args_in[1:])
+        return
     if args_in[:1] == ["cluster"]:
         from . import cluster
 
@@ -327,6 +332,11 @@ def main(argv: list[str] | None = None) -> None:
     sub.add_parser(
         "busy",
         help="optimize() alone and beside CPU-bound processes (see sagitta_bench.busy)",
+        add_help=False,
+    )
+    sub.add_parser(
+        "memory",
+        help="resident memory while an index is built, beside peers (see sagitta_bench.memory)",
         add_help=False,
     )
     sub.add_parser(

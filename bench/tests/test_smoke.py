@@ -221,3 +221,14 @@ def test_busy_times_optimize_with_and_without_busy_processes():
     assert len(rows) == 2, out
     for x in rows:
         assert float(x.rstrip(" |").rsplit("|", 1)[1]) > 0
+
+
+def test_memory_reports_each_engines_build():
+    cmd = [sys.executable, "-m", "sagitta_bench", "memory", "--dataset", "synthetic:3000:32:7"]
+    cmd += ["--rounds", "1", "--engines", "sagitta-collection,hnswlib"]
+    out = subprocess.run(cmd, check=True, cwd=BENCH, capture_output=True, text=True).stdout
+    rows = {x.split("|")[1].strip(): x for x in out.splitlines() if x.startswith("| ")}
+    assert {"sagitta-collection", "hnswlib"} <= rows.keys(), out
+    cells = [c.strip() for c in rows["sagitta-collection"].strip(" |").split("|")]
+    # peak over base, median, anon / file, after build, after close, seconds
+    assert float(cells[2]) >= 0 and cells[5] != "–" and float(cells[6]) > 0, out

@@ -749,43 +749,50 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
     });
     // Rows in the collection's space (f32 rows where built segments keep
     // them beside codes): copied as stored, or, into an index keeping full
-    // rows beside codes, encoded like user vectors.
+    // rows beside codes, encoded like user vectors. The inputs are
+    // immutable, so the live rows are listed once (keys and where each
+    // is) and copied a chunk at a time as they are inserted: the task
+    // holds one chunk of rows besides the index it builds, not a second
+    // copy of every row.
     let stride = c.config.space.stride();
     let full = c.config.keeps_full();
-    // A copy, on this thread (at its priority: a copy begun on the
-    // background pool kept a caller who came meanwhile waiting seconds).
-    let (mut keys, mut stored, mut origin) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut keys, mut origin) = (Vec::new(), Vec::new());
     for (i, x) in inputs.iter().enumerate() {
         if Some(i) != base {
-            x.for_each_live(|slot, key, row| {
+            x.for_each_live(|slot, key, _| {
                 keys.push(key);
-                stored.extend_from_slice(&row[..stride]);
                 origin.push((i, slot));
             });
         }
     }
     let index = pools.install(c, || -> Result<Index> {
-        Ok(
-            match base.and_then(|b| inputs[b].segment().map(|s| (b, s))) {
-                Some((b, seg)) => {
-                    let dead = &dead0[b];
-                    Index::from_graph(
-                        c.config.built_space(),
-                        c.config.hnsw,
-                        seg,
-                        &|slot| dead.keys.is_empty() || !dead.keys.contains(&seg.key(slot)),
-                        keys.len(),
-                    )?
-                }
-                None if p.flat => Index::flat(c.config.space)?,
-                None => c.config.sealed_index()?,
-            },
-        )
+        let index = match base.and_then(|b| inputs[b].segment().map(|s| (b, s))) {
+            Some((b, seg)) => {
+                let dead = &dead0[b];
+                Index::from_graph(
+                    c.config.built_space(),
+                    c.config.hnsw,
+                    seg,
+                    &|slot| dead.keys.is_empty() || !dead.keys.contains(&seg.key(slot)),
+                    keys.len(),
+                )?
+            }
+            None if p.flat => Index::flat(c.config.space)?,
+            None => c.config.sealed_index()?,
+        };
+        // Sized once for every row: no capacity doubling (a copy of all
+        // that is built so far, both held at once) and no slack past it.
+        index.reserve(keys.len())?;
+        Ok(index)
     })?;
     c.opt.status.lock().stats.task_rows_total = keys.len() as u64;
+    // The copy runs on this thread (at its priority: a copy begun on the
+    // background pool kept a caller who came meanwhile waiting seconds).
+    let mut rows = Vec::new();
     if c.config.kind == IndexKind::IvfRq {
         // Trained on all of its rows at once.
-        pools.install(c, || index.upsert_encoded_batch(&keys, &stored, 0))?;
+        copy_rows(&inputs, &origin, stride, &mut rows);
+        pools.install(c, || index.upsert_encoded_batch(&keys, &rows, 0))?;
     } else {
         let mut at = 0;
         while at < keys.len() {
@@ -798,18 +805,19 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
                 BACKGROUND_CHUNK
             };
             let end = (at + step).min(keys.len());
-            let rows = &stored[at * stride..end * stride];
+            copy_rows(&inputs, &origin[at..end], stride, &mut rows);
             pools.install(c, || {
                 if full && !p.flat {
-                    index.upsert_f32_rows(&keys[at..end], rows, stride, 0)
+                    index.upsert_f32_rows(&keys[at..end], &rows, stride, 0)
                 } else {
-                    index.upsert_encoded_batch(&keys[at..end], rows, 0)
+                    index.upsert_encoded_batch(&keys[at..end], &rows, 0)
                 }
             })?;
             c.opt.progress(end as u64);
             at = end;
         }
     }
+    drop(rows);
     let rows = keys.len() as u64;
     let id = c.next_id.fetch_add(1, Ordering::AcqRel);
     let out = if index.is_empty() {
@@ -831,6 +839,26 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
         )
     })?;
     Ok(rows)
+}
+
+/// The first `stride` bytes of the rows at `at` (input, slot) into `out`
+/// (cleared first), in order.
+fn copy_rows(inputs: &[Arc<Part>], at: &[(usize, u32)], stride: usize, out: &mut Vec<u8>) {
+    out.clear();
+    out.reserve(at.len() * stride);
+    let mut i = 0;
+    while i < at.len() {
+        // One view per run of rows from the same input.
+        let part = at[i].0;
+        let run = at[i..].iter().take_while(|(p, _)| *p == part).count();
+        inputs[part].with_view(|g| {
+            for &(_, slot) in &at[i..i + run] {
+                let row = g.full(slot).unwrap_or_else(|| g.vector(slot));
+                out.extend_from_slice(&row[..stride]);
+            }
+        });
+        i += run;
+    }
 }
 
 /// Writes a task's segment file (vectors, payload, text) as part `id`
