@@ -27,6 +27,7 @@ pub mod npy;
 pub mod payload;
 pub mod pindex;
 pub mod segment;
+mod trim;
 pub mod wal;
 
 pub use collection::{

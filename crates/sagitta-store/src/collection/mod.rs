@@ -567,7 +567,11 @@ impl Collection {
     /// is abandoned (the next open resumes it). Also done, errors ignored,
     /// when the collection is dropped.
     pub fn close(mut self) -> Result<()> {
-        self.shutdown()
+        let r = self.shutdown();
+        // The parts go with the last reference to them (usually this one).
+        drop(self);
+        crate::trim::release_free_memory();
+        r
     }
 
     /// Stops background work and lets the collection go without sealing,

@@ -661,6 +661,8 @@ fn optimize_with(c: &Inner, pools: &Pools) {
         }
         match run(c, &st, &p, pools) {
             Ok(rows) => {
+                // The task's index, rows and payload are freed by now.
+                crate::trim::release_free_memory();
                 let mut s = c.opt.status.lock();
                 s.stats.tasks_done += 1;
                 s.stats.rows_indexed += rows;
