@@ -790,11 +790,11 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
     c.opt.status.lock().stats.task_rows_total = keys.len() as u64;
     // The copy runs on this thread (at its priority: a copy begun on the
     // background pool kept a caller who came meanwhile waiting seconds).
-    let mut rows = Vec::new();
+    let mut chunk = Vec::new();
     if c.config.kind == IndexKind::IvfRq {
         // Trained on all of its rows at once.
-        copy_rows(&inputs, &origin, stride, &mut rows);
-        pools.install(c, || index.upsert_encoded_batch(&keys, &rows, 0))?;
+        copy_rows(&inputs, &origin, stride, &mut chunk);
+        pools.install(c, || index.upsert_encoded_batch(&keys, &chunk, 0))?;
     } else {
         let mut at = 0;
         while at < keys.len() {
@@ -807,19 +807,19 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
                 BACKGROUND_CHUNK
             };
             let end = (at + step).min(keys.len());
-            copy_rows(&inputs, &origin[at..end], stride, &mut rows);
+            copy_rows(&inputs, &origin[at..end], stride, &mut chunk);
             pools.install(c, || {
                 if full && !p.flat {
-                    index.upsert_f32_rows(&keys[at..end], &rows, stride, 0)
+                    index.upsert_f32_rows(&keys[at..end], &chunk, stride, 0)
                 } else {
-                    index.upsert_encoded_batch(&keys[at..end], &rows, 0)
+                    index.upsert_encoded_batch(&keys[at..end], &chunk, 0)
                 }
             })?;
             c.opt.progress(end as u64);
             at = end;
         }
     }
-    drop(rows);
+    drop(chunk);
     let rows = keys.len() as u64;
     let id = c.next_id.fetch_add(1, Ordering::AcqRel);
     let out = if index.is_empty() {
