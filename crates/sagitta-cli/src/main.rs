@@ -29,6 +29,16 @@ use std::path::PathBuf;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// Returns what mimalloc holds free to the system now. It purges a freed
+/// range a second after the free, but only when one of its threads next
+/// allocates or frees: a server quiet after an index build kept the
+/// build's memory (1,015 MiB resident after a 400k-row build).
+fn release_free_memory() {
+    // SAFETY: mi_collect walks only mimalloc's own heaps and arenas (it
+    // takes their locks) and may run beside allocations on other threads.
+    unsafe { libmimalloc_sys::mi_collect(true) }
+}
+
 #[derive(Parser)]
 #[command(name = "sagitta", version, about = "Sagitta vector search engine")]
 struct Cli {
@@ -174,6 +184,7 @@ enum Cmd {
 }
 
 fn main() -> Result<()> {
+    sagitta_store::set_release_hook(release_free_memory);
     match Cli::parse().cmd {
         Cmd::Demo {
             sample,

@@ -48,3 +48,4 @@ pub use ids::{parse_u128, string_key, u128_key, Id, IdColumn, IdError, IdType, S
 pub use payload::{Field, FieldType, Payload, PayloadError, Schema, Value};
 pub use sagitta_text::{AnalyzerKind, Bm25, Fusion, TextFieldSpec};
 pub use segment::{Segment, SegmentInfo, FORMAT_VERSION, OLDEST_SUPPORTED_VERSION};
+pub use trim::set_release_hook;

@@ -639,7 +639,7 @@ fn optimize_with(c: &Inner, pools: &Pools) {
                 .then(|| plan(&parts, &policy(c, force, true)))
                 .flatten();
             let mut s = c.opt.status.lock();
-            s.stats.idle = true;
+            let was_idle = std::mem::replace(&mut s.stats.idle, true);
             s.stats.deferred = later.map(|p| p.kind.name().into());
             if st.frozen().next().is_none() {
                 s.settled_at = look;
@@ -649,6 +649,11 @@ fn optimize_with(c: &Inner, pools: &Pools) {
             }
             drop(s);
             c.opt.cv.notify_all();
+            if !was_idle {
+                // Falling idle: what flushes and tasks freed goes back to
+                // the system before the collection goes quiet.
+                crate::trim::release_free_memory();
+            }
             continue;
         };
         {
