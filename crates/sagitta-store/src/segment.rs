@@ -1381,6 +1381,30 @@ struct SectionWriter<'a> {
     cur: Option<(u32, u64, u32)>,
 }
 
+/// A [`SectionWriter`] as `io::Write` for Arrow's IPC writer, keeping the
+/// first error of the file.
+struct IpcSink<'s, 'p> {
+    w: &'s mut SectionWriter<'p>,
+    err: Option<StoreError>,
+}
+
+impl std::io::Write for IpcSink<'_, '_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self.w.put(b) {
+            Ok(()) => Ok(b.len()),
+            Err(e) => {
+                let msg = e.to_string();
+                self.err.get_or_insert(e);
+                Err(std::io::Error::other(msg))
+            }
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Start the disk's writeback every this many bytes while a segment is
 /// written (RocksDB's `bytes_per_sync`), so the final fsync has little
 /// left and the journal commit it forces does not stall the WAL's fsyncs
@@ -1448,6 +1472,18 @@ impl SectionWriter<'_> {
         self.raw(b)
     }
 
+    /// The Arrow IPC stream of `batch`, written as it is encoded.
+    fn put_ipc(&mut self, batch: &RecordBatch) -> Result<()> {
+        let mut sink = IpcSink { w: self, err: None };
+        let r = payload::write_ipc(batch, &mut sink);
+        match (sink.err, r) {
+            // The file's own error (a full disk, an injected fault), not
+            // the message Arrow wrapped it in.
+            (Some(e), _) => Err(e),
+            (None, r) => r.map_err(StoreError::Payload),
+        }
+    }
+
     fn end(&mut self) {
         if let Some((kind, offset, crc)) = self.cur.take() {
             self.sections.push(Section {
@@ -1507,7 +1543,7 @@ fn write_file(
                     view.slots()
                 ))));
             }
-            Some((payload::ipc_bytes(batch)?, pindex::build(schema, batch)))
+            Some((batch, pindex::build(schema, batch)))
         }
         _ => None,
     };
@@ -1676,9 +1712,9 @@ fn write_file(
         });
     }
 
-    if let Some((ipc, idx)) = &payload {
+    if let Some((batch, idx)) = &payload {
         w.begin(SectionKind::Payload)?;
-        w.put(ipc)?;
+        w.put_ipc(batch)?;
         w.end();
         w.begin(SectionKind::PayloadIndex)?;
         w.put(idx)?;
@@ -1832,4 +1868,76 @@ fn text_section(
         }
     }
     encode(&mem)
+}
+
+#[cfg(all(test, feature = "failpoints"))]
+mod payload_write_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::payload::{Field, FieldType, Value};
+
+    fn batch(rows: usize) -> RecordBatch {
+        let schema = Schema::new(vec![Field {
+            name: "text".into(),
+            ty: FieldType::String,
+        }])
+        .unwrap();
+        let rows: Vec<Vec<Value>> = (0..rows)
+            .map(|i| vec![Value::Str(format!("row {i} {}", "x".repeat(i % 50)))])
+            .collect();
+        payload::to_record_batch(&schema, rows.iter().map(|r| Some(&r[..]))).unwrap()
+    }
+
+    fn writer(path: &Path) -> SectionWriter<'_> {
+        SectionWriter {
+            // A small buffer: every put reaches the file layer.
+            out: BufWriter::with_capacity(64, fault::create(path).unwrap()),
+            pos: 0,
+            synced: 0,
+            path,
+            sections: vec![],
+            cur: None,
+        }
+    }
+
+    #[test]
+    fn the_payload_section_is_the_ipc_stream_with_its_checksum() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("payload.bin");
+        let b = batch(2_000);
+        let mut w = writer(&path);
+        w.begin(SectionKind::Payload).unwrap();
+        w.put_ipc(&b).unwrap();
+        w.end();
+        w.out.flush().unwrap();
+        let written = std::fs::read(&path).unwrap();
+        let expected = payload::ipc_bytes(&b).unwrap();
+        assert_eq!(written, expected);
+        assert_eq!(w.sections.len(), 1);
+        assert_eq!(w.sections[0].len, expected.len() as u64);
+        assert_eq!(w.sections[0].crc, crc32c::crc32c(&expected));
+    }
+
+    #[test]
+    fn a_disk_failing_inside_the_payload_returns_the_file_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("payload.bin");
+        let b = batch(2_000);
+        let mut w = writer(&path);
+        w.begin(SectionKind::Payload).unwrap();
+        // Some of the stream lands, then the disk is full.
+        fault::armed::inject(
+            fault::armed::Fault::new(IoOp::Write, dir.path(), libc::ENOSPC).after(3),
+        );
+        let e = w.put_ipc(&b).unwrap_err();
+        let fired = fault::armed::clear(dir.path());
+        assert!(fired >= 1, "the fault fired");
+        match e {
+            StoreError::Io { op, source, .. } => {
+                assert_eq!(op, "write");
+                assert_eq!(source.raw_os_error(), Some(libc::ENOSPC));
+            }
+            other => panic!("expected the file's error, got {other:?}"),
+        }
+    }
 }

@@ -328,20 +328,20 @@ impl Inner {
         if schema.is_empty() {
             return Ok(None);
         }
-        let rows: Vec<Option<Row>> = {
-            let view = index.view();
-            (0..view.slots() as u32)
-                .map(|slot| {
-                    if view.is_live(slot) {
-                        row(view.key(slot), slot)
-                    } else {
-                        None
-                    }
-                })
-                .collect()
-        };
-        let batch = payload::to_record_batch(&schema, rows.iter().map(|r| r.as_deref()))?;
-        Ok(Some((schema, batch)))
+        // A row at a time into the batch: the rows are never all held
+        // besides it.
+        let view = index.view();
+        let mut batch = payload::BatchBuilder::new(&schema, view.slots());
+        for slot in 0..view.slots() as u32 {
+            let r = if view.is_live(slot) {
+                row(view.key(slot), slot)
+            } else {
+                None
+            };
+            batch.push(r.as_deref());
+        }
+        drop(view);
+        Ok(Some((schema, batch.finish()?)))
     }
 }
 
