@@ -4,6 +4,7 @@
 
 use crate::analyzer::{Analyzer, AnalyzerKind, TermCounts};
 use crate::field::{DocLens, FieldRead, Postings};
+use std::borrow::Cow;
 // foldhash: several times faster than SipHash on short terms, and seeded
 // per process, so a crafted text cannot aim at one bucket in advance.
 use foldhash::{HashMap, HashMapExt};
@@ -122,14 +123,22 @@ impl MemField {
     }
 
     /// Every (term, postings sorted by slot), terms sorted: the order a
-    /// segment section stores them in.
-    pub(crate) fn sorted(&self) -> Vec<(&str, Vec<(u32, u32)>)> {
-        let mut out: Vec<(&str, Vec<(u32, u32)>)> = self
+    /// segment section stores them in. Postings are borrowed when the
+    /// documents came in slot order (a segment build adds them so), so
+    /// encoding a section does not hold a second copy of every posting.
+    pub(crate) fn sorted(&self) -> Vec<(&str, Cow<'_, [(u32, u32)]>)> {
+        let mut out: Vec<(&str, Cow<'_, [(u32, u32)]>)> = self
             .terms
             .iter()
             .map(|(t, &id)| {
-                let mut p = self.postings[id as usize].clone();
-                p.sort_unstable_by_key(|&(s, _)| s);
+                let p = &self.postings[id as usize];
+                let p = if self.in_order {
+                    Cow::Borrowed(&p[..])
+                } else {
+                    let mut p = p.clone();
+                    p.sort_unstable_by_key(|&(s, _)| s);
+                    Cow::Owned(p)
+                };
                 (t.as_ref(), p)
             })
             .collect();

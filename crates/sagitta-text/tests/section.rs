@@ -205,3 +205,21 @@ fn analysed_apart_then_added_equals_add() {
     assert_eq!(encode(&direct, n).unwrap(), encode(&split, n).unwrap());
     assert_eq!(split.fields()[0].docs(), direct.fields()[0].docs());
 }
+
+#[test]
+fn documents_added_out_of_slot_order_encode_like_in_order() {
+    // In slot order the postings are encoded as they are held; out of
+    // order they are sorted first: the same bytes either way.
+    let in_order = mem();
+    let mut shuffled = MemText::new(&specs());
+    for slot in [3usize, 0, 4, 1, 2] {
+        let (t, b) = DOCS[slot];
+        shuffled.add(0, slot as u32, t);
+        shuffled.add(1, slot as u32, b);
+    }
+    let n = DOCS.len() as u32;
+    assert_eq!(encode(&shuffled, n).unwrap(), encode(&in_order, n).unwrap());
+    let bytes = encode(&shuffled, n).unwrap();
+    let sec = TextSection::parse(&bytes, n).unwrap();
+    assert!(sec.fields().iter().all(|f| f.postings_sorted()));
+}
