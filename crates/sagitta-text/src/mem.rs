@@ -28,6 +28,10 @@ impl TextFieldSpec {
     }
 }
 
+/// One term's postings, (slot, term frequency) by slot: borrowed from
+/// the field when already in order.
+pub(crate) type SlotPostings<'a> = Cow<'a, [(u32, u32)]>;
+
 /// One field's inverted index in memory.
 #[derive(Debug)]
 pub struct MemField {
@@ -126,8 +130,8 @@ impl MemField {
     /// segment section stores them in. Postings are borrowed when the
     /// documents came in slot order (a segment build adds them so), so
     /// encoding a section does not hold a second copy of every posting.
-    pub(crate) fn sorted(&self) -> Vec<(&str, Cow<'_, [(u32, u32)]>)> {
-        let mut out: Vec<(&str, Cow<'_, [(u32, u32)]>)> = self
+    pub(crate) fn sorted(&self) -> Vec<(&str, SlotPostings<'_>)> {
+        let mut out: Vec<(&str, SlotPostings<'_>)> = self
             .terms
             .iter()
             .map(|(t, &id)| {
