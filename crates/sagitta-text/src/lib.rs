@@ -16,6 +16,7 @@ pub mod bm25;
 mod field;
 pub mod fusion;
 pub mod mem;
+pub mod merge;
 mod prune;
 pub mod section;
 

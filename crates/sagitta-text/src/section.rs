@@ -37,90 +37,164 @@ fn put_u32s(out: &mut Vec<u8>, v: impl IntoIterator<Item = u32>) -> u64 {
     at
 }
 
+/// A visitor of one term and its (slot, term frequency) postings.
+pub(crate) type TermVisitor<'v> = dyn FnMut(&[u8], &[(u32, u32)]) + 'v;
+
+/// One field as a section stores it, for [`put_field`]: its statistics,
+/// its terms in byte order each with its postings in slot order (visited
+/// once per array of the layout), and its documents' lengths.
+pub(crate) trait FieldSource {
+    fn name(&self) -> &str;
+    fn analyzer(&self) -> AnalyzerKind;
+    fn docs(&self) -> u64;
+    fn total_len(&self) -> u64;
+    /// Calls `f` with each term that has postings and its postings.
+    fn each_term(&self, f: &mut TermVisitor<'_>) -> Result<(), TextError>;
+    /// The length of `slot`'s document (0: none).
+    fn doc_len(&self, slot: u32) -> u32;
+}
+
+/// A [`MemField`](crate::MemField)'s terms sorted once.
+struct MemSource<'m> {
+    field: &'m crate::MemField,
+    sorted: Vec<(&'m str, crate::mem::SlotPostings<'m>)>,
+}
+
+impl FieldSource for MemSource<'_> {
+    fn name(&self) -> &str {
+        self.field.name()
+    }
+    fn analyzer(&self) -> AnalyzerKind {
+        self.field.analyzer()
+    }
+    fn docs(&self) -> u64 {
+        self.field.docs()
+    }
+    fn total_len(&self) -> u64 {
+        self.field.total_len()
+    }
+    fn each_term(&self, f: &mut TermVisitor<'_>) -> Result<(), TextError> {
+        for (t, p) in &self.sorted {
+            f(t.as_bytes(), p);
+        }
+        Ok(())
+    }
+    fn doc_len(&self, slot: u32) -> u32 {
+        match self.field.doc_lens() {
+            DocLens::Mem(d) => d.get(slot as usize).copied().unwrap_or(0),
+            DocLens::Mapped(_) => 0,
+        }
+    }
+}
+
+/// Starts a section of `nfields` fields for `nslots` slots: the header and
+/// room for the directory.
+pub(crate) fn begin(nfields: usize, nslots: u32) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&VERSION.to_le_bytes());
+    out.extend_from_slice(&(nfields as u32).to_le_bytes());
+    out.extend_from_slice(&nslots.to_le_bytes());
+    out.resize(HEADER + nfields * DIR_ENTRY, 0);
+    out
+}
+
+/// Appends field `fi` of a section begun by [`begin`] and fills in its
+/// directory entry. Fails when the field has 2³² postings or more, 4 GiB
+/// of terms, or a document past `nslots`.
+pub(crate) fn put_field(
+    out: &mut Vec<u8>,
+    fi: usize,
+    f: &dyn FieldSource,
+    nslots: u32,
+) -> Result<(), TextError> {
+    let too_big = |what: &str| TextError::TooLarge(format!("field {}: {what}", f.name()));
+    let (mut nterms, mut npost, mut term_bytes, mut past) = (0usize, 0usize, 0u64, false);
+    f.each_term(&mut |t, p| {
+        nterms += 1;
+        npost += p.len();
+        term_bytes += t.len() as u64;
+        past |= p.iter().any(|&(s, _)| s >= nslots);
+    })?;
+    if npost > u32::MAX as usize {
+        return Err(too_big("2^32 postings or more"));
+    }
+    if term_bytes > u64::from(u32::MAX) {
+        return Err(too_big("4 GiB of terms"));
+    }
+    if past {
+        return Err(too_big("a document past the segment's slots"));
+    }
+    let name_off = out.len() as u64;
+    out.extend_from_slice(f.name().as_bytes());
+    pad8(out);
+    let term_ends_off = out.len() as u64;
+    let mut end = 0u32;
+    f.each_term(&mut |t, _| {
+        end += t.len() as u32;
+        out.extend_from_slice(&end.to_le_bytes());
+    })?;
+    pad8(out);
+    let term_bytes_off = out.len() as u64;
+    f.each_term(&mut |t, _| out.extend_from_slice(t))?;
+    pad8(out);
+    let post_ends_off = out.len() as u64;
+    let mut n = 0u32;
+    f.each_term(&mut |_, p| {
+        n += p.len() as u32;
+        out.extend_from_slice(&n.to_le_bytes());
+    })?;
+    pad8(out);
+    let slots_off = out.len() as u64;
+    f.each_term(&mut |_, p| {
+        for &(s, _) in p {
+            out.extend_from_slice(&s.to_le_bytes());
+        }
+    })?;
+    pad8(out);
+    let tfs_off = out.len() as u64;
+    f.each_term(&mut |_, p| {
+        for &(_, t) in p {
+            out.extend_from_slice(&t.to_le_bytes());
+        }
+    })?;
+    let doc_len_off = put_u32s(out, (0..nslots).map(|s| f.doc_len(s)));
+    let dir = [
+        name_off,
+        f.name().len() as u64,
+        u64::from(f.analyzer().code()),
+        f.docs(),
+        f.total_len(),
+        nterms as u64,
+        npost as u64,
+        term_ends_off,
+        term_bytes_off,
+        term_bytes,
+        post_ends_off,
+        slots_off,
+        tfs_off,
+        doc_len_off,
+        0,
+        0,
+    ];
+    let at = HEADER + fi * DIR_ENTRY;
+    for (i, v) in dir.iter().enumerate() {
+        out[at + i * 8..at + i * 8 + 8].copy_from_slice(&v.to_le_bytes());
+    }
+    Ok(())
+}
+
 /// Encodes `text` for a segment of `nslots` slots. Fails when a field
 /// has 2³² postings or more, or a document sits past `nslots`.
 pub fn encode(text: &MemText, nslots: u32) -> Result<Vec<u8>, TextError> {
     let fields = text.fields();
-    let mut out = Vec::new();
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&(fields.len() as u32).to_le_bytes());
-    out.extend_from_slice(&nslots.to_le_bytes());
-    out.resize(HEADER + fields.len() * DIR_ENTRY, 0);
+    let mut out = begin(fields.len(), nslots);
     for (fi, f) in fields.iter().enumerate() {
-        let sorted = f.sorted();
-        let npost: usize = sorted.iter().map(|(_, p)| p.len()).sum();
-        let too_big = |what: &str| TextError::TooLarge(format!("field {}: {what}", f.name()));
-        if npost > u32::MAX as usize {
-            return Err(too_big("2^32 postings or more"));
-        }
-        let name_off = out.len() as u64;
-        out.extend_from_slice(f.name().as_bytes());
-        let mut end = 0u64;
-        let mut term_ends = Vec::with_capacity(sorted.len());
-        for (t, _) in &sorted {
-            end += t.len() as u64;
-            term_ends.push(u32::try_from(end).map_err(|_| too_big("4 GiB of terms"))?);
-        }
-        let term_ends_off = put_u32s(&mut out, term_ends);
-        pad8(&mut out);
-        let term_bytes_off = out.len() as u64;
-        for (t, _) in &sorted {
-            out.extend_from_slice(t.as_bytes());
-        }
-        let mut n = 0u32;
-        let post_ends: Vec<u32> = sorted
-            .iter()
-            .map(|(_, p)| {
-                n += p.len() as u32;
-                n
-            })
-            .collect();
-        let post_ends_off = put_u32s(&mut out, post_ends);
-        if sorted
-            .iter()
-            .any(|(_, p)| p.iter().any(|&(s, _)| s >= nslots))
-        {
-            return Err(too_big("a document past the segment's slots"));
-        }
-        let slots_off = put_u32s(
-            &mut out,
-            sorted.iter().flat_map(|(_, p)| p.iter().map(|&(s, _)| s)),
-        );
-        let tfs_off = put_u32s(
-            &mut out,
-            sorted.iter().flat_map(|(_, p)| p.iter().map(|&(_, t)| t)),
-        );
-        let lens = match f.doc_lens() {
-            DocLens::Mem(d) => d,
-            DocLens::Mapped(_) => &[],
+        let src = MemSource {
+            field: f,
+            sorted: f.sorted(),
         };
-        let doc_len_off = put_u32s(
-            &mut out,
-            (0..nslots).map(|s| lens.get(s as usize).copied().unwrap_or(0)),
-        );
-        let dir = [
-            name_off,
-            f.name().len() as u64,
-            u64::from(f.analyzer().code()),
-            f.docs(),
-            f.total_len(),
-            sorted.len() as u64,
-            npost as u64,
-            term_ends_off,
-            term_bytes_off,
-            end,
-            post_ends_off,
-            slots_off,
-            tfs_off,
-            doc_len_off,
-            0,
-            0,
-        ];
-        let at = HEADER + fi * DIR_ENTRY;
-        for (i, v) in dir.iter().enumerate() {
-            out[at + i * 8..at + i * 8 + 8].copy_from_slice(&v.to_le_bytes());
-        }
+        put_field(&mut out, fi, &src, nslots)?;
     }
     pad8(&mut out);
     Ok(out)
@@ -245,8 +319,22 @@ impl<'a> SectionField<'a> {
         (start, Self::end(ends, i))
     }
 
+    /// The postings of term `i` as stored: slots and term frequencies,
+    /// little-endian `u32`s (None when the section is damaged there).
+    pub(crate) fn postings_at(&self, i: usize) -> Option<(&'a [u8], &'a [u8])> {
+        let (s, e) = Self::range(self.post_ends, i);
+        let (s, e) = (s.checked_mul(4)?, e.checked_mul(4)?);
+        Some((self.slots.get(s..e)?, self.tfs.get(s..e)?))
+    }
+
+    /// The length of `slot`'s document (0: none, or past the section).
+    pub(crate) fn doc_len_at(&self, slot: u32) -> u32 {
+        let i = slot as usize * 4;
+        self.doc_len.get(i..i + 4).map_or(0, le32)
+    }
+
     /// Term `i` (None when the section is damaged there).
-    fn term(&self, i: usize) -> Option<&'a [u8]> {
+    pub(crate) fn term(&self, i: usize) -> Option<&'a [u8]> {
         let (s, e) = Self::range(self.term_ends, i);
         self.term_bytes.get(s..e)
     }
