@@ -358,8 +358,36 @@ impl Segment {
         analysed: Option<&MemText>,
         path: &Path,
     ) -> Result<SegmentInfo> {
+        let source = match analysed {
+            Some(m) => TextSource::Indexed(m),
+            None => TextSource::Analyse,
+        };
+        Self::write_with_text_source(index, payload, text, source, path)
+    }
+
+    /// [`Segment::write_with_payload`] with the text section already
+    /// encoded for this segment's slots (`sagitta_text::merge` of the
+    /// input segments' sections): nothing is analysed, and no inverted
+    /// index of every document is built in memory.
+    pub fn write_with_text_section(
+        index: &Index,
+        payload: Option<(&Schema, &RecordBatch)>,
+        text: &[TextFieldSpec],
+        section: Vec<u8>,
+        path: &Path,
+    ) -> Result<SegmentInfo> {
+        Self::write_with_text_source(index, payload, text, TextSource::Encoded(section), path)
+    }
+
+    fn write_with_text_source(
+        index: &Index,
+        payload: Option<(&Schema, &RecordBatch)>,
+        text: &[TextFieldSpec],
+        source: TextSource<'_>,
+        path: &Path,
+    ) -> Result<SegmentInfo> {
         let tmp = tmp_path(path);
-        let r = write_file(index, payload, text, analysed, &tmp);
+        let r = write_file(index, payload, text, source, &tmp);
         if r.is_err() {
             let _ = fault::remove(&tmp);
         }
@@ -1496,11 +1524,22 @@ impl SectionWriter<'_> {
     }
 }
 
+/// Where a segment's text section comes from.
+enum TextSource<'a> {
+    /// Analyse the text columns of the payload.
+    Analyse,
+    /// A mutable part's index holding every slot's documents (the section
+    /// keeps the live slots').
+    Indexed(&'a MemText),
+    /// Encoded already, for this segment's slots.
+    Encoded(Vec<u8>),
+}
+
 fn write_file(
     index: &Index,
     payload: Option<(&Schema, &RecordBatch)>,
     text: &[TextFieldSpec],
-    analysed: Option<&MemText>,
+    source: TextSource<'_>,
     tmp: &Path,
 ) -> Result<SegmentInfo> {
     let view = index.view();
@@ -1530,7 +1569,17 @@ fn write_file(
     } + usize::from(has_full);
     let text = match payload {
         Some((_, batch)) if !text.is_empty() && batch.num_rows() == view.slots() => {
-            Some(text_section(&view, batch, text, analysed)?)
+            Some(match source {
+                TextSource::Encoded(bytes) => {
+                    // Made for these slots: a section that does not parse
+                    // as such would make the segment unopenable.
+                    TextSection::parse(&bytes, view.slots() as u32)
+                        .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))?;
+                    bytes
+                }
+                TextSource::Indexed(m) => text_section(&view, batch, text, Some(m))?,
+                TextSource::Analyse => text_section(&view, batch, text, None)?,
+            })
         }
         _ => None,
     };

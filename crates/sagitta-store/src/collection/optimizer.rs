@@ -882,15 +882,14 @@ fn write(
     let file = segment_file(id);
     let path = c.dir.join(&file);
     let schema = c.schema.read().clone();
-    let from: HashMap<u64, (usize, u32)> = keys.iter().copied().zip(origin).collect();
-    let base_slots = base.map_or(0, |b| inputs[b].slot_count());
+    let from = Origins {
+        base,
+        base_slots: base.map_or(0, |b| inputs[b].slot_count()),
+        of_key: keys.iter().copied().zip(origin).collect(),
+    };
     let failure: RefCell<Option<StoreError>> = RefCell::new(None);
     let batch = c.payload_batch(index, |key, slot| {
-        let (i, s) = match (base, from.get(&key)) {
-            (_, Some(&o)) => o,
-            (Some(b), None) if (slot as usize) < base_slots => (b, slot),
-            _ => return None,
-        };
+        let (i, s) = from.of(key, slot)?;
         match inputs[i].payload_row(&schema, s) {
             Ok(r) => (!r.is_empty()).then_some(r),
             Err(e) => {
@@ -902,14 +901,83 @@ fn write(
     if let Some(e) = failure.into_inner() {
         return Err(e);
     }
-    Segment::write_with_payload(
-        index,
-        batch.as_ref().map(|(s, b)| (s, b)),
-        &c.config.text_fields(),
-        &path,
-    )?;
+    let specs = c.config.text_fields();
+    let payload = batch.as_ref().map(|(s, b)| (s, b));
+    match merged_text(index, inputs, &from, &specs) {
+        Some(section) => {
+            Segment::write_with_text_section(index, payload, &specs, section, &path)?;
+        }
+        None => {
+            Segment::write_with_payload(index, payload, &specs, &path)?;
+        }
+    }
     let seg = super::commit::open_written(&path)?;
     Ok(Arc::new(Part::new(id, Body::Sealed { file, seg })))
+}
+
+/// Where each row of a task's new segment comes from: its input and slot
+/// there.
+struct Origins {
+    /// The input whose graph was imported (its rows keep their slots).
+    base: Option<usize>,
+    base_slots: usize,
+    /// The other inputs' rows, by key.
+    of_key: HashMap<u64, (usize, u32)>,
+}
+
+impl Origins {
+    /// The (input, slot) of the new segment's row `slot` holding `key`.
+    fn of(&self, key: u64, slot: u32) -> Option<(usize, u32)> {
+        match (self.base, self.of_key.get(&key)) {
+            (_, Some(&o)) => Some(o),
+            (Some(b), None) if (slot as usize) < self.base_slots => Some((b, slot)),
+            _ => None,
+        }
+    }
+}
+
+/// The new segment's text section merged from its inputs' sections
+/// (`sagitta_text::merge`): no text analysed again, and only the section
+/// itself held, not an inverted index of every row in hash maps. `None`
+/// (the texts are then analysed from the payload) when the collection has
+/// no text fields, an input is not a segment with a section of those
+/// fields and analyzers, or a section cannot be read (the payload is the
+/// source the section is rebuilt from).
+fn merged_text(
+    index: &Index,
+    inputs: &[Arc<Part>],
+    from: &Origins,
+    specs: &[sagitta_text::TextFieldSpec],
+) -> Option<Vec<u8>> {
+    if specs.is_empty() {
+        return None;
+    }
+    let sections: Vec<sagitta_text::TextSection<'_>> = inputs
+        .iter()
+        .map(|p| p.segment()?.text().ok().flatten())
+        .collect::<Option<_>>()?;
+    let view = index.view();
+    let mut remaps: Vec<Vec<u32>> = inputs
+        .iter()
+        .map(|p| vec![sagitta_text::merge::DROPPED; p.slot_count()])
+        .collect();
+    for slot in 0..view.slots() as u32 {
+        if !view.is_live(slot) {
+            continue;
+        }
+        if let Some((i, s)) = from.of(view.key(slot), slot) {
+            if let Some(r) = remaps[i].get_mut(s as usize) {
+                *r = slot;
+            }
+        }
+    }
+    let nslots = view.slots() as u32;
+    drop(view);
+    let refs: Vec<&sagitta_text::TextSection<'_>> = sections.iter().collect();
+    let rm: Vec<&[u32]> = remaps.iter().map(Vec::as_slice).collect();
+    sagitta_text::merge::merge(&refs, &rm, specs, nslots)
+        .ok()
+        .flatten()
 }
 
 impl Inner {
