@@ -8,6 +8,9 @@ Each run is its own process: it loads the base vectors into memory
 (``base``), then
 builds (``sagitta-collection``: a default collection, ``upsert`` of
 ``--batch`` rows at a time, then ``optimize()`` and ``close()``;
+``sagitta-collection-text``: the same with a payload of each row's text,
+the dataset's own passages where it has them (debian-minilm) and made-up
+words otherwise, in a BM25 field, and a category column;
 ``sagitta-hnsw``: ``Index.add`` of all rows; ``hnswlib`` / ``faiss-hnsw``:
 M 16, ef_construction 128, all rows at once). Reported per run, in MiB:
 the resident set over ``base`` at its peak (anonymous and file-backed
@@ -33,6 +36,25 @@ import numpy as np
 from . import datasets
 
 ENGINES = ["sagitta-collection", "sagitta-hnsw", "hnswlib", "faiss-hnsw"]
+# Not in the default set: it measures the text path, not the index build.
+TEXT_ENGINE = "sagitta-collection-text"
+CATEGORIES = ["amber", "blue", "coral", "denim"]
+
+
+def texts_for(dataset: str, rows: int) -> list[str]:
+    """One text per base row: the dataset's passages (``base_texts.txt.gz``
+    beside its vectors) when it has them, else words made from the row
+    number (a vocabulary of a few hundred words, eight to twenty a row)."""
+    import gzip
+
+    src = datasets.data_root() / dataset / "base_texts.txt.gz"
+    if src.exists():
+        with gzip.open(src, "rt") as f:
+            return [line.rstrip("\n") for _, line in zip(range(rows), f)]
+    return [
+        " ".join(f"w{(i * 7919 + j * 104729) % 389}" for j in range(8 + i % 13))
+        for i in range(rows)
+    ]
 
 
 def _status() -> dict:
@@ -71,7 +93,9 @@ class Sampler:
         self._t.join()
 
 
-def build(engine: str, base: np.ndarray, batch: int, work: str) -> dict:
+def build(
+    engine: str, base: np.ndarray, batch: int, work: str, texts: list[str] | None = None
+) -> dict:
     """Runs in the measuring process: one build, its memory figures
     (the engine's module imported before the first sample)."""
     import importlib
@@ -82,13 +106,27 @@ def build(engine: str, base: np.ndarray, batch: int, work: str) -> dict:
     s0 = s.sample()
     t = time.perf_counter()
     out: dict = {}
-    if engine == "sagitta-collection":
+    if engine in ("sagitta-collection", TEXT_ENGINE):
         import sagitta
 
-        c = sagitta.Collection.create(os.path.join(work, "c"), ndim=base.shape[1], metric="cos")
+        text = engine == TEXT_ENGINE
+        c = sagitta.Collection.create(
+            os.path.join(work, "c"),
+            ndim=base.shape[1],
+            metric="cos",
+            text_fields=["text"] if text else None,
+        )
         for at in range(0, len(base), batch):
             rows = base[at : at + batch]
-            c.upsert(np.arange(at, at + len(rows), dtype=np.uint64), rows)
+            keys = np.arange(at, at + len(rows), dtype=np.uint64)
+            if text:
+                payload = {
+                    "text": texts[at : at + len(rows)],
+                    "category": [CATEGORIES[int(k) % 4] for k in keys],
+                }
+                c.upsert(keys, rows, payload=payload)
+            else:
+                c.upsert(keys, rows)
         c.optimize()
         out["build_s"] = time.perf_counter() - t
         after = s.sample()
@@ -139,8 +177,10 @@ def worker(argv: list[str]) -> None:
     # A copy in anonymous memory, as a caller's array would be (the
     # dataset file is memory-mapped: its pages would count as the build's).
     base = np.array(ds.base()[:rows], dtype=np.float32, order="C", copy=True)
+    # Loaded before the first sample, like the vectors.
+    texts = texts_for(dataset, len(base)) if engine == TEXT_ENGINE else None
     with tempfile.TemporaryDirectory(prefix="sagitta-mem-") as work:
-        r = build(engine, base, batch, work)
+        r = build(engine, base, batch, work, texts)
     r["rows"] = len(base)
     r["base_mib"] = base.nbytes / 2**20
     print(json.dumps(r), flush=True)
@@ -155,7 +195,11 @@ def main(argv: list[str]) -> None:
     ap.add_argument("--rows", type=int, default=0, help="first N rows (0: all)")
     ap.add_argument("--batch", type=int, default=10_000, help="rows per collection upsert")
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--engines", default=",".join(ENGINES))
+    ap.add_argument(
+        "--engines",
+        default=",".join(ENGINES),
+        help=f"comma-separated; also {TEXT_ENGINE} (a BM25 field and a category column)",
+    )
     args = ap.parse_args(argv)
     engines = [e for e in args.engines.split(",") if e]
     rows = args.rows or 10**12

@@ -232,3 +232,13 @@ def test_memory_reports_each_engines_build():
     cells = [c.strip() for c in rows["sagitta-collection"].strip(" |").split("|")]
     # peak over base, median, anon / file, after build, after close, seconds
     assert float(cells[2]) >= 0 and cells[5] != "–" and float(cells[6]) > 0, out
+
+
+def test_memory_measures_a_collection_with_a_text_field():
+    cmd = [sys.executable, "-m", "sagitta_bench", "memory", "--dataset", "synthetic:3000:32:7"]
+    cmd += ["--rounds", "1", "--engines", "sagitta-collection-text"]
+    out = subprocess.run(cmd, check=True, cwd=BENCH, capture_output=True, text=True).stdout
+    rows = [x for x in out.splitlines() if x.startswith("| sagitta-collection-text |")]
+    assert len(rows) == 1, out
+    cells = [c.strip() for c in rows[0].strip(" |").split("|")]
+    assert float(cells[2]) > 0 and cells[5] != "–" and float(cells[6]) > 0, out
