@@ -664,6 +664,9 @@ fn optimize_with(c: &Inner, pools: &Pools) {
             s.stats.task_rows_done = 0;
             s.stats.task_rows_total = 0;
         }
+        // What the flushes freed (mutable parts' rows and text indexes)
+        // goes back before the task allocates its index.
+        crate::trim::release_free_memory();
         match run(c, &st, &p, pools) {
             Ok(rows) => {
                 // The task's index, rows and payload are freed by now.
