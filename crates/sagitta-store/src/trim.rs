@@ -9,9 +9,10 @@
 //! purges freed ranges a second after they were freed, but only when one
 //! of its threads next allocates or frees, so a server whose threads go
 //! quiet after a build kept the build's memory). A program on such an
-//! allocator registers how to ask it with [`set_release_hook`]. A build
-//! task's end, the optimizer falling idle, and a collection's close ask
-//! both.
+//! allocator registers how to ask it with [`set_release_hook`]. An
+//! optimizer task's start (what flushes freed, before the task allocates
+//! its index) and end, the optimizer falling idle, and a collection's
+//! close ask both.
 
 use std::sync::OnceLock;
 
