@@ -876,16 +876,6 @@ impl BatchBuilder {
         self.rows += 1;
     }
 
-    /// Rows appended so far.
-    pub fn len(&self) -> usize {
-        self.rows
-    }
-
-    /// Whether no row was appended.
-    pub fn is_empty(&self) -> bool {
-        self.rows == 0
-    }
-
     /// The batch.
     pub fn finish(self) -> Result<RecordBatch, PayloadError> {
         let cols: Vec<ArrayRef> = self.cols.into_iter().map(ColumnBuilder::finish).collect();
