@@ -105,6 +105,15 @@ pub enum StoreError {
         /// The id.
         id: String,
     },
+    /// User error: a payload update names a key that is not stored.
+    /// Nothing is written.
+    #[error("row {row}: key {key} is not in the collection (nothing written)")]
+    KeyNotFound {
+        /// The row of the update.
+        row: usize,
+        /// The key.
+        key: u64,
+    },
     /// User error: two different string ids with one 64-bit key (in one
     /// write, or a new id and a stored one). Nothing is written.
     #[error("string ids {new:?} and {old:?} have the same key {key:#018x}: nothing written")]

@@ -622,6 +622,25 @@ fn embedding_model_writes_and_searches() {
         Err(StoreError::InvalidText(_))
     ));
     assert!(!c.contains(10));
+    // A payload update of the embedded text embeds the row again.
+    let unit = |raw: Vec<u8>| -> Vec<f32> {
+        raw.chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
+    };
+    let retext = Payload {
+        fields: p.fields.clone(),
+        columns: vec![vec![Value::Str(texts[0].into())]],
+        rows: 1,
+    };
+    assert_eq!(c.set_payload(&[3], &retext).unwrap(), 1);
+    let want = c.embed(&[texts[0]]).unwrap();
+    let cos: f32 = want
+        .iter()
+        .zip(unit(c.get_raw(3).unwrap()))
+        .map(|(a, b)| a * b)
+        .sum();
+    assert!(cos > 0.9999, "{cos}");
     c.close().unwrap();
     // Model files somewhere else: create and open say which file is missing.
     let empty = tempfile::tempdir().unwrap();

@@ -64,6 +64,7 @@ mod search;
 pub use ids::IdWrite;
 pub use scan::{Scan, ScanBatch};
 mod text;
+mod update;
 mod write;
 
 pub use config::{

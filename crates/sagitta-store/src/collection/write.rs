@@ -38,8 +38,16 @@ fn check_lengths(keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
     Ok(())
 }
 
+impl Encoded {
+    /// Rows to write: keys, their stored vectors (`stride` bytes each) and
+    /// payload rows laid out by the collection schema.
+    pub(super) fn new(keys: Vec<u64>, stored: Vec<u8>, rows: Option<Vec<Row>>) -> Encoded {
+        Encoded { keys, stored, rows }
+    }
+}
+
 impl Collection {
-    fn writer_guard(
+    pub(super) fn writer_guard(
         &self,
         op: &'static str,
     ) -> Result<parking_lot::MutexGuard<'_, Option<super::Writer>>> {
@@ -228,7 +236,7 @@ impl Collection {
 }
 
 impl Inner {
-    fn encode(&self, vectors: &[VectorRef<'_>]) -> Result<Vec<u8>> {
+    pub(super) fn encode(&self, vectors: &[VectorRef<'_>]) -> Result<Vec<u8>> {
         let stride = self.config.space.stride();
         let mut stored = vec![0u8; vectors.len() * stride];
         let space = self.config.space;
@@ -246,7 +254,7 @@ impl Inner {
 
     /// Writes puts in pieces that fit the mutable part, freezing between
     /// them, so no part grows past `segment_size` however large the batch.
-    fn write(&self, w: &mut Writer, puts: Encoded, removes: &[u64]) -> Result<()> {
+    pub(super) fn write(&self, w: &mut Writer, puts: Encoded, removes: &[u64]) -> Result<()> {
         let per_segment = self.config.rows_per_segment();
         let stride = self.config.space.stride();
         let mut start = 0;
