@@ -88,3 +88,40 @@ def filter_json(where: Any) -> str:
         return json.dumps(where, default=plain)
     except (TypeError, ValueError) as e:
         raise ValueError(f"where: not JSON-serialisable: {e}") from None
+
+
+def split_values(values: Any, known: list) -> tuple:
+    """``values=`` of ``set_payload`` (a dict of column -> one value) in two
+    parts: the columns in ``known`` (the schema's) as a JSON object, read
+    by the schema's types (numpy scalars and arrays as their Python
+    values, datetimes as RFC 3339 with naive ones taken as UTC, None as
+    null), and the new columns as a dict of one-row lists, typed by
+    pyarrow as an upsert's payload is (a None there adds nothing)."""
+    import datetime as dt
+
+    if not isinstance(values, dict):
+        raise TypeError(f"values: expected a dict of column -> value, got {type(values).__name__}")
+
+    def plain(o):
+        if isinstance(o, dt.datetime):
+            if o.tzinfo is None:
+                o = o.replace(tzinfo=dt.timezone.utc)
+            return o.astimezone(dt.timezone.utc).isoformat().replace("+00:00", "Z")
+        if hasattr(o, "tolist"):
+            return o.tolist()
+        if isinstance(o, (tuple, set, frozenset)):
+            return list(o)
+        raise TypeError(f"{type(o).__name__} is not a payload value")
+
+    old, new = {}, {}
+    for name, v in values.items():
+        if not isinstance(name, str):
+            raise ValueError(f"values: column names must be strings, got {name!r}")
+        if name in known:
+            old[name] = v
+        elif v is not None:
+            new[name] = [list(v) if isinstance(v, (tuple, set, frozenset)) else v]
+    try:
+        return json.dumps(old, default=plain, allow_nan=False), new
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"values: {e}") from None

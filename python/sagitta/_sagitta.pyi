@@ -296,6 +296,17 @@ class Collection:
         (``vectors=None``: embedded from the text by the collection's model)."""
     def remove(self, keys: KeyLike | KeysLike | None = None, *, where: Where | None = None) -> int:
         """Deletes keys, or the vectors whose payload passes ``where``."""
+    def set_payload(
+        self,
+        keys: KeyLike | KeysLike | None = None,
+        payload: Payload | None = None,
+        *,
+        where: Where | None = None,
+        values: dict[str, Any] | None = None,
+    ) -> int:
+        """Sets payload columns of stored rows (vectors and other columns
+        kept): ``payload`` one row per key, or ``values`` one value per column
+        for every key or every row passing ``where``; returns the rows updated."""
     @property
     def schema(self) -> dict[str, str]:
         """Payload columns and their types, in order."""

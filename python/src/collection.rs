@@ -355,6 +355,55 @@ impl PyCollection {
         }
     }
 
+    /// Sets payload columns of stored rows, leaving their other columns
+    /// and their vectors as they are: ``set_payload(keys, payload)`` with
+    /// one row per key (columns as :meth:`upsert` takes them; a null clears
+    /// a value), ``set_payload(keys, values={...})`` with one value per
+    /// column for every key, or ``set_payload(where=..., values={...})``
+    /// for every row passing a filter. New columns join the schema; under
+    /// an embedding model a row whose embedded text changes is embedded
+    /// again. A key that is not stored raises :class:`KeyError` and nothing
+    /// is written (a key given twice takes its last row). Returns the rows
+    /// updated.
+    #[pyo3(signature = (keys = None, payload = None, *, r#where = None, values = None))]
+    fn set_payload(
+        &self,
+        py: Python<'_>,
+        keys: Option<&Bound<'_, PyAny>>,
+        payload: Option<&Bound<'_, PyAny>>,
+        r#where: Option<&Bound<'_, PyAny>>,
+        values: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let c = self.coll()?;
+        let payload = payload
+            .filter(|p| !p.is_none())
+            .map(|p| payload_arg(py, p))
+            .transpose()?;
+        let values = values
+            .filter(|v| !v.is_none())
+            .map(|v| values_arg(py, &c, v))
+            .transpose()?;
+        let filter = bind_where(py, &c, r#where)?;
+        match (keys.filter(|k| !k.is_none()), filter, payload, values) {
+            (Some(keys), None, p, v) if p.is_some() != v.is_some() => {
+                let keys = self.stored_keys(py, &c, keys)?;
+                let p = match (p, v) {
+                    (Some(p), _) => p,
+                    (None, Some(v)) => v.select(&vec![0; keys.len()]),
+                    (None, None) => unreachable!("one of them is given"),
+                };
+                py.detach(|| c.set_payload(&keys, &p)).map_err(store_err)
+            }
+            (None, Some(f), None, Some(v)) => {
+                py.detach(|| c.set_payload_where(&f, &v)).map_err(store_err)
+            }
+            _ => Err(PyValueError::new_err(
+                "set_payload: give keys with payload= (one row per key) or with values= \
+                 (one value per column, for every key), or where= with values=",
+            )),
+        }
+    }
+
     /// The payload schema: ``{column: type}`` in column order, types among
     /// ``int64 float64 bool string timestamp tags``.
     #[getter]
@@ -882,6 +931,29 @@ fn payload_arg(py: Python<'_>, p: &Bound<'_, PyAny>) -> PyResult<Payload> {
         .map_err(|e| store_err(e.into()))
 }
 
+/// `values=` of `set_payload`: one row. Columns of the schema are read
+/// by its types (as a JSON upsert's); new ones are typed by pyarrow, as an
+/// upsert's payload.
+fn values_arg(py: Python<'_>, c: &Collection, v: &Bound<'_, PyAny>) -> PyResult<Payload> {
+    let schema = c.schema();
+    let known: Vec<String> = schema.fields().iter().map(|f| f.name.clone()).collect();
+    let (text, new): (String, Bound<'_, PyAny>) = helpers(py)?
+        .call_method1("split_values", (v, known))?
+        .extract()?;
+    let obj: serde_json::Value =
+        serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("values: {e}")))?;
+    let mut p = Payload::from_json_rows(&[obj], &schema).map_err(|e| store_err(e.into()))?;
+    if new.len()? > 0 {
+        let added = payload_arg(py, &new)?;
+        if added.rows != 1 {
+            return Err(PyValueError::new_err("values: one value per column"));
+        }
+        p.fields.extend(added.fields);
+        p.columns.extend(added.columns);
+    }
+    Ok(p)
+}
+
 /// A `where=` argument parsed and checked against the schema.
 fn bind_where(
     py: Python<'_>,
@@ -1014,6 +1086,24 @@ impl PyCollection {
             live: Some(found.iter().map(Option::is_some).collect()),
             single: k.single,
         })
+    }
+
+    /// Keys of rows to update: every one must be stored (a 128-bit id
+    /// that is not raises :class:`KeyError` here; a 64-bit key, in the
+    /// store).
+    fn stored_keys(
+        &self,
+        py: Python<'_>,
+        c: &Arc<Collection>,
+        keys: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<u64>> {
+        let k = self.key_arg(py, c, keys, "keys")?;
+        if let Some(row) = k.live.as_ref().and_then(|l| l.iter().position(|&x| !x)) {
+            return Err(pyo3::exceptions::PyKeyError::new_err(format!(
+                "row {row}: key is not in the collection (nothing written)"
+            )));
+        }
+        Ok(k.keys)
     }
 
     /// [`PyCollection::write`] with 128-bit keys.

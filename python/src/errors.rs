@@ -6,7 +6,7 @@
 //! `sagitta.CorruptFileError`, a subclass of `OSError`.
 
 use pyo3::exceptions::{
-    PyFileExistsError, PyFileNotFoundError, PyOSError, PyRuntimeError, PyValueError,
+    PyFileExistsError, PyFileNotFoundError, PyKeyError, PyOSError, PyRuntimeError, PyValueError,
 };
 use pyo3::PyErr;
 use sagitta_index::IndexError;
@@ -82,6 +82,7 @@ pub fn store_err(e: StoreError) -> PyErr {
         e @ StoreError::Model(_) => PyOSError::new_err(e.to_string()),
         e @ StoreError::Optimizer(_) => PyOSError::new_err(e.to_string()),
         StoreError::Payload(e) => PayloadError::new_err(e.to_string()),
+        e @ StoreError::KeyNotFound { .. } => PyKeyError::new_err(e.to_string()),
         e @ (StoreError::InvalidId { .. }
         | StoreError::DuplicateId { .. }
         | StoreError::IdCollision { .. }) => PyValueError::new_err(e.to_string()),

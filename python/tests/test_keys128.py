@@ -105,3 +105,17 @@ def test_128_bit_key_errors(tmp_path):
     c64 = sagitta.Collection.create(tmp_path / "e", ndim=2, metric="l2")
     with pytest.raises(ValueError):
         c64.add(2**64, v)
+
+
+def test_set_payload_by_128_bit_keys(tmp_path):
+    c = sagitta.Collection.create(tmp_path / "c", ndim=2, metric="l2", key_bits=128)
+    keys = [2**100 + i for i in range(5)]
+    c.upsert(keys, np.arange(10, dtype=np.float32).reshape(5, 2), payload={"n": list(range(5))})
+    assert c.set_payload(keys[1:3], {"n": [10, 20]}) == 2
+    _, t = c.get(keys, payload=True)
+    assert t.column("n").to_pylist() == [0, 10, 20, 3, 4]
+    # An id that is not stored (its 64-bit key may be): KeyError, nothing written.
+    with pytest.raises(KeyError):
+        c.set_payload([keys[0], 2**101], values={"n": 7})
+    _, t = c.get(keys, payload=True)
+    assert t.column("n").to_pylist() == [0, 10, 20, 3, 4]

@@ -189,3 +189,72 @@ def test_remove_where_and_errors(tmp_path, data):
         c.upsert([1], vectors[:1], payload=object())
     with pytest.raises(sagitta.PayloadError, match="score"):
         c.upsert([1], vectors[:1], payload={"score": [float("nan")]})
+
+
+def test_set_payload_changes_only_the_named_columns(tmp_path, data):
+    vectors, p = data
+    c = make(tmp_path, vectors, p)
+    assert c.stats()["segments"] >= 2, "rows in sealed segments and the mutable part"
+    before = c.get(np.arange(N))
+    keys = np.arange(0, N, 4)
+    # One row per key; a None clears the value.
+    new_year = [3000 + int(k) if k % 8 else None for k in keys]
+    assert c.set_payload(keys, {"year": new_year}) == len(keys)
+    # The same values for every key, with a new column.
+    when = dt.datetime(2025, 1, 2, 3, 4, 5, tzinfo=dt.timezone.utc)
+    assert c.set_payload([1, 2], values={"lang": "xx", "when": when, "tags": ("t",)}) == 2
+    _, table = c.get(np.arange(N), payload=True)
+    rows = table.to_pylist()
+    changed = dict(zip(keys.tolist(), new_year))
+    for k in range(N):
+        want_year = changed[k] if k in changed else int(p["year"][k])
+        assert rows[k]["year"] == want_year, k
+        assert rows[k]["score"] == pytest.approx(p["score"][k]), k
+        if k in (1, 2):
+            assert rows[k]["lang"] == "xx" and rows[k]["tags"] == ["t"]
+            assert rows[k]["when"] == when
+        else:
+            assert rows[k]["lang"] == p["lang"][k] and rows[k]["tags"] == p["tags"][k], k
+            assert rows[k]["when"] is None
+    # Vectors are untouched.
+    np.testing.assert_array_equal(np.stack(c.get(np.arange(N))), np.stack(before))
+    # By filter, through a reopen.
+    n = c.count(where={"field": "ok", "op": "eq", "value": True})
+    assert c.set_payload(where={"field": "ok", "op": "eq", "value": True}, values={"score": 9}) == n
+    path = c.path
+    c.close()
+    c = sagitta.Collection.open(path)
+    assert c.count(where={"field": "score", "op": "eq", "value": 9.0}) == n
+    assert c.count(where={"field": "year", "op": ">=", "value": 3000}) == sum(
+        1 for y in new_year if y is not None
+    )
+
+
+def test_set_payload_errors_write_nothing(tmp_path, data):
+    vectors, p = data
+    c = make(tmp_path, vectors, p)
+    _, before = c.get(np.arange(N), payload=True)
+    with pytest.raises(KeyError, match="12345"):
+        c.set_payload([1, 12345], {"year": [1, 2]})
+    with pytest.raises(sagitta.PayloadError, match='"year"'):
+        c.set_payload([1], {"year": ["x"]})
+    with pytest.raises(sagitta.PayloadError, match="rows"):
+        c.set_payload([1, 2], {"year": [1]})
+    with pytest.raises(sagitta.PayloadError, match='"year"'):
+        c.set_payload([1], values={"year": 2.5})
+    for bad in [
+        {},
+        {"keys": [1]},
+        {"keys": [1], "payload": {"year": [1]}, "values": {"year": 1}},
+        {"where": {"field": "year", "op": "lt", "value": 0}, "payload": {"year": [1]}},
+        {"keys": [1], "where": {"field": "year", "op": "lt", "value": 0}, "values": {"year": 1}},
+    ]:
+        with pytest.raises(ValueError, match="set_payload"):
+            c.set_payload(**bad)
+    with pytest.raises(ValueError, match="values"):
+        c.set_payload([1], values={"score": float("nan")})
+    with pytest.raises(TypeError, match="values"):
+        c.set_payload([1], values=[1])
+    _, after = c.get(np.arange(N), payload=True)
+    assert after.equals(before)
+    assert list(c.schema) == ["lang", "year", "score", "ok", "tags"]

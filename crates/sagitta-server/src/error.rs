@@ -122,7 +122,9 @@ impl ApiError {
                 StoreError::ReadOnly { .. }
                 | StoreError::AlreadyExists { .. }
                 | StoreError::IdCollision { .. } => Class::Conflict,
-                StoreError::NotACollection { .. } => Class::NotFound,
+                StoreError::NotACollection { .. } | StoreError::KeyNotFound { .. } => {
+                    Class::NotFound
+                }
                 StoreError::Io { .. }
                 | StoreError::Optimizer(_)
                 | StoreError::Model(_)
