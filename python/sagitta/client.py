@@ -496,6 +496,21 @@ class RemoteCollection:
             body = {"filter": _json_filter(where)}
         return self._post("delete", body)["deleted"]
 
+    def set_payload(self, keys: Iterable | None = None, *, where: Any = None, values: dict) -> int:
+        """Sets payload ``values`` (column -> value; None clears one) on the
+        rows of ``keys`` (every one must be stored: :class:`NotFoundError`,
+        a KeyError, otherwise, and nothing is written) or on every row
+        passing ``where``; their vectors and other columns stay. Returns the
+        rows updated."""
+        if (keys is None) == (where is None):
+            raise ValueError("give exactly one of keys or where")
+        body: dict = {"payload": {k: _plain(v) for k, v in dict(values).items()}}
+        if keys is not None:
+            body["ids"] = [_plain(k) for k in (keys.tolist() if hasattr(keys, "tolist") else keys)]
+        else:
+            body["filter"] = _json_filter(where)
+        return self._post("set_payload", body)["updated"]
+
     def classify(
         self,
         vector: Any,

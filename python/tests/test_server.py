@@ -207,6 +207,60 @@ def test_http_filters_payload_get_count_delete(server, loaded, data):
     assert "vec" in names
 
 
+def test_http_set_payload_by_ids_and_by_filter(server, data):
+    """POST /collections/C/set_payload: the named columns change on the rows
+    named, nothing else does (vectors, other columns, other rows); an id
+    that is not stored is 404 and writes nothing; string ids work."""
+    x, cat, year = data
+    c = sagitta.Client(server.url)
+    col = c.create_collection("setp", ndim=D, metric="l2")
+    col.upsert(np.arange(300), x[:300], payload={"cat": cat[:300], "year": year[:300]})
+    assert col.set_payload([3, 5], values={"year": 1, "note": "hi"}) == 2
+    n_b = int((cat[:300] == "b").sum())
+    assert (
+        col.set_payload(where={"field": "cat", "op": "eq", "value": "b"}, values={"cat": None})
+        == n_b
+    )
+    vecs, rows = col.get(np.arange(300), payload=True)
+    np.testing.assert_array_equal(vecs, x[:300])
+    for k, r in enumerate(rows):
+        assert r.get("year") == (1 if k in (3, 5) else int(year[k])), k
+        assert r.get("note") == ("hi" if k in (3, 5) else None), k
+        assert r.get("cat") == (None if cat[k] == "b" else str(cat[k])), k
+    assert col.count(where={"field": "cat", "op": "is_null"}) == n_b
+    with pytest.raises(KeyError) as e:
+        col.set_payload([4, 999_999], values={"year": 7})
+    assert e.value.status == 404 and "999999" in str(e.value)
+    _, after = col.get([4], payload=True)
+    assert after[0]["year"] == int(year[4])
+    for body, fragment in [
+        ({"ids": [1]}, "payload"),
+        ({"ids": [1], "payload": {}}, "payload"),
+        ({"ids": [1], "payload": [1]}, "payload"),
+        ({"payload": {"year": 1}}, "exactly one"),
+        ({"ids": [1], "filter": {}, "payload": {"year": 1}}, "exactly one"),
+        ({"ids": [1], "payload": {"year": "x"}}, "year"),
+        ({"ids": [1], "payload": {"year": 1}, "extra": 1}, "extra"),
+    ]:
+        status, _, answer = raw(
+            server, "POST", "/collections/setp/set_payload", json.dumps(body).encode()
+        )
+        assert status == 400 and fragment in answer["error"]["message"], (body, answer)
+    status, _, _ = raw(
+        server, "POST", "/collections/nope/set_payload", b'{"ids": [1], "payload": {"a": 1}}'
+    )
+    assert status == 404
+    # String ids: the ids the user gave.
+    body = {"name": "setp_str", "dims": D, "metric": "l2", "id_type": "string"}
+    assert raw(server, "POST", "/collections", json.dumps(body).encode())[0] == 201
+    s = c.collection("setp_str")
+    s.upsert(["a", "b"], x[:2], payload={"n": [1, 2]})
+    assert s.set_payload(["b"], values={"n": 20}) == 1
+    assert s.get(["a", "b"], payload=True)[1] == [{"n": 1}, {"n": 20}]
+    with pytest.raises(KeyError):
+        s.set_payload(["zz"], values={"n": 0})
+
+
 BAD_REQUESTS = [
     # (method, path, body, status, message fragment)
     ("POST", "/collections/vec/search", b'{"vector": [1, 2], "k": 3}', 400, "dimensions"),
@@ -723,6 +777,10 @@ def test_api_keys_roles_http_and_flight(tmp_path):
             reader.collection("k").upsert([1], [[1.0, 0.0]])
         assert e.value.status == 403
         assert writer.collection("k").upsert([1], [[1.0, 0.0]]) == 1
+        with pytest.raises(sagitta.AuthError) as e:
+            reader.collection("k").set_payload([1], values={"a": 1})
+        assert e.value.status == 403
+        assert writer.collection("k").set_payload([1], values={"a": 1}) == 1
         with pytest.raises(sagitta.AuthError) as e:
             reader.collection("k").optimize()
         assert e.value.status == 403

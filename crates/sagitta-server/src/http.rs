@@ -354,6 +354,25 @@ async fn delete_rows(
     .await
 }
 
+/// Sets payload columns of stored rows (by key or by filter), their
+/// vectors and other columns kept.
+#[utoipa::path(post, path = "/collections/{name}/set_payload", tag = "rows",
+    params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
+    request_body = SetPayloadRequest,
+    responses((status = 200, body = SetPayloadResponse), (status = 400, body = ErrorBody),
+              (status = 404, body = ErrorBody)))]
+async fn set_payload(
+    AxState(st): S,
+    Name(name): Name,
+    ApiJson(req): ApiJson<SetPayloadRequest>,
+) -> ApiResult<Json<SetPayloadResponse>> {
+    let e = st.registry.get(&name)?;
+    on_pool(&st, Work::Ingest, move || {
+        ops::run_set_payload(&e, req).map(Json)
+    })
+    .await
+}
+
 /// Counts rows (matching a filter).
 #[utoipa::path(post, path = "/collections/{name}/count", tag = "rows",
     params(("name" = String, Path, description = "Collection name", pattern = r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")),
@@ -457,7 +476,7 @@ async fn whoami(AxState(st): S, headers: axum::http::HeaderMap) -> ApiResult<Jso
 #[openapi(
     info(title = "Sagitta", description = "Vector search over HTTP/JSON. Arrow Flight is served on its own port (see docs/SERVER.md)."),
     paths(health, ready, metrics, list_collections, create_collection, describe_collection,
-          drop_collection, index_status, optimize, segments, upsert, get_rows, delete_rows, count_rows, scroll,
+          drop_collection, index_status, optimize, segments, upsert, get_rows, delete_rows, set_payload, count_rows, scroll,
           search, classify, whoami),
     modifiers(&BearerAuth),
     security(("api_key" = [])),
@@ -505,7 +524,11 @@ fn role_for(method: &Method, route: &str) -> Option<Role> {
         "/health" | "/ready" | "/openapi.json" | "/docs" | "/ui" | "/ui/" | "/ui/{*file}" => None,
         "/collections" if method == Method::POST => Some(Role::Admin),
         "/collections/{name}" if method == Method::DELETE => Some(Role::Admin),
-        r if r.ends_with("/upsert") || r.ends_with("/delete") || r.ends_with("/optimize") => {
+        r if r.ends_with("/upsert")
+            || r.ends_with("/delete")
+            || r.ends_with("/set_payload")
+            || r.ends_with("/optimize") =>
+        {
             Some(Role::Write)
         }
         _ => Some(Role::Read),
@@ -605,6 +628,7 @@ pub fn router(st: Arc<State>) -> Router {
         .route("/collections/{name}/upsert", post(upsert))
         .route("/collections/{name}/get", post(get_rows))
         .route("/collections/{name}/delete", post(delete_rows))
+        .route("/collections/{name}/set_payload", post(set_payload))
         .route("/collections/{name}/count", post(count_rows))
         .route("/collections/{name}/search", post(search))
         .route("/collections/{name}/classify", post(classify))

@@ -344,6 +344,33 @@ pub struct DeleteResponse {
     pub deleted: usize,
 }
 
+/// Sets payload columns of stored rows, by key or by filter (exactly one
+/// of the two): each column of `payload` takes its value (null clears it)
+/// in every row named; other columns and the vectors stay.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SetPayloadRequest {
+    /// Rows to update; every one must be stored (404 and nothing written
+    /// otherwise).
+    #[serde(default)]
+    pub ids: Option<Vec<Id>>,
+    /// Update every row this filter matches (see docs/API.md).
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    pub filter: Option<Json>,
+    /// Column → new value, the same for every row. New columns join the
+    /// schema.
+    #[schema(value_type = Object)]
+    pub payload: Json,
+}
+
+/// Rows updated.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SetPayloadResponse {
+    /// Rows whose payload was set (and durable under the WAL policy).
+    pub updated: usize,
+}
+
 /// Counts rows, optionally those a filter matches.
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -1124,6 +1151,47 @@ pub fn run_delete(e: &Entry, req: DeleteRequest) -> ApiResult<DeleteResponse> {
         }
     };
     Ok(DeleteResponse { deleted })
+}
+
+/// Runs a payload update.
+pub fn run_set_payload(e: &Entry, req: SetPayloadRequest) -> ApiResult<SetPayloadResponse> {
+    if !matches!(&req.payload, Json::Object(o) if !o.is_empty()) {
+        return Err(ApiError::BadRequest(
+            "payload: a non-empty JSON object of column -> value".into(),
+        ));
+    }
+    let values = Payload::from_json_rows(std::slice::from_ref(&req.payload), &e.coll.schema())?;
+    let updated = match (req.ids, req.filter) {
+        (Some(ids), None) => {
+            if ids.len() > MAX_KEYS {
+                return Err(ApiError::BadRequest(format!(
+                    "ids: at most {MAX_KEYS} per request"
+                )));
+            }
+            let store: Vec<sagitta_store::Id> = ids.iter().map(Id::to_store).collect();
+            let live = e.coll.live_keys(&store)?;
+            if let Some(i) = live.iter().position(Option::is_none) {
+                return Err(ApiError::NotFound(format!(
+                    "ids[{i}]: {} is not in the collection (nothing written)",
+                    store[i]
+                )));
+            }
+            let keys: Vec<u64> = live.into_iter().flatten().collect();
+            let rows = values.select(&vec![0; keys.len()]);
+            ingest(e, 0, || Ok(e.coll.set_payload(&keys, &rows)?))?
+        }
+        (None, Some(f)) => {
+            let pred = bind(&e.coll, Some(&f))?
+                .ok_or_else(|| ApiError::BadRequest("filter: must not be null".into()))?;
+            ingest(e, 0, || Ok(e.coll.set_payload_where(&pred, &values)?))?
+        }
+        _ => {
+            return Err(ApiError::BadRequest(
+                "give exactly one of `ids` or `filter`".into(),
+            ))
+        }
+    };
+    Ok(SetPayloadResponse { updated })
 }
 
 /// Runs a count request.
