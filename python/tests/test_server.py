@@ -230,7 +230,7 @@ def test_http_set_payload_by_ids_and_by_filter(server, data):
     assert col.count(where={"field": "cat", "op": "is_null"}) == n_b
     with pytest.raises(KeyError) as e:
         col.set_payload([4, 999_999], values={"year": 7})
-    assert e.value.status == 404 and "999999" in str(e.value)
+    assert e.value.status == 404 and "ids[1]: 999999 is not in the collection" in str(e.value)
     _, after = col.get([4], payload=True)
     assert after[0]["year"] == int(year[4])
     for body, fragment in [
@@ -487,6 +487,14 @@ def test_flight_put_get_search_actions(server, data):
     d[11] = np.inf
     assert r["ids"] == np.argsort(d, kind="stable")[:4].tolist() and len(r["scores"]) == 4
     assert action("delete", {"dataset": "fl", "id": [11, 12]}) == {"deleted": 2}
+    # set-payload: the named column of the rows named, and nothing else.
+    body = {"name": "fl", "ids": [20, 21], "payload": {"year": 1}}
+    assert action("set-payload", body) == {"updated": 2}
+    t = {"name": "fl", "filter": [{"field": "year", "op": "eq", "value": 1}]}
+    got = client.do_get(fl.Ticket(json.dumps(t).encode())).read_all().sort_by("id")
+    assert got["id"].to_pylist() == [20, 21] and got["cat"].to_pylist() == cat[20:22].tolist()
+    with pytest.raises(KeyError, match=r"ids\[0\]: 11 is not in the collection"):
+        action("set-payload", {"name": "fl", "ids": [11], "payload": {"year": 2}})
     assert action("delete", {"dataset": "fl", "id": 11}) == {"deleted": 0}
     st = action("cluster-status", {})
     assert {"name": "fl", "rows": N - 2} in [
@@ -494,7 +502,7 @@ def test_flight_put_get_search_actions(server, data):
     ]
     assert "fl" in action("list", {})["collections"]
     kinds = {a.type for a in client.list_actions()}
-    assert {"delete", "VectorSearchByID", "cluster-status", "list"} <= kinds
+    assert {"delete", "VectorSearchByID", "cluster-status", "list", "set-payload"} <= kinds
 
 
 def test_flight_string_ids_f16_vectors_and_created_on_first_put(server):

@@ -292,6 +292,17 @@ struct DropAction {
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+struct SetPayloadAction {
+    name: String,
+    #[serde(default)]
+    ids: Option<Vec<ops::Id>>,
+    #[serde(default)]
+    filter: Option<Json>,
+    payload: Json,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct OptimizeAction {
     name: String,
     #[serde(default)]
@@ -300,7 +311,7 @@ struct OptimizeAction {
 
 /// The actions DoAction takes: (type, description, role). Longbow's
 /// names first (its SDK and clients use them), then Sagitta's own.
-const ACTIONS: [(&str, &str, Role); 26] = [
+const ACTIONS: [(&str, &str, Role); 27] = [
     ("delete", "Delete rows: {\"dataset\": C, \"id\": ID or [ID, ...]} -> {\"deleted\": n}", Role::Write),
     ("Delete", "As delete", Role::Write),
     ("delete-vector", "Delete one row: {\"dataset\": C, \"vector_id\": ID} -> {\"deleted\": n}", Role::Write),
@@ -326,6 +337,7 @@ const ACTIONS: [(&str, &str, Role); 26] = [
     ("describe", "{\"name\": C} -> the collection's settings and figures (as GET /collections/C)", Role::Read),
     ("create-collection", "Body as POST /collections -> the new collection's description", Role::Admin),
     ("drop-collection", "{\"name\": C} -> {\"dropped\": C}", Role::Admin),
+    ("set-payload", "Set payload columns of stored rows, vectors and other columns kept: {\"name\": C, \"ids\": [...] or \"filter\": ..., \"payload\": {column: value}} -> {\"updated\": n} (as POST /collections/C/set_payload)", Role::Write),
     ("optimize", "{\"name\": C, \"compact\": bool} -> the index status once everything written before is built and merged (as POST /collections/C/optimize)", Role::Write),
 ];
 
@@ -865,6 +877,27 @@ impl Flight {
                     Err(e) => Err(e.to_status()),
                 };
                 (a.name, r)
+            }
+            "set-payload" => {
+                let a: SetPayloadAction = match json_body("set-payload", body) {
+                    Ok(a) => a,
+                    Err(s) => return (String::new(), Err(s)),
+                };
+                let label = a.name.clone();
+                let r = async {
+                    let e = self.entry(&a.name)?;
+                    let req = ops::SetPayloadRequest {
+                        ids: a.ids,
+                        filter: a.filter,
+                        payload: a.payload,
+                    };
+                    let r = self
+                        .run(Work::Ingest, move || ops::run_set_payload(&e, req))
+                        .await?;
+                    Ok(json!({ "updated": r.updated }))
+                }
+                .await;
+                (label, r)
             }
             "optimize" => {
                 let a: OptimizeAction = match json_body("optimize", body) {

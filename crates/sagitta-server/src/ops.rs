@@ -1171,7 +1171,7 @@ pub fn run_set_payload(e: &Entry, req: SetPayloadRequest) -> ApiResult<SetPayloa
             let store: Vec<sagitta_store::Id> = ids.iter().map(Id::to_store).collect();
             let live = e.coll.live_keys(&store)?;
             if let Some(i) = live.iter().position(Option::is_none) {
-                return Err(ApiError::NotFound(format!(
+                return Err(ApiError::Missing(format!(
                     "ids[{i}]: {} is not in the collection (nothing written)",
                     store[i]
                 )));
