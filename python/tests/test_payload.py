@@ -258,3 +258,32 @@ def test_set_payload_errors_write_nothing(tmp_path, data):
     _, after = c.get(np.arange(N), payload=True)
     assert after.equals(before)
     assert list(c.schema) == ["lang", "year", "score", "ok", "tags"]
+
+
+@pytest.mark.parametrize(
+    "kw,make_rows",
+    [
+        (dict(ndim=256, metric="hamming"), lambda r: r.integers(0, 256, (300, 32), dtype=np.uint8)),
+        (dict(ndim=24, metric="l2", dtype="f16"), lambda r: r.standard_normal((300, 24))),
+        (dict(ndim=24, metric="l2", dtype="i8"), lambda r: r.integers(-100, 100, (300, 24))),
+        (dict(ndim=24, metric="cos"), lambda r: r.standard_normal((300, 24))),
+        (dict(ndim=24, metric="l2", kind="ivf_rq"), lambda r: r.standard_normal((300, 24))),
+    ],
+    ids=["hamming", "f16", "i8", "cos", "ivf"],
+)
+def test_set_payload_keeps_every_kind_of_stored_vector(tmp_path, kw, make_rows):
+    rows = make_rows(np.random.default_rng(1))
+    if rows.dtype != np.uint8:
+        rows = rows.astype(np.float32)
+    c = sagitta.Collection.create(tmp_path / "c", segment_size=100 * 200, **kw)
+    c.upsert(np.arange(300), rows, payload={"n": list(range(300))})
+    before = c.get(np.arange(300))
+    hits = c.search(rows[:5], 5)
+    assert c.set_payload(np.arange(0, 300, 2), values={"n": -1}) == 150
+    for a, b in zip(before, c.get(np.arange(300))):
+        np.testing.assert_array_equal(a, b)
+    c.optimize()
+    again = c.search(rows[:5], 5)
+    np.testing.assert_array_equal(hits.keys, again.keys)
+    np.testing.assert_array_equal(hits.distances, again.distances)
+    assert c.count(where={"field": "n", "op": "eq", "value": -1}) == 150
