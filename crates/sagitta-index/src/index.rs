@@ -690,6 +690,31 @@ impl Index {
         keep: &dyn Fn(u32) -> bool,
         extra_capacity: usize,
     ) -> Result<Index> {
+        Self::import(space, params, src, keep, extra_capacity, true)
+    }
+
+    /// [`Index::from_graph`] without the source's full-precision rows: the
+    /// result holds the stored codes, keys and links only (a merge that
+    /// builds a graph over codes and writes the full rows from its inputs
+    /// then holds no second copy of them).
+    pub fn from_graph_codes<G: GraphView + ?Sized>(
+        space: Space,
+        params: HnswParams,
+        src: &G,
+        keep: &dyn Fn(u32) -> bool,
+        extra_capacity: usize,
+    ) -> Result<Index> {
+        Self::import(space, params, src, keep, extra_capacity, false)
+    }
+
+    fn import<G: GraphView + ?Sized>(
+        space: Space,
+        params: HnswParams,
+        src: &G,
+        keep: &dyn Fn(u32) -> bool,
+        extra_capacity: usize,
+        with_full: bool,
+    ) -> Result<Index> {
         params.validate()?;
         let dist = space.distance()?;
         let (m, m0, stride) = (params.m, params.m0(), space.stride());
@@ -741,7 +766,7 @@ impl Index {
         // Full-precision rows travel with the graph when the source has
         // them (every slot or none).
         let fstride = (space.dims * 4).next_multiple_of(crate::VECTOR_ALIGN);
-        if n > 0 && src.full(0).is_some() {
+        if with_full && n > 0 && src.full(0).is_some() {
             store.full = Some(SlotBuf::new(fstride, capacity));
         }
         let mut links = Links::new(capacity, m0);

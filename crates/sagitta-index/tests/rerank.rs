@@ -199,6 +199,34 @@ fn an_imported_graph_keeps_its_full_rows() {
     );
 }
 
+#[test]
+fn an_imported_graph_without_full_rows_keeps_codes_and_links() {
+    let dims = 16;
+    let rows = data(800, dims, 11);
+    let space = Space::new(dims, Metric::L2, DType::Sq8).unwrap();
+    let src = build(space, IndexKind::Hnsw, true, &rows);
+    let (view, params) = (src.view(), HnswParams::default());
+    let copy = Index::from_graph_codes(space, params, &view, &|_| true, 10).unwrap();
+    let full = Index::from_graph(space, params, &view, &|_| true, 10).unwrap();
+    drop(view);
+    assert!(!copy.keeps_full_precision() && full.keeps_full_precision());
+    let (cv, fv) = (copy.view(), full.view());
+    assert!(cv.full(5).is_none());
+    let mut buf = (Vec::new(), Vec::new());
+    for s in [0u32, 5, 399, 799] {
+        assert_eq!(cv.vector(s), fv.vector(s));
+        assert_eq!(cv.key(s), fv.key(s));
+        cv.neighbors(0, s, &mut buf.0);
+        fv.neighbors(0, s, &mut buf.1);
+        assert_eq!(buf.0, buf.1);
+    }
+    drop((cv, fv));
+    // Searches over the codes alone find the same neighbourhoods.
+    let q = VectorRef::F32(&rows[123]);
+    let opts = SearchOptions::default();
+    assert_eq!(copy.search(q, 1, &opts).unwrap()[0].key, 123);
+}
+
 fn with(filter: &sagitta_index::Bitset, exact: bool, refine: Option<usize>) -> SearchOptions<'_> {
     SearchOptions {
         filter: Some(filter),

@@ -379,6 +379,29 @@ impl Segment {
         Self::write_with_text_source(index, payload, text, TextSource::Encoded(section), path)
     }
 
+    /// [`Segment::write_with_payload`] (with the text section already
+    /// encoded when `section` is given) for an index that holds codes
+    /// only, whose full-precision rows are elsewhere: `full` gives each
+    /// slot's f32 row, and the segment keeps them beside the codes as if
+    /// the index had held them (an optimizer build holds no second copy of
+    /// every row).
+    pub fn write_with_full_rows(
+        index: &Index,
+        payload: Option<(&Schema, &RecordBatch)>,
+        text: &[TextFieldSpec],
+        section: Option<Vec<u8>>,
+        full: FullRows<'_>,
+        path: &Path,
+    ) -> Result<SegmentInfo> {
+        let source = match section {
+            Some(s) => TextSource::Encoded(s),
+            None => TextSource::Analyse,
+        };
+        let tmp = tmp_path(path);
+        let r = write_file(index, payload, text, source, Some(full), &tmp);
+        Self::publish(r, &tmp, path)
+    }
+
     fn write_with_text_source(
         index: &Index,
         payload: Option<(&Schema, &RecordBatch)>,
@@ -387,13 +410,18 @@ impl Segment {
         path: &Path,
     ) -> Result<SegmentInfo> {
         let tmp = tmp_path(path);
-        let r = write_file(index, payload, text, source, &tmp);
+        let r = write_file(index, payload, text, source, None, &tmp);
+        Self::publish(r, &tmp, path)
+    }
+
+    /// The written temporary file renamed over `path` (removed on error).
+    fn publish(r: Result<SegmentInfo>, tmp: &Path, path: &Path) -> Result<SegmentInfo> {
         if r.is_err() {
-            let _ = fault::remove(&tmp);
+            let _ = fault::remove(tmp);
         }
         let info = r?;
-        if let Err(e) = fault::rename(&tmp, path) {
-            let _ = fault::remove(&tmp);
+        if let Err(e) = fault::rename(tmp, path) {
+            let _ = fault::remove(tmp);
             return Err(e);
         }
         sync_dir(path)?;
@@ -1525,6 +1553,12 @@ impl SectionWriter<'_> {
 }
 
 /// Where a segment's text section comes from.
+/// Full-precision rows of a segment whose index holds codes only:
+/// called with a slot and its key, gives that slot's f32 row (at least
+/// `dims * 4` bytes) to the sink, or nothing for zeros (a dead slot may).
+pub type FullRows<'a> =
+    &'a (dyn Fn(u32, u64, &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> + 'a);
+
 enum TextSource<'a> {
     /// Analyse the text columns of the payload.
     Analyse,
@@ -1540,6 +1574,7 @@ fn write_file(
     payload: Option<(&Schema, &RecordBatch)>,
     text: &[TextFieldSpec],
     source: TextSource<'_>,
+    full_rows: Option<FullRows<'_>>,
     tmp: &Path,
 ) -> Result<SegmentInfo> {
     let view = index.view();
@@ -1559,7 +1594,7 @@ fn write_file(
         None
     };
     // (The view holds the store's read lock: ask it, not the index.)
-    let has_full = view.full(0).is_some();
+    let has_full = full_rows.is_some() || view.full(0).is_some();
     let nsec = if hnsw {
         6
     } else if ivf.is_some() {
@@ -1698,10 +1733,24 @@ fn write_file(
     if has_full {
         let fstride = index.full_stride();
         w.begin(SectionKind::FullVectors)?;
+        let zeros = vec![0u8; fstride];
         for s in 0..n as u32 {
-            match view.full(s) {
-                Some(row) => w.put(&row[..fstride])?,
-                None => w.put(&vec![0u8; fstride])?,
+            match (full_rows, view.full(s)) {
+                (Some(src), _) => {
+                    let mut given = false;
+                    src(s, view.key(s), &mut |row: &[u8]| {
+                        let row = &row[..row.len().min(fstride)];
+                        w.put(row)?;
+                        w.put(&zeros[row.len()..])?;
+                        given = true;
+                        Ok(())
+                    })?;
+                    if !given {
+                        w.put(&zeros)?;
+                    }
+                }
+                (None, Some(row)) => w.put(&row[..fstride])?,
+                (None, None) => w.put(&zeros)?,
             }
         }
         w.end();

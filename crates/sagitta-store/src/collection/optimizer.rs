@@ -765,7 +765,11 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
     // holds one chunk of rows besides the index it builds, not a second
     // copy of every row.
     let stride = c.config.space.stride();
-    let full = c.config.keeps_full();
+    // Built segments that keep full-precision rows beside codes: the graph
+    // is built over the codes, so the index holds codes only and the rows
+    // go from the inputs straight into the new file (no second copy of
+    // every row in memory).
+    let full = c.config.keeps_full() && !p.flat;
     let (mut keys, mut origin) = (Vec::new(), Vec::new());
     for (i, x) in inputs.iter().enumerate() {
         if Some(i) != base {
@@ -779,7 +783,12 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
         let index = match base.and_then(|b| inputs[b].segment().map(|s| (b, s))) {
             Some((b, seg)) => {
                 let dead = &dead0[b];
-                Index::from_graph(
+                let import = if full {
+                    Index::from_graph_codes
+                } else {
+                    Index::from_graph
+                };
+                import(
                     c.config.built_space(),
                     c.config.hnsw,
                     seg,
@@ -788,6 +797,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
                 )?
             }
             None if p.flat => Index::flat(c.config.space)?,
+            None if full => Index::new(c.config.built_space(), c.config.kind, c.config.hnsw)?,
             None => c.config.sealed_index()?,
         };
         // Sized once for every row: no capacity doubling (a copy of all
@@ -817,7 +827,7 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
             let end = (at + step).min(keys.len());
             copy_rows(&inputs, &origin[at..end], stride, &mut chunk);
             pools.install(c, || {
-                if full && !p.flat {
+                if full {
                     index.upsert_f32_rows(&keys[at..end], &chunk, stride, 0)
                 } else {
                     index.upsert_encoded_batch(&keys[at..end], &chunk, 0)
@@ -833,7 +843,9 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
     let out = if index.is_empty() {
         None
     } else {
-        let written = pools.install(c, || write(c, &index, &inputs, base, &keys, origin, id))?;
+        let written = pools.install(c, || {
+            write(c, &index, &inputs, base, &keys, origin, full, id)
+        })?;
         Some(written)
     };
     let carry: Vec<(Arc<Part>, Arc<Dead>)> = inputs.iter().cloned().zip(dead0).collect();
@@ -871,8 +883,10 @@ fn copy_rows(inputs: &[Arc<Part>], at: &[(usize, u32)], stride: usize, out: &mut
     }
 }
 
-/// Writes a task's segment file (vectors, payload, text) as part `id`
-/// and opens it.
+/// Writes a task's segment file (vectors, payload, text; with `full`,
+/// the full-precision rows read from the inputs) as part `id` and opens
+/// it.
+#[allow(clippy::too_many_arguments)]
 fn write(
     c: &Inner,
     index: &Index,
@@ -880,6 +894,7 @@ fn write(
     base: Option<usize>,
     keys: &[u64],
     origin: Vec<(usize, u32)>,
+    full: bool,
     id: u64,
 ) -> Result<Arc<Part>> {
     let file = segment_file(id);
@@ -906,6 +921,24 @@ fn write(
     }
     let specs = c.config.text_fields();
     let payload = batch.as_ref().map(|(s, b)| (s, b));
+    if full {
+        // Each slot's row as its input keeps it: a built input's full row,
+        // an unbuilt one's stored row (the collection's f32 space).
+        let stride = c.config.space.stride();
+        let rows = |slot: u32, key: u64, put: &mut dyn FnMut(&[u8]) -> Result<()>| match from
+            .of(key, slot)
+        {
+            Some((i, s)) => inputs[i].with_view(|g| {
+                let r = g.full(s).unwrap_or_else(|| g.vector(s));
+                put(&r[..stride.min(r.len())])
+            }),
+            None => Ok(()),
+        };
+        let section = merged_text(index, inputs, &from, &specs);
+        Segment::write_with_full_rows(index, payload, &specs, section, &rows, &path)?;
+        let seg = super::commit::open_written(&path)?;
+        return Ok(Arc::new(Part::new(id, Body::Sealed { file, seg })));
+    }
     match merged_text(index, inputs, &from, &specs) {
         Some(section) => {
             Segment::write_with_text_section(index, payload, &specs, section, &path)?;
