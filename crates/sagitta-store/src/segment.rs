@@ -1552,13 +1552,13 @@ impl SectionWriter<'_> {
     }
 }
 
-/// Where a segment's text section comes from.
 /// Full-precision rows of a segment whose index holds codes only:
 /// called with a slot and its key, gives that slot's f32 row (at least
 /// `dims * 4` bytes) to the sink, or nothing for zeros (a dead slot may).
 pub type FullRows<'a> =
     &'a (dyn Fn(u32, u64, &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()> + 'a);
 
+/// Where a segment's text section comes from.
 enum TextSource<'a> {
     /// Analyse the text columns of the payload.
     Analyse,
