@@ -341,3 +341,41 @@ fn a_read_only_collection_refuses_updates() {
         Err(StoreError::ReadOnly { .. })
     ));
 }
+
+#[test]
+fn updates_of_many_rows_go_in_pieces_and_miss_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(IndexKind::Flat);
+    cfg.segment_size = (4000 * cfg.bytes_per_vector()).max(4096);
+    let c = Collection::create(dir.path(), cfg).unwrap();
+    let n = 20_000u64;
+    load(&c, 0..n);
+    let keys: Vec<u64> = (0..n).rev().collect();
+    let p = cols(
+        &[("year", FieldType::Int64)],
+        keys.iter()
+            .map(|&k| vec![Value::Int(10_000 + k as i64)])
+            .collect(),
+    );
+    assert_eq!(c.set_payload(&keys, &p).unwrap(), n as usize);
+    let got = rows(&c, &keys);
+    for (&k, r) in keys.iter().zip(&got) {
+        assert_eq!(r[2], Value::Int(10_000 + k as i64), "key {k}");
+        assert_eq!(r[1], original(k)[1], "key {k}");
+    }
+    let all = c
+        .bind_filter(
+            &Filter::parse(&json!({"field": "year", "op": ">=", "value": 10_000})).unwrap(),
+        )
+        .unwrap();
+    let one = cols(
+        &[("lang", FieldType::String)],
+        vec![vec![Value::Str("zz".into())]],
+    );
+    assert_eq!(c.set_payload_where(&all, &one).unwrap(), n as usize);
+    assert_eq!(
+        count(&c, json!({"field": "lang", "op": "eq", "value": "zz"})),
+        n as usize
+    );
+    assert_eq!(c.len(), n as usize);
+}

@@ -622,6 +622,7 @@ fn embedding_model_writes_and_searches() {
         Err(StoreError::InvalidText(_))
     ));
     assert!(!c.contains(10));
+    let first_row = c.get_raw(1).unwrap();
     // A payload update of the embedded text embeds the row again.
     let unit = |raw: Vec<u8>| -> Vec<f32> {
         raw.chunks_exact(4)
@@ -633,6 +634,15 @@ fn embedding_model_writes_and_searches() {
         columns: vec![vec![Value::Str(texts[0].into())]],
         rows: 1,
     };
+    // A row with no text to embed is refused before anything is written.
+    let mut none = retext.clone();
+    none.rows = 2;
+    none.columns[0] = vec![Value::Str(texts[0].into()), Value::Null];
+    assert!(matches!(
+        c.set_payload(&[1, 3], &none),
+        Err(StoreError::InvalidText(_))
+    ));
+    assert_eq!(c.get_raw(1).unwrap(), first_row);
     assert_eq!(c.set_payload(&[3], &retext).unwrap(), 1);
     let want = c.embed(&[texts[0]]).unwrap();
     let cos: f32 = want

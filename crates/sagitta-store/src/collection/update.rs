@@ -15,6 +15,12 @@ use crate::payload::{Payload, PayloadError, Row, Value};
 use sagitta_index::VectorRef;
 use std::collections::HashMap;
 
+/// Rows merged and written at a time: an update of many rows holds one
+/// piece's vectors and rows, not a copy of every row it touches. Each
+/// piece is logged as one write; the writer lock is held throughout, so
+/// no other write comes between them.
+const PIECE: usize = 8192;
+
 impl Collection {
     /// Sets payload columns of stored rows: row `r` of `payload` gives the
     /// new values of its columns for `keys[r]` (a null clears one); the
@@ -24,7 +30,11 @@ impl Collection {
     /// row whose embedded text field is set is embedded again from its new
     /// text. Everything is checked before anything is written: a key that
     /// is not stored is [`StoreError::KeyNotFound`], a column of the wrong
-    /// type a payload error. Returns the rows updated.
+    /// type a payload error. Many rows are written in pieces of
+    /// [`PIECE`], each logged as one write (a crash between two leaves the
+    /// earlier ones applied, as a large upsert's pieces are; so does a
+    /// merged row over the payload size limit, the one check made per
+    /// piece). Returns the rows updated.
     pub fn set_payload(&self, keys: &[u64], payload: &Payload) -> Result<usize> {
         payload.validate(keys.len())?;
         self.check_update(payload)?;
@@ -47,11 +57,11 @@ impl Collection {
                 key: keys[i],
             });
         }
-        if keys.is_empty() {
-            return Ok(0);
+        for (n, part) in keys.chunks(PIECE).enumerate() {
+            let at = n * PIECE;
+            let e = self.merged(part, payload, |i| rows[at + i])?;
+            self.inner.write(w, e, &[])?;
         }
-        let e = self.merged(&keys, payload, |i| rows[i])?;
-        self.inner.write(w, e, &[])?;
         Ok(keys.len())
     }
 
@@ -74,11 +84,10 @@ impl Collection {
             .as_mut()
             .ok_or(StoreError::ReadOnly { op: "set_payload" })?;
         let keys = self.keys_where(Some(pred))?;
-        if keys.is_empty() {
-            return Ok(0);
+        for part in keys.chunks(PIECE) {
+            let e = self.merged(part, values, |_| 0)?;
+            self.inner.write(w, e, &[])?;
         }
-        let e = self.merged(&keys, values, |_| 0)?;
-        self.inner.write(w, e, &[])?;
         Ok(keys.len())
     }
 
@@ -92,7 +101,30 @@ impl Collection {
             }
             .into());
         }
-        self.check_text_columns(p)
+        self.check_text_columns(p)?;
+        // Rows whose embedded text is set need text to embed.
+        if let Some(col) = self.embedded_column(p) {
+            if let Some(row) = p.columns[col]
+                .iter()
+                .position(|v| !matches!(v, Value::Str(_)))
+            {
+                return Err(StoreError::InvalidText(format!(
+                    "row {row}: no text in {:?} to embed (null)",
+                    p.fields[col].name
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The column of `p` that is the collection's embedded text field
+    /// (under an embedding model), if `p` sets it.
+    fn embedded_column(&self, p: &Payload) -> Option<usize> {
+        let c = &self.inner.config;
+        match (&c.embed_model, c.text.first()) {
+            (Some(_), Some(t)) => p.fields.iter().position(|f| f.name == t.name),
+            _ => None,
+        }
     }
 
     /// The rows of stored `keys` with `payload`'s columns set from its row
@@ -139,11 +171,7 @@ impl Collection {
             stored[i * stride..i * stride + n].copy_from_slice(&r[..n]);
         }
         // The embedded field set: those rows' vectors follow their text.
-        let embedded = match (&c.config.embed_model, c.config.text.first()) {
-            (Some(_), Some(t)) => payload.fields.iter().position(|f| f.name == t.name),
-            _ => None,
-        };
-        if let Some(col) = embedded {
+        if let Some(col) = self.embedded_column(payload) {
             let texts: Vec<&str> = (0..keys.len())
                 .map(|i| match &payload.columns[col][row_of(i)] {
                     Value::Str(s) => Ok(&**s),
