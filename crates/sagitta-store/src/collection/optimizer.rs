@@ -925,11 +925,19 @@ fn write(
         // Each slot's row as its input keeps it: a built input's full row,
         // an unbuilt one's stored row (the collection's f32 space).
         let stride = c.config.space.stride();
+        let need = c.config.space.dims * 4;
         let rows = |slot: u32, key: u64, put: &mut dyn FnMut(&[u8]) -> Result<()>| match from
             .of(key, slot)
         {
             Some((i, s)) => inputs[i].with_view(|g| {
                 let r = g.full(s).unwrap_or_else(|| g.vector(s));
+                // Never codes taken for a row (an input without f32 rows).
+                if r.len() < need {
+                    return Err(StoreError::Optimizer(format!(
+                        "input part {}: slot {s} has no f32 row to write",
+                        inputs[i].id
+                    )));
+                }
                 put(&r[..stride.min(r.len())])
             }),
             None => Ok(()),
