@@ -19,7 +19,7 @@ use std::sync::{Arc, OnceLock};
 use tonic::Request;
 
 /// Action names the service serves (and one it does not).
-const ACTIONS: [&str; 26] = [
+const ACTIONS: [&str; 27] = [
     "delete",
     "Delete",
     "delete-vector",
@@ -45,6 +45,7 @@ const ACTIONS: [&str; 26] = [
     "describe",
     "create-collection",
     "drop-collection",
+    "set-payload",
     "no-such-action",
 ];
 

@@ -50,7 +50,7 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let e = entry();
-    match kind % 6 {
+    match kind % 7 {
         0 => {
             if let Ok(req) = serde_json::from_slice::<CreateCollection>(body) {
                 let _ = ops::config_from(&req);
@@ -74,6 +74,11 @@ fuzz_target!(|data: &[u8]| {
         4 => {
             if let Ok(req) = serde_json::from_slice(body) {
                 let _ = ops::run_delete(e, req);
+            }
+        }
+        5 => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = ops::run_set_payload(e, req);
             }
         }
         _ => {
