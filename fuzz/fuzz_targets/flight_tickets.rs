@@ -128,7 +128,11 @@ fuzz_target!(|data: &[u8]| {
     w.rt.block_on(async {
         match kind as usize % (ACTIONS.len() + 2) {
             0 => {
-                if let Ok(resp) = w.flight.do_get(Request::new(Ticket::new(body.to_vec()))).await {
+                if let Ok(resp) = w
+                    .flight
+                    .do_get(Request::new(Ticket::new(body.to_vec())))
+                    .await
+                {
                     let mut s = resp.into_inner();
                     while s.next().await.is_some() {}
                 }
