@@ -282,8 +282,15 @@ class Client:
         durability: str | None = None,
         text_fields: Sequence[str] | Mapping[str, str] | None = None,
         embed_model: str | None = None,
+        id_type: str | None = None,
+        codes: str | None = None,
+        bm25_k1: float | None = None,
+        bm25_b: float | None = None,
+        index_threshold: int | None = None,
     ) -> RemoteCollection:
-        """Creates a collection (arguments as :meth:`sagitta.Collection.create`)."""
+        """Creates a collection (arguments as :meth:`sagitta.Collection.create`;
+        ``id_type``: ``uint64`` (default), ``int64``, ``string`` or
+        ``uint128``, the type of the ids the server takes and answers)."""
         body = {"name": name, "dims": int(ndim), "metric": metric, "kind": kind}
         if text_fields is not None:
             if isinstance(text_fields, Mapping):
@@ -299,6 +306,11 @@ class Client:
             ("ef_search", expansion_search),
             ("segment_size", segment_size),
             ("durability", durability),
+            ("id_type", id_type),
+            ("codes", codes),
+            ("bm25_k1", bm25_k1),
+            ("bm25_b", bm25_b),
+            ("index_threshold", index_threshold),
         ):
             if v is not None:
                 body[k] = v

@@ -251,9 +251,8 @@ def test_http_set_payload_by_ids_and_by_filter(server, data):
     )
     assert status == 404
     # String ids: the ids the user gave.
-    body = {"name": "setp_str", "dims": D, "metric": "l2", "id_type": "string"}
-    assert raw(server, "POST", "/collections", json.dumps(body).encode())[0] == 201
-    s = c.collection("setp_str")
+    s = c.create_collection("setp_str", ndim=D, metric="l2", id_type="string", codes="none")
+    assert s.info()["id_type"] == "string" and s.info()["codes"] is None
     s.upsert(["a", "b"], x[:2], payload={"n": [1, 2]})
     assert s.set_payload(["b"], values={"n": 20}) == 1
     assert s.get(["a", "b"], payload=True)[1] == [{"n": 1}, {"n": 20}]
