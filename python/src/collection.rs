@@ -385,13 +385,13 @@ impl PyCollection {
             .transpose()?;
         let filter = bind_where(py, &c, r#where)?;
         match (keys.filter(|k| !k.is_none()), filter, payload, values) {
-            (Some(keys), None, p, v) if p.is_some() != v.is_some() => {
+            (Some(keys), None, Some(p), None) => {
                 let keys = self.stored_keys(py, &c, keys)?;
-                let p = match (p, v) {
-                    (Some(p), _) => p,
-                    (None, Some(v)) => v.select(&vec![0; keys.len()]),
-                    (None, None) => unreachable!("one of them is given"),
-                };
+                py.detach(|| c.set_payload(&keys, &p)).map_err(store_err)
+            }
+            (Some(keys), None, None, Some(v)) => {
+                let keys = self.stored_keys(py, &c, keys)?;
+                let p = v.select(&vec![0; keys.len()]);
                 py.detach(|| c.set_payload(&keys, &p)).map_err(store_err)
             }
             (None, Some(f), None, Some(v)) => {

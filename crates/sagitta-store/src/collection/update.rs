@@ -145,8 +145,8 @@ impl Collection {
         let at: Vec<usize> = payload
             .fields
             .iter()
-            .map(|f| schema.index_of(&f.name).expect("merged into the schema"))
-            .collect();
+            .map(|f| schema.field(&f.name).map(|(i, _)| i))
+            .collect::<std::result::Result<_, _>>()?;
         let mut rows: Vec<Row> = Vec::with_capacity(keys.len());
         for (i, row) in old.into_iter().enumerate() {
             let row = row.ok_or(StoreError::KeyNotFound {
