@@ -14,7 +14,9 @@
 //! - `bloom-v1.bin`: a bloom filter of known keys.
 //!
 //! Also: the documented header layouts asserted on the frozen bytes, field
-//! by field. Rewrite the fixtures (only when a format changes on purpose,
+//! by field; and a collection whose tombstone file says a future version
+//! (checksum recomputed) refused at open with `UnsupportedVersion`, its
+//! files unchanged. Rewrite the fixtures (only when a format changes on purpose,
 //! keeping the old ones) with
 //! `SAGITTA_REGEN_FIXTURES=1 cargo test -p sagitta-store --test formats --
 //! --test-threads=1` (one test rewrites a fixture another reads).
@@ -25,7 +27,7 @@ use sagitta_index::{DType, Metric, Space, VectorRef};
 use sagitta_store::bloom::Bloom;
 use sagitta_store::{
     wal, AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Field, FieldType, Fusion,
-    Id, IdColumn, IdWrite, OpenMode, Payload, TextFieldSpec, TextSearch, Value,
+    Id, IdColumn, IdWrite, OpenMode, Payload, StoreError, TextFieldSpec, TextSearch, Value,
 };
 use std::path::{Path, PathBuf};
 
@@ -484,5 +486,130 @@ fn bloom_version_1_reads_back() {
             .filter(|&k| b.may_contain(k))
             .count();
         assert!(fp < 2000, "false positives {fp} of 100000");
+    }
+}
+
+// -- tombstones of a future version ------------------------------------------------
+
+/// A tombstone version no build reads: far past any this one knows, so
+/// that the test does not start passing a real future version.
+const FUTURE_TOMB_VERSION: u32 = 9999;
+
+/// Every file of `dir` by name, with its bytes.
+fn dir_bytes(dir: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let name = e.file_name().to_string_lossy().into_owned();
+            (name, std::fs::read(e.path()).unwrap())
+        })
+        .collect()
+}
+
+#[test]
+fn tombstones_of_a_future_version_are_refused_and_nothing_changes() {
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("c");
+    let mut cfg = config();
+    // Flat, so that no background build rewrites the segment without its
+    // dead rows (and its tombstones with it).
+    cfg.index_threshold = Some(100_000);
+    let c = Collection::create(&dir, cfg).unwrap();
+    let vs: Vec<[f32; DIMS]> = (0..40).map(vector).collect();
+    let refs: Vec<VectorRef<'_>> = vs.iter().map(|v| VectorRef::F32(v)).collect();
+    let keys: Vec<u64> = (0..40).collect();
+    c.upsert(&keys, &refs).unwrap();
+    c.seal().unwrap();
+    let removed = [3u64, 17, 29];
+    assert_eq!(c.remove(&removed).unwrap(), removed.len());
+    c.close().unwrap();
+
+    // The tombstone file the MANIFEST names, laid out as docs/FORMAT.md
+    // says: magic, version, 0, count, {segment id, key} entries, CRC32C of
+    // everything before it.
+    let mut tombs: Vec<String> = dir_bytes(&dir)
+        .into_keys()
+        .filter(|n| n.starts_with("tomb-") && n.ends_with(".bin"))
+        .collect();
+    assert_eq!(tombs.len(), 1, "{tombs:?}");
+    let tomb_name = tombs.pop().unwrap();
+    let manifest = std::fs::read_to_string(dir.join("MANIFEST")).unwrap();
+    assert!(
+        manifest.contains(&format!("\"tombstones\": \"{tomb_name}\"")),
+        "{manifest}"
+    );
+    let tomb_path = dir.join(&tomb_name);
+    let good = std::fs::read(&tomb_path).unwrap();
+    assert_eq!(&good[..8], b"SGTATMB\0");
+    assert_eq!(u32_at(&good, 8), 1);
+    let n = u64_at(&good, 16) as usize;
+    assert_eq!(n, removed.len());
+    assert_eq!(good.len(), 24 + 16 * n + 4);
+    let body = good.len() - 4;
+    assert_eq!(crc32c::crc32c(&good[..body]), u32_at(&good, body));
+
+    // The version field of a future release, the checksum recomputed so
+    // that the file is otherwise well formed.
+    let mut future = good.clone();
+    future[8..12].copy_from_slice(&FUTURE_TOMB_VERSION.to_le_bytes());
+    let crc = crc32c::crc32c(&future[..body]);
+    future[body..].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&tomb_path, &future).unwrap();
+
+    let before = dir_bytes(&dir);
+    for kind in ["MANIFEST", "seg-", "tomb-", "bloom-", "wal-"] {
+        assert!(
+            before.keys().any(|n| n.starts_with(kind)),
+            "{kind} in {:?}",
+            before.keys()
+        );
+    }
+    for mode in [OpenMode::ReadOnly, OpenMode::ReadWrite] {
+        let err = match Collection::open(&dir, mode) {
+            Ok(_) => {
+                panic!("{mode:?}: a version-{FUTURE_TOMB_VERSION} tombstone file was accepted")
+            }
+            Err(e) => e,
+        };
+        match &err {
+            StoreError::UnsupportedVersion {
+                file,
+                found,
+                oldest,
+                newest,
+            } => {
+                assert_eq!(file, &tomb_path, "{mode:?}");
+                assert_eq!(*found, FUTURE_TOMB_VERSION, "{mode:?}");
+                assert!(*oldest <= 1 && 1 <= *newest, "{mode:?}: {err}");
+                assert!(*newest < FUTURE_TOMB_VERSION, "{mode:?}: {err}");
+            }
+            other => panic!("{mode:?}: expected UnsupportedVersion, got {other:?}"),
+        }
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&tomb_name)
+                && msg.contains(&format!("format version {FUTURE_TOMB_VERSION}")),
+            "{mode:?}: {msg}"
+        );
+        // Nothing written, renamed or removed by the refused open.
+        let after = dir_bytes(&dir);
+        assert_eq!(
+            after.keys().collect::<Vec<_>>(),
+            before.keys().collect::<Vec<_>>(),
+            "{mode:?}"
+        );
+        for (name, bytes) in &before {
+            assert!(after[name] == *bytes, "{mode:?}: {name} changed");
+        }
+    }
+
+    // The version was the only thing wrong: the original bytes open, with
+    // the removed keys still dead.
+    std::fs::write(&tomb_path, &good).unwrap();
+    let c = Collection::open(&dir, OpenMode::ReadOnly).unwrap();
+    assert_eq!(c.len(), keys.len() - removed.len());
+    for k in keys {
+        assert_eq!(c.get_raw(k).is_none(), removed.contains(&k), "key {k}");
     }
 }
