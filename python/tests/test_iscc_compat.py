@@ -1,16 +1,19 @@
 """Parity of sagitta.compat.iscc with iscc-usearch's ShardedIndex surface:
 every method of the map in docs/ISCC_USEARCH.md is called, answers are
 checked against a brute-force oracle, and the documented differences
-(duplicate keys refused, keys >= 2**63, durable reset) are asserted."""
+(duplicate keys refused, keys >= 2**63, durable reset, load / view,
+whole-index serialized_length / capacity) are asserted."""
 
 import math
 
 import numpy as np
 import pytest
 
+from sagitta import ReadOnlyError
 from sagitta.compat.iscc import (
     BatchMatches,
     Matches,
+    MetricKind,
     ShardedIndex,
     ShardedIndex128,
     ShardedNphdIndex,
@@ -24,6 +27,10 @@ def small(path, **kw):
     return ShardedIndex(path=path, ndim=16, metric="l2sq", dtype="f32", shard_size=size, **kw)
 
 
+def files_bytes(path):
+    return sum(f.stat().st_size for f in path.iterdir() if f.is_file())
+
+
 def oracle(base_keys, base, q, k):
     d = ((base - q) ** 2).sum(1)
     order = np.lexsort((base_keys, d))[:k]
@@ -34,6 +41,10 @@ def test_sharded_index_every_method(tmp_path, rng):
     path = tmp_path / "idx"
     idx = small(path, connectivity=12, expansion_add=64, expansion_search=48)
     assert (idx.connectivity, idx.expansion_add, idx.expansion_search) == (12, 64, 48)
+    assert idx.metric_kind is MetricKind.L2sq and str(idx.metric_kind) == "MetricKind.L2sq"
+    with pytest.raises(NotImplementedError):
+        idx.expansion_add = 200  # fixed at creation (a Collection setting)
+    assert idx.expansion_add == 64
     assert ShardedIndex.metadata(tmp_path / "nothing") is None
     base = rng.standard_normal((3000, 16)).astype(np.float32)
     keys = np.arange(1000, 4000, dtype=np.uint64)
@@ -150,8 +161,10 @@ def test_sharded_index_every_method(tmp_path, rng):
 
 
 def test_nphd_variable_length_codes(tmp_path):
+    ShardedIndex(path=tmp_path / "plain", ndim=8, metric="hamming", dtype="b1").close()
     idx = ShardedNphdIndex(path=tmp_path / "n", max_dim=256, ndim=999, metric="cos")
     assert (idx.max_dim, idx.max_bytes, idx.ndim) == (256, 32, 264)
+    assert idx.metric_kind is MetricKind.NPHD and idx.metric == "nphd"
     a = np.full(8, 0xAA, np.uint8)
     b = np.array([0xAB] * 8 + [0xFF] * 8, np.uint8)
     c = bytes([0xAA] * 32)
@@ -176,6 +189,13 @@ def test_nphd_variable_length_codes(tmp_path):
     idx.close()
     with ShardedNphdIndex(path=tmp_path / "n") as again:
         assert again.max_dim == 256 and len(again) == 5
+        again.view()
+        assert again.read_only and again.max_dim == 256
+        assert sorted(m.key for m in again.search(a, 5, exact=True)) == [1, 2, 3, 4, 5]
+        with pytest.raises(ValueError, match="Metric mismatch"):
+            again.load(tmp_path / "plain")  # not an NPHD index
+    with pytest.raises(ValueError, match="Metric mismatch"):
+        ShardedIndex(path=tmp_path / "n")
 
 
 def test_sharded_index128_keys_are_bytes_in_and_out(tmp_path, rng):
@@ -218,10 +238,16 @@ def test_sharded_index128_keys_are_bytes_in_and_out(tmp_path, rng):
     assert np.asarray(idx.keys).dtype == np.dtype("V16")
     assert sorted(bytes(k) for k in idx.keys) == sorted(bytes(k) for k in keys[2:])
     idx.close()
+    ShardedIndex(path=tmp_path / "m64", ndim=4).close()
     with pytest.raises(ValueError):
         ShardedIndex(path=tmp_path / "w")  # key kind mismatch (as iscc-usearch)
     with ShardedIndex128(path=tmp_path / "w", read_only=True) as again:
         assert len(again) == n - 2 and bytes(keys[1400]) in again
+        again.load()  # the reader reopens as the writer
+        assert not again.read_only and again.add(other, base[0]).tolist() == [other]
+        with pytest.raises(ValueError, match="Key kind mismatch"):
+            again.view(tmp_path / "m64")  # 64-bit keys
+        assert again.path == tmp_path / "w" and other in again
 
     nphd = ShardedNphdIndex128(path=tmp_path / "n", max_dim=128)
     ka, kb = b"A" * 16, b"B" * 16
@@ -259,6 +285,8 @@ def test_multi_several_vectors_per_key(tmp_path, rng):
     idx.close()
     with ShardedIndex(path=tmp_path / "m") as again:  # multi read from the directory
         assert again.multi and again.count(133) == 3
+        again.view()
+        assert again.read_only and again.count(133) == 3 and len(again) == 601
     with pytest.raises(ValueError):
         ShardedIndex128(path=tmp_path / "m")
 
@@ -272,3 +300,98 @@ def test_refused_options(tmp_path):
         ShardedIndex(path=tmp_path / "noddim")
     with pytest.raises(ValueError):
         ShardedIndex(path=tmp_path / "badmetric", ndim=4, metric="manhattan")
+
+
+def test_load_view_and_storage_figures(tmp_path, rng):
+    """load() / view() reopen the object in place (writable / read-only)
+    on its own directory or another; serialized_length and capacity
+    describe the whole index, readers included."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    base = rng.standard_normal((1200, 16)).astype(np.float32)
+    keys = np.arange(1200, dtype=np.uint64)
+    w = small(a, expansion_search=40)
+    w.add(keys[:1100], base[:1100])
+    w._c.optimize()
+    w.add(keys[1100:], base[1100:])  # an unsealed tail
+    assert w.shard_count >= 3 and w.stats()["active_shard_vectors"] > 0
+    assert w.capacity == len(w) == 1200
+    qs = rng.standard_normal((20, 16)).astype(np.float32)
+    before = w.search(qs, 10, exact=True)
+
+    # view() on another object: a reader beside the writer, same answers
+    r = small(tmp_path / "scratch")
+    r.view(a)
+    assert r.read_only and r.path == a and r.dirty == 0 and len(r) == 1200
+    got = r.search(qs, 10, exact=True)
+    np.testing.assert_array_equal(got.keys, before.keys)
+    np.testing.assert_array_equal(got.distances, before.distances)
+    np.testing.assert_array_equal(r.get(1150), base[1150])  # a tail row
+    with pytest.raises(ReadOnlyError):
+        r.add(5000, base[0])
+    with pytest.raises(ReadOnlyError):
+        r.expansion_add = 10
+    assert 5000 not in r and 5000 not in w
+    r.close()
+
+    # view() in place: the writer becomes a reader, nothing written is lost
+    w.expansion_search = 200
+    assert w.dirty == 1200
+    w.view()
+    assert w.read_only and w.dirty == 0 and len(w) == 1200
+    assert w.expansion_search == 40  # settings from the manifest again
+    got = w.search(qs, 10, exact=True)
+    np.testing.assert_array_equal(got.keys, before.keys)
+    np.testing.assert_array_equal(got.distances, before.distances)
+    approx_w = w.search(qs, 10)
+    for name, op in [
+        ("add", lambda: w.add(5000, base[0])),
+        ("upsert", lambda: w.upsert(3, base[0])),
+        ("remove", lambda: w.remove([3])),
+    ]:
+        with pytest.raises(ReadOnlyError):
+            op()
+        assert len(w) == 1200 and 3 in w, name
+    # figures of the whole index, a reader's too (iscc-usearch: 0 here)
+    assert w.serialized_length == files_bytes(a) > 1200 * 16 * 4
+    assert w.capacity == 1200
+    # ... and a plain reader of the same directory agrees
+    with ShardedIndex(path=a, read_only=True) as ro:
+        np.testing.assert_array_equal(ro.search(qs, 10).keys, approx_w.keys)
+        assert ro.serialized_length == w.serialized_length
+
+    # load() in place: writable again
+    w.load()
+    assert not w.read_only and w.path == a and w.dirty == 0
+    w.remove(keys[:100])  # rows of sealed segments: kept until compacted
+    assert len(w) == 1100 and w.tombstone_count == 100
+    assert w.capacity == len(w) + w.tombstone_count == 1200
+    w.compact()
+    assert w.capacity == len(w) == 1100
+    w.add(keys[:10], base[:10])
+    assert w.dirty == 110 and w.capacity == 1110
+
+    # load() of another directory: its rows and settings; ``a`` is released
+    other = small(b, expansion_search=33)
+    okeys = np.arange(7000, 7300, dtype=np.uint64)
+    other.add(okeys, base[:300])
+    other.close()
+    w.load(str(b))
+    assert w.path == b and not w.read_only and w.expansion_search == 33
+    assert sorted(np.asarray(w.keys).tolist()) == okeys.tolist()
+    np.testing.assert_array_equal(w.get(okeys[::37]), base[:300][::37])
+    assert w.search(base[5], 1, exact=True).keys.tolist() == [7005]
+    with ShardedIndex(path=a) as again:  # a writer of ``a``: the lock was let go
+        assert len(again) == 1110 and 50 not in again and 5 in again
+
+    # refusals leave the object as it was
+    with pytest.raises(TypeError):
+        w.load(b"bytes")
+    with pytest.raises(FileNotFoundError):
+        w.view(tmp_path / "nothing")
+    ShardedIndex(path=tmp_path / "multi", ndim=16, multi=True).close()
+    with pytest.raises(ValueError, match="Key kind mismatch"):
+        w.load(tmp_path / "multi")
+    assert w.path == b and not w.read_only and len(w) == 300
+    w.add(1, base[0])
+    assert w.dirty == 1
+    w.close()

@@ -30,10 +30,18 @@ the places where Sagitta deliberately differs are in
   128-bit id ``key << 64 | ordinal`` (ordinals 0, 1, ... per key) in a
   ``key_bits=128`` collection; keys stay uint64 for the user. Not
   available for the 128-bit classes (``NotImplementedError``).
+- ``load()`` / ``view()`` reopen the object in place on a directory,
+  writable or read-only (iscc-usearch 0.8.1's sharded classes have
+  neither; these follow usearch's ``Index.load`` / ``Index.view``).
+- ``serialized_length`` and ``capacity`` describe the whole index
+  (iscc-usearch reports the active shard only, 0 when read-only).
+- ``expansion_add`` cannot be changed after creation yet
+  (``NotImplementedError``).
 """
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
 import os
@@ -43,12 +51,13 @@ from typing import Any
 
 import numpy as np
 
-from .._sagitta import Collection
+from .._sagitta import Collection, ReadOnlyError
 
 __all__ = [
     "BatchMatches",
     "Match",
     "Matches",
+    "MetricKind",
     "ShardedIndex",
     "ShardedIndex128",
     "ShardedNphdIndex",
@@ -76,6 +85,22 @@ _DTYPES = {
     "b1": "b1",
     "b1x8": "b1",
 }
+
+
+class MetricKind(enum.Enum):
+    """usearch's metric kinds that Sagitta has, named as usearch names
+    them (``MetricKind.Cos``, ...; ``NPHD`` as in iscc-usearch's fork).
+    The value is Sagitta's metric name; a member can be passed back as
+    ``metric=``."""
+
+    IP = "ip"
+    Cos = "cos"
+    L2sq = "l2"
+    Hamming = "hamming"
+    NPHD = "nphd"
+
+    def __str__(self) -> str:
+        return f"MetricKind.{self.name}"
 
 
 def _name(x: Any) -> str:
@@ -337,13 +362,7 @@ class ShardedIndex:
         self._dirty = 0
         self._ef: int | None = None
         if (self._path / "MANIFEST").is_file():
-            bits = Collection.metadata(self._path)["key_bits"]
-            want = 128 if (self._wide or self._multi) else 64
-            if bits != want or (self._path / _MULTI_MARK).is_file() != self._multi:
-                raise ValueError(
-                    f"Key kind mismatch: {self._path} holds {bits}-bit keys, "
-                    f"{type(self).__name__} takes {128 if self._wide else 64}-bit keys"
-                )
+            self._check_dir(self._path)
             self._c = Collection.open(self._path, read_only=read_only)
         elif read_only:
             raise ValueError(f"no index in {self._path} to open read-only")
@@ -374,6 +393,23 @@ class ShardedIndex:
             if self._multi:
                 (self._path / _MULTI_MARK).write_bytes(b"")
         self._shard_size = int(shard_size)
+
+    def _check_dir(self, path: Path) -> None:
+        """Raises ``ValueError`` unless the index in ``path`` is one this
+        class reads: the same key width, ``multi`` or not, NPHD or not."""
+        meta = Collection.metadata(path)
+        bits = meta["key_bits"]
+        want = 128 if (self._wide or self._multi) else 64
+        if bits != want or (path / _MULTI_MARK).is_file() != self._multi:
+            raise ValueError(
+                f"Key kind mismatch: {path} holds {bits}-bit keys, "
+                f"{type(self).__name__} takes {128 if self._wide else 64}-bit keys"
+            )
+        if (meta["metric"] == "nphd") != self._nphd:
+            raise ValueError(
+                f"Metric mismatch: {path} holds a {meta['metric']} index, "
+                f"which {type(self).__name__} does not open"
+            )
 
     # -- conversions (the NPHD class overrides these) ----------------------
 
@@ -633,6 +669,47 @@ class ShardedIndex:
             self._c.flush()
         self._dirty = 0
 
+    def load(self, path_or_buffer: Any = None, progress: Any = None) -> None:
+        """Reopens this object, writable, on the index in the directory
+        ``path_or_buffer`` (default: its own). Every acknowledged write is
+        there (a writer of the same directory is closed first, sealing its
+        tail); settings come from that directory's manifest and ``dirty``
+        is 0. ``FileNotFoundError`` when the directory holds no index,
+        ``ValueError`` when it holds one of another kind (key width,
+        ``multi``, NPHD), ``TypeError`` for a buffer."""
+        self._reopen(path_or_buffer, read_only=False)
+
+    def view(self, path_or_buffer: Any = None, progress: Any = None) -> None:
+        """As :meth:`load`, read-only: segments memory-mapped, writes raise
+        :class:`sagitta.ReadOnlyError` (a ``RuntimeError``); other
+        readers and one writer may have the directory open meanwhile."""
+        self._reopen(path_or_buffer, read_only=True)
+
+    def _reopen(self, path_or_buffer: Any, read_only: bool) -> None:
+        if path_or_buffer is None:
+            path = self._path
+        elif isinstance(path_or_buffer, (str, os.PathLike)):
+            path = Path(path_or_buffer)
+        else:
+            raise TypeError("load() and view() take a directory: the index is not a buffer")
+        if not (path / "MANIFEST").is_file():
+            raise FileNotFoundError(f"no index in {path}")
+        self._check_dir(path)
+        try:
+            writer_here = not self._c.read_only and path.resolve() == self._path.resolve()
+        except ValueError:  # closed
+            writer_here = False
+        if writer_here:
+            self._c.close()  # releases the writer lock before reopening
+            self._c = Collection.open(path, read_only=read_only)
+        else:
+            new = Collection.open(path, read_only=read_only)
+            self._c.close()
+            self._c = new
+        self._path = path
+        self._dirty = 0
+        self._ef = None
+
     def rebuild_bloom(self, save: bool = True, log_progress: bool = True) -> int:
         """Rebuilds the bloom filter over every live key; returns their
         number."""
@@ -691,6 +768,12 @@ class ShardedIndex:
         return self._c.metric
 
     @property
+    def metric_kind(self) -> MetricKind:
+        """The metric as a :class:`MetricKind` (``metric`` is Sagitta's
+        name for it)."""
+        return MetricKind(self._c.metric)
+
+    @property
     def dtype(self) -> str:
         return self._c.dtype
 
@@ -705,6 +788,16 @@ class ShardedIndex:
     @property
     def expansion_add(self) -> int:
         return self._c.expansion_add
+
+    @expansion_add.setter
+    def expansion_add(self, value: int) -> None:
+        # iscc-usearch applies a new value to shards built afterwards; a
+        # Collection fixes it when created (it is in the manifest).
+        if self.read_only:
+            raise ReadOnlyError("expansion_add: the index is open read-only")
+        raise NotImplementedError(
+            "expansion_add is fixed when the index is created: pass it to the constructor"
+        )
 
     @property
     def expansion_search(self) -> int:
@@ -735,6 +828,20 @@ class ShardedIndex:
     @property
     def memory_usage(self) -> int:
         return int(self._c.stats()["bytes_in_memory"])
+
+    @property
+    def serialized_length(self) -> int:
+        """Bytes of every file of the index in its directory (segments,
+        log, manifest, bloom filter, tombstones), for readers too."""
+        return int(self._c.stats()["bytes_on_disk"])
+
+    @property
+    def capacity(self) -> int:
+        """Rows the index holds storage for: the live ones and the deleted
+        ones not yet compacted away (``len(idx) + tombstone_count``;
+        ``len(idx)`` after :meth:`compact`)."""
+        s = self._c.stats()
+        return int(s["vectors"]) + int(s["tombstones"])
 
     def __repr__(self) -> str:
         return (
