@@ -410,7 +410,11 @@ class Collection:
         """HNSW graph degree."""
     @property
     def expansion_add(self) -> int:
-        """HNSW build beam width."""
+        """HNSW build beam width of the graphs built from now on."""
+    @expansion_add.setter
+    def expansion_add(self, value: int) -> None:
+        """Graphs built afterwards by this handle use ``value`` (1..=65536);
+        not persisted. ``ReadOnlyError`` on a read-only handle."""
     @property
     def expansion_search(self) -> int:
         """Default HNSW search beam width."""

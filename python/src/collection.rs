@@ -844,10 +844,22 @@ impl PyCollection {
         Ok(self.coll()?.config().hnsw.m)
     }
 
-    /// HNSW beam width while building segments.
+    /// HNSW beam width of the graphs built from now on. Settable on a
+    /// writable handle: graphs built afterwards use the new value (built
+    /// segments keep theirs); not persisted, a reopen takes the value the
+    /// collection was created with.
     #[getter]
     fn expansion_add(&self) -> PyResult<usize> {
-        Ok(self.coll()?.config().hnsw.ef_construction)
+        Ok(self.coll()?.expansion_add())
+    }
+
+    #[setter]
+    fn set_expansion_add(&self, value: i64) -> PyResult<()> {
+        let c = self.coll()?;
+        let ef = usize::try_from(value).map_err(|_| {
+            PyValueError::new_err(format!("expansion_add must be in 1..=65536, got {value}"))
+        })?;
+        c.set_expansion_add(ef).map_err(store_err)
     }
 
     /// Default HNSW beam width of a search (``expansion=`` overrides it

@@ -42,9 +42,12 @@ def test_sharded_index_every_method(tmp_path, rng):
     idx = small(path, connectivity=12, expansion_add=64, expansion_search=48)
     assert (idx.connectivity, idx.expansion_add, idx.expansion_search) == (12, 64, 48)
     assert idx.metric_kind is MetricKind.L2sq and str(idx.metric_kind) == "MetricKind.L2sq"
-    with pytest.raises(NotImplementedError):
-        idx.expansion_add = 200  # fixed at creation (a Collection setting)
-    assert idx.expansion_add == 64
+    idx.expansion_add = 200  # graphs built from now on
+    assert idx.expansion_add == 200
+    with pytest.raises(ValueError):
+        idx.expansion_add = 0
+    assert idx.expansion_add == 200
+    idx.expansion_add = 64
     assert ShardedIndex.metadata(tmp_path / "nothing") is None
     base = rng.standard_normal((3000, 16)).astype(np.float32)
     keys = np.arange(1000, 4000, dtype=np.uint64)

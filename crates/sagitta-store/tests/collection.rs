@@ -919,3 +919,60 @@ fn built_segments_keep_every_row_bit_for_bit_through_builds_and_merges() {
         assert!(hit[0][0].distance.abs() < 1e-5, "{}", hit[0][0].distance);
     }
 }
+
+#[test]
+fn a_new_expansion_add_builds_the_next_graphs_and_a_reopen_forgets_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dims = 8;
+    let mut cfg = config(dims, 100_000);
+    cfg.index_threshold = Some(0); // every segment gets a graph
+    let c = Collection::create(dir.path(), cfg).unwrap();
+    assert_eq!(c.expansion_add(), 128);
+    add_range(&c, 0..300, dims);
+    c.seal().unwrap();
+    c.optimize().unwrap();
+    let efs = |d: &Path| -> Vec<u32> {
+        let mut v: Vec<u32> = segment_files(d)
+            .iter()
+            .map(|s| s.info().ef_construction)
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    assert_eq!(efs(dir.path()), vec![128]);
+
+    c.set_expansion_add(40).unwrap();
+    assert_eq!(c.expansion_add(), 40);
+    for bad in [0, (1 << 16) + 1] {
+        assert!(matches!(
+            c.set_expansion_add(bad),
+            Err(StoreError::Index(_))
+        ));
+    }
+    assert_eq!(c.expansion_add(), 40);
+    let r = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    assert!(matches!(
+        r.set_expansion_add(64),
+        Err(StoreError::ReadOnly { .. })
+    ));
+    assert_eq!(r.expansion_add(), 128);
+    drop(r);
+
+    // The next build (the new rows, into the built segment or beside it)
+    // writes a graph built with 40, and records it.
+    add_range(&c, 300..600, dims);
+    c.seal().unwrap();
+    c.optimize().unwrap();
+    let now = efs(dir.path());
+    assert!(now.contains(&40), "segments record {now:?}");
+    let all: Vec<u64> = (0..600).collect();
+    for q in [3u64, 333, 599] {
+        let want = exact_oracle(&all, dims, &vector(q, dims), 5);
+        assert_eq!(search_keys(&c, &vector(q, dims), 5, true), want);
+    }
+    c.close().unwrap();
+
+    let c = Collection::open(dir.path(), OpenMode::ReadWrite).unwrap();
+    assert_eq!(c.expansion_add(), 128, "not persisted");
+    assert_eq!(c.len(), 600);
+}

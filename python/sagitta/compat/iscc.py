@@ -35,8 +35,8 @@ the places where Sagitta deliberately differs are in
   neither; these follow usearch's ``Index.load`` / ``Index.view``).
 - ``serialized_length`` and ``capacity`` describe the whole index
   (iscc-usearch reports the active shard only, 0 when read-only).
-- ``expansion_add`` cannot be changed after creation yet
-  (``NotImplementedError``).
+- a new ``expansion_add`` applies to the graphs built afterwards, by
+  this object; a reopen takes the value the index was created with.
 """
 
 from __future__ import annotations
@@ -791,13 +791,11 @@ class ShardedIndex:
 
     @expansion_add.setter
     def expansion_add(self, value: int) -> None:
-        # iscc-usearch applies a new value to shards built afterwards; a
-        # Collection fixes it when created (it is in the manifest).
+        # As in iscc-usearch, later graphs are built with it (segments
+        # already built keep theirs); not kept across a reopen.
         if self.read_only:
             raise ReadOnlyError("expansion_add: the index is open read-only")
-        raise NotImplementedError(
-            "expansion_add is fixed when the index is created: pass it to the constructor"
-        )
+        self._c.expansion_add = int(value)
 
     @property
     def expansion_search(self) -> int:

@@ -291,12 +291,17 @@ impl CollectionConfig {
     /// A new, empty index of the kind built segments have (in
     /// [`Self::built_space`], keeping full rows when it has codes).
     pub(crate) fn sealed_index(&self) -> Result<Index> {
+        self.sealed_index_with(self.hnsw)
+    }
+
+    /// [`Self::sealed_index`] with graphs built by `hnsw`.
+    pub(crate) fn sealed_index_with(&self, hnsw: HnswParams) -> Result<Index> {
         Ok(match self.kind {
             IndexKind::IvfRq => Index::ivf_rq(self.space, self.ivf)?,
             k if self.keeps_full() => {
-                Index::new(self.built_space(), k, self.hnsw)?.keep_full_precision()?
+                Index::new(self.built_space(), k, hnsw)?.keep_full_precision()?
             }
-            k => Index::new(self.space, k, self.hnsw)?,
+            k => Index::new(self.space, k, hnsw)?,
         })
     }
 

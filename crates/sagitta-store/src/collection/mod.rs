@@ -88,7 +88,7 @@ use rayon::prelude::*;
 use sagitta_index::{Index, IndexRead};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Frozen parts allowed in memory at once: past this the writer keeps
@@ -228,6 +228,9 @@ pub(crate) struct Inner {
     manifest: Mutex<Manifest>,
     /// Next segment id to hand out (the manifest records it at commits).
     next_id: AtomicU64,
+    /// `ef_construction` of the graphs built from now on: the config's,
+    /// unless [`Collection::set_expansion_add`] changed it since open.
+    build_ef: AtomicUsize,
     /// Milliseconds (since `epoch`) of the last write.
     last_write: AtomicU64,
     epoch: std::time::Instant,
@@ -388,6 +391,7 @@ impl Collection {
             // `_id`.
             config.id_type = crate::ids::IdType::String;
         }
+        let build_ef = AtomicUsize::new(config.hnsw.ef_construction);
         let inner = Inner {
             dir: dir.to_path_buf(),
             mode,
@@ -402,6 +406,7 @@ impl Collection {
             writer: Mutex::new(None),
             manifest: Mutex::new(manifest.clone()),
             next_id: AtomicU64::new(manifest.next_segment_id),
+            build_ef,
             last_write: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
             opt: optimizer::Shared::default(),
@@ -437,6 +442,32 @@ impl Collection {
     /// The settings the collection was created with.
     pub fn config(&self) -> &CollectionConfig {
         &self.inner.config
+    }
+
+    /// `ef_construction` of the graphs the optimizer builds from now on
+    /// (the config's unless [`Collection::set_expansion_add`] changed it).
+    pub fn expansion_add(&self) -> usize {
+        self.inner.build_ef.load(Ordering::Relaxed)
+    }
+
+    /// Sets `ef_construction` for the graphs this handle's optimizer builds
+    /// from now on (usearch's `expansion_add`). Built segments keep the
+    /// graphs they have (each records the value it was built with); the
+    /// value is not persisted: a reopen takes the configured one again.
+    /// Errors: a read-only handle, a value outside 1..=65536.
+    pub fn set_expansion_add(&self, ef: usize) -> Result<()> {
+        self.inner.writable("set_expansion_add")?;
+        if ef == 0 || ef > 1 << 16 {
+            return Err(StoreError::Index(
+                sagitta_index::IndexError::InvalidParameter {
+                    name: "expansion_add",
+                    value: ef.to_string(),
+                    reason: "must be in 1..=65536",
+                },
+            ));
+        }
+        self.inner.build_ef.store(ef, Ordering::Relaxed);
+        Ok(())
     }
 
     /// How the collection was opened.

@@ -790,15 +790,15 @@ fn run(c: &Inner, st: &State, p: &Plan, pools: &Pools) -> Result<u64> {
                 };
                 import(
                     c.config.built_space(),
-                    c.config.hnsw,
+                    c.build_hnsw(),
                     seg,
                     &|slot| dead.keys.is_empty() || !dead.keys.contains(&seg.key(slot)),
                     keys.len(),
                 )?
             }
             None if p.flat => Index::flat(c.config.space)?,
-            None if full => Index::new(c.config.built_space(), c.config.kind, c.config.hnsw)?,
-            None => c.config.sealed_index()?,
+            None if full => Index::new(c.config.built_space(), c.config.kind, c.build_hnsw())?,
+            None => c.config.sealed_index_with(c.build_hnsw())?,
         };
         // Sized once for every row: no capacity doubling (a copy of all
         // that is built so far, both held at once) and no slack past it.
@@ -1025,6 +1025,16 @@ fn merged_text(
 }
 
 impl Inner {
+    /// The HNSW parameters of graphs built now (the config's, with
+    /// `ef_construction` as [`super::Collection::set_expansion_add`] left
+    /// it).
+    fn build_hnsw(&self) -> sagitta_index::HnswParams {
+        sagitta_index::HnswParams {
+            ef_construction: self.build_ef.load(Ordering::Relaxed),
+            ..self.config.hnsw
+        }
+    }
+
     /// The pool the optimizer's next step runs on: the opener's priority
     /// while a caller waits in `optimize()` / `compact()`, nice 10 once
     /// writes have paused ([`DEFER_MS`]), else nice 19. Every pool pauses
