@@ -113,7 +113,9 @@ impl Default for HnswParams {
 }
 
 impl HnswParams {
-    fn validate(&self) -> Result<()> {
+    /// Checks every parameter's range (`InvalidParameter` naming the
+    /// first one out of it).
+    pub fn validate(&self) -> Result<()> {
         let bad = |name, value: String, reason| {
             Err(IndexError::InvalidParameter {
                 name,

@@ -457,15 +457,12 @@ impl Collection {
     /// Errors: a read-only handle, a value outside 1..=65536.
     pub fn set_expansion_add(&self, ef: usize) -> Result<()> {
         self.inner.writable("set_expansion_add")?;
-        if ef == 0 || ef > 1 << 16 {
-            return Err(StoreError::Index(
-                sagitta_index::IndexError::InvalidParameter {
-                    name: "expansion_add",
-                    value: ef.to_string(),
-                    reason: "must be in 1..=65536",
-                },
-            ));
+        // The index's own check of ef_construction's range.
+        sagitta_index::HnswParams {
+            ef_construction: ef,
+            ..self.inner.config.hnsw
         }
+        .validate()?;
         self.inner.build_ef.store(ef, Ordering::Relaxed);
         Ok(())
     }
