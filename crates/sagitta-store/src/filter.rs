@@ -469,6 +469,22 @@ impl SegmentPayload {
         row.into_boxed_slice()
     }
 
+    /// The column of field `name` in this segment and its type (`None`
+    /// when the segment was written before the field existed).
+    pub fn column_of(&self, name: &str) -> Option<(usize, FieldType)> {
+        self.schema.field(name).ok()
+    }
+
+    /// The value of column `c` (stored as `ty`) at `slot`.
+    pub fn value_in(&self, c: usize, ty: FieldType, slot: usize) -> Value {
+        crate::payload::value_at(self.batch.column(c).as_ref(), ty, slot)
+    }
+
+    /// Hints the CPU to fetch column `c`'s value at `slot`.
+    pub fn prefetch_in(&self, c: usize, slot: usize) {
+        crate::payload::prefetch_value(self.batch.column(c).as_ref(), slot);
+    }
+
     /// Hints the CPU to fetch slot `slot`'s values (see
     /// [`crate::payload::prefetch_value`]) before [`SegmentPayload::row`].
     pub fn prefetch_row(&self, slot: usize) {

@@ -79,6 +79,17 @@ impl ActiveRows {
         self.rows.read().get(slot as usize).cloned().flatten()
     }
 
+    /// Column `col` of `slot`'s row (null where the row is shorter or
+    /// absent), without copying the rest of the row.
+    pub fn value(&self, slot: u32, col: usize) -> Value {
+        self.rows
+            .read()
+            .get(slot as usize)
+            .and_then(|r| r.as_deref())
+            .and_then(|r| r.get(col).cloned())
+            .unwrap_or(Value::Null)
+    }
+
     pub fn mark_complete(&self, slots: usize) {
         self.complete.store(slots, Ordering::Release);
     }
@@ -122,5 +133,34 @@ impl ActiveRows {
         let bits = Arc::new(Bitset::from_words(words, n));
         self.cache.put(key, bits.clone());
         bits
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One column of a row is read as the whole row has it: a row shorter
+    /// than the schema (trailing nulls dropped) and a slot without a row
+    /// read as null.
+    #[test]
+    fn one_value_is_the_rows_value_at_that_column() {
+        let rows = ActiveRows::new(&[]);
+        *rows.rows.write() = vec![
+            Some(vec![Value::Int(7), Value::Str("a".into())].into_boxed_slice()),
+            None,
+            Some(vec![Value::Int(9)].into_boxed_slice()),
+        ];
+        assert_eq!(rows.value(0, 0), Value::Int(7));
+        assert_eq!(rows.value(0, 1), Value::Str("a".into()));
+        assert_eq!(rows.value(1, 0), Value::Null);
+        assert_eq!(rows.value(2, 1), Value::Null);
+        assert_eq!(rows.value(5, 0), Value::Null);
+        for slot in 0..3 {
+            for col in 0..2 {
+                let whole = rows.get(slot).and_then(|r| r.get(col).cloned());
+                assert_eq!(rows.value(slot, col), whole.unwrap_or(Value::Null));
+            }
+        }
     }
 }

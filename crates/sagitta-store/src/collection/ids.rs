@@ -46,10 +46,10 @@ impl Collection {
             return Ok(vec![None; keys.len()]);
         };
         Ok(self
-            .payload_rows(keys)?
+            .payload_values(keys, STRING_ID_FIELD, col)?
             .into_iter()
             .zip(keys)
-            .map(|(r, &k)| r.and_then(|r| t.id_of(k, r.get(col))))
+            .map(|(v, &k)| v.and_then(|v| t.id_of(k, Some(&v))))
             .collect())
     }
 

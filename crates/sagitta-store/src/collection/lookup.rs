@@ -11,7 +11,7 @@
 use super::{Collection, State};
 use crate::bloom::Bloom;
 use crate::error::Result;
-use crate::payload::Row;
+use crate::payload::{Row, Value};
 use sagitta_index::{GraphView, IndexRead};
 
 /// Where a live key is.
@@ -209,5 +209,43 @@ impl Collection {
                 Loc::Part { part, slot } => st.parts[part].payload_row(&schema, slot).map(Some),
             })
             .collect()
+    }
+
+    /// Column `col` of the collection's payload schema (field `name`) for
+    /// each of `keys`: what [`Collection::payload_rows`] gives at that
+    /// column, without decoding the rest of each row (`None` for a key
+    /// that is not live, null for a row without the field).
+    pub(crate) fn payload_values(
+        &self,
+        keys: &[u64],
+        name: &str,
+        col: usize,
+    ) -> Result<Vec<Option<Value>>> {
+        let c = &*self.inner;
+        let st = c.snapshot();
+        let locs = st.locate(&c.bloom.read(), keys);
+        // Each part's reader made once; every value hinted before any is
+        // read, so their cache misses overlap.
+        let mut fields: Vec<Option<super::part::FieldIn>> = vec![None; st.parts.len()];
+        for loc in &locs {
+            if let Loc::Part { part, slot } = *loc {
+                if fields[part].is_none() {
+                    fields[part] = Some(st.parts[part].field(name, col)?);
+                }
+                if let Some(f) = &fields[part] {
+                    f.prefetch(slot);
+                }
+            }
+        }
+        Ok(locs
+            .into_iter()
+            .zip(keys)
+            .map(|(loc, &k)| match loc {
+                Loc::Missing => None,
+                // Deleted since it was located (see payload_rows).
+                Loc::Active => st.active.slot_of(k).map(|slot| st.rows.value(slot, col)),
+                Loc::Part { part, slot } => fields[part].as_ref().map(|f| f.value(slot)),
+            })
+            .collect())
     }
 }

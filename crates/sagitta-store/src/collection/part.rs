@@ -5,7 +5,8 @@
 
 use super::active::ActiveRows;
 use crate::error::Result;
-use crate::payload::{Row, Schema};
+use crate::filter::SegmentPayload;
+use crate::payload::{FieldType, Row, Schema, Value};
 use crate::segment::Segment;
 use parking_lot::RwLock;
 use sagitta_index::{Bitset, GraphView, Index, IndexKind, IndexRead};
@@ -218,6 +219,18 @@ impl Part {
         })
     }
 
+    /// A reader of one payload field of this part: `name`, at column `col`
+    /// of the collection's schema.
+    pub fn field(&self, name: &str, col: usize) -> Result<FieldIn> {
+        Ok(match &self.body {
+            Body::Sealed { seg, .. } => FieldIn::Sealed(
+                seg.payload()?
+                    .and_then(|p| p.column_of(name).map(|(c, ty)| (p, c, ty))),
+            ),
+            Body::Frozen { rows, .. } => FieldIn::Rows(rows.clone(), col),
+        })
+    }
+
     /// Hints the CPU to fetch the payload of `slot` (sealed parts; a
     /// frozen part's rows are in memory already).
     pub fn prefetch_payload(&self, slot: u32) {
@@ -233,6 +246,35 @@ impl Part {
         match &self.body {
             Body::Sealed { seg, .. } => (0, seg.info().file_len),
             Body::Frozen { index, .. } => (index.memory_usage() as u64, 0),
+        }
+    }
+}
+
+/// One payload field of one part ([`Part::field`]): read a slot's value
+/// without decoding the rest of its row.
+#[derive(Debug, Clone)]
+pub(crate) enum FieldIn {
+    /// A segment's column and its type (`None`: the segment has no such
+    /// column, every value is null).
+    Sealed(Option<(Arc<SegmentPayload>, usize, FieldType)>),
+    /// A frozen part's rows, at this column.
+    Rows(Arc<ActiveRows>, usize),
+}
+
+impl FieldIn {
+    /// Hints the CPU to fetch `slot`'s value.
+    pub fn prefetch(&self, slot: u32) {
+        if let FieldIn::Sealed(Some((p, c, _))) = self {
+            p.prefetch_in(*c, slot as usize);
+        }
+    }
+
+    /// `slot`'s value.
+    pub fn value(&self, slot: u32) -> Value {
+        match self {
+            FieldIn::Sealed(Some((p, c, ty))) => p.value_in(*c, *ty, slot as usize),
+            FieldIn::Sealed(None) => Value::Null,
+            FieldIn::Rows(rows, col) => rows.value(slot, *col),
         }
     }
 }
