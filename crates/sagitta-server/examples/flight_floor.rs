@@ -1,0 +1,144 @@
+//! The gRPC floor of a Flight search: a Flight server whose DoGet does no
+//! work (it answers every ticket with the same 10-row batch of `id` and
+//! `score`, the shape of a search answer), served by the same tonic stack
+//! and socket options as `sagitta serve`. `sagitta bench-serve --modes
+//! flight` against it measures what the protocol costs on its own.
+//!
+//! `cargo run --release -p sagitta-server --example flight_floor` prints
+//! the bound address and serves until killed. `FLOOR_THREADS=N` sets the
+//! runtime's worker threads (default 2, as `sagitta serve`'s I/O
+//! threads; 0: one current-thread runtime).
+
+use arrow_array::{Float32Array, RecordBatch, UInt64Array};
+use arrow_flight::encode::FlightDataEncoderBuilder;
+use arrow_flight::flight_service_server::{FlightService, FlightServiceServer};
+use arrow_flight::{
+    Action, ActionType, Criteria, Empty, FlightData, FlightDescriptor, FlightInfo,
+    HandshakeRequest, HandshakeResponse, PollInfo, PutResult, SchemaResult, Ticket,
+};
+use futures::stream::{self, BoxStream};
+use futures::{StreamExt, TryStreamExt};
+use std::sync::Arc;
+use tonic::{Request, Response, Status, Streaming};
+
+type S<T> = BoxStream<'static, Result<T, Status>>;
+
+struct Floor {
+    answer: RecordBatch,
+}
+
+fn no<T>() -> Result<T, Status> {
+    Err(Status::unimplemented("the floor server answers DoGet only"))
+}
+
+#[tonic::async_trait]
+impl FlightService for Floor {
+    type HandshakeStream = S<HandshakeResponse>;
+    type ListFlightsStream = S<FlightInfo>;
+    type DoGetStream = S<FlightData>;
+    type DoPutStream = S<PutResult>;
+    type DoExchangeStream = S<FlightData>;
+    type DoActionStream = S<arrow_flight::Result>;
+    type ListActionsStream = S<ActionType>;
+
+    async fn handshake(
+        &self,
+        _: Request<Streaming<HandshakeRequest>>,
+    ) -> Result<Response<Self::HandshakeStream>, Status> {
+        no()
+    }
+    async fn list_flights(
+        &self,
+        _: Request<Criteria>,
+    ) -> Result<Response<Self::ListFlightsStream>, Status> {
+        no()
+    }
+    async fn get_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<FlightInfo>, Status> {
+        no()
+    }
+    async fn poll_flight_info(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<PollInfo>, Status> {
+        no()
+    }
+    async fn get_schema(
+        &self,
+        _: Request<FlightDescriptor>,
+    ) -> Result<Response<SchemaResult>, Status> {
+        no()
+    }
+    async fn do_get(&self, _: Request<Ticket>) -> Result<Response<Self::DoGetStream>, Status> {
+        let batch = self.answer.clone();
+        let out = FlightDataEncoderBuilder::new()
+            .with_schema(batch.schema())
+            .build(stream::once(async { Ok(batch) }))
+            .map_err(|e| Status::internal(e.to_string()));
+        Ok(Response::new(out.boxed()))
+    }
+    async fn do_put(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoPutStream>, Status> {
+        no()
+    }
+    async fn do_exchange(
+        &self,
+        _: Request<Streaming<FlightData>>,
+    ) -> Result<Response<Self::DoExchangeStream>, Status> {
+        no()
+    }
+    async fn do_action(
+        &self,
+        _: Request<Action>,
+    ) -> Result<Response<Self::DoActionStream>, Status> {
+        no()
+    }
+    async fn list_actions(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<Self::ListActionsStream>, Status> {
+        no()
+    }
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let answer = RecordBatch::try_from_iter([
+        (
+            "id",
+            Arc::new(UInt64Array::from_iter_values(0..10)) as arrow_array::ArrayRef,
+        ),
+        (
+            "score",
+            Arc::new(Float32Array::from_iter_values((0..10).map(|i| i as f32))),
+        ),
+    ])?;
+    let threads: usize = std::env::var("FLOOR_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2);
+    let rt = if threads == 0 {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .enable_all()
+            .build()?
+    };
+    rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        println!("{}", l.local_addr()?);
+        let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .add_service(FlightServiceServer::new(Floor { answer }))
+            .serve_with_incoming(incoming)
+            .await?;
+        Ok(())
+    })
+}
