@@ -1,13 +1,19 @@
-//! The gRPC floor of a Flight search: a Flight server whose DoGet does no
-//! work (it answers every ticket with the same 10-row batch of `id` and
-//! `score`, the shape of a search answer), served by the same tonic stack
-//! and socket options as `sagitta serve`. `sagitta bench-serve --modes
-//! flight` against it measures what the protocol costs on its own.
+//! The floor of a search request over each protocol: servers that do no
+//! work, on the same stacks and socket options as `sagitta serve`.
+//! * Flight (tonic): DoGet answers every ticket with the same 10-row
+//!   batch of `id` and `score`, the shape of a search answer.
+//! * HTTP (axum): every request's body is read and answered with the same
+//!   10-hit JSON answer.
 //!
-//! `cargo run --release -p sagitta-server --example flight_floor` prints
-//! the bound address and serves until killed. `FLOOR_THREADS=N` sets the
-//! runtime's worker threads (default 2, as `sagitta serve`'s I/O
-//! threads; 0: one current-thread runtime).
+//! `sagitta bench-serve --modes http,flight` against it measures what
+//! each protocol costs on its own.
+//!
+//! `cargo run --release -p sagitta-server --example protocol_floor`
+//! prints the Flight address, then the HTTP one, and serves until killed.
+//! `FLOOR_THREADS=N` sets the runtime's worker threads (default 2, as
+//! `sagitta serve`'s I/O threads; 0: one current-thread runtime);
+//! `FLOOR_SPIN_US=N` makes each HTTP answer wait N µs on the CPU first
+//! (a stand-in for a search run inline).
 
 use arrow_array::{Float32Array, RecordBatch, UInt64Array};
 use arrow_flight::encode::FlightDataEncoderBuilder;
@@ -105,6 +111,16 @@ impl FlightService for Floor {
     }
 }
 
+fn spin_us() -> u64 {
+    static US: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *US.get_or_init(|| {
+        std::env::var("FLOOR_SPIN_US")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    })
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let answer = RecordBatch::try_from_iter([
         (
@@ -132,13 +148,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     rt.block_on(async {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let hl = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         println!("{}", l.local_addr()?);
+        println!("{}", hl.local_addr()?);
         let incoming = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
-        tonic::transport::Server::builder()
+        let flight = tonic::transport::Server::builder()
             .tcp_nodelay(true)
             .add_service(FlightServiceServer::new(Floor { answer }))
-            .serve_with_incoming(incoming)
-            .await?;
-        Ok(())
+            .serve_with_incoming(incoming);
+        let hits: Vec<serde_json::Value> = (0..10)
+            .map(|i| serde_json::json!({"id": i, "score": i as f32}))
+            .collect();
+        let body = serde_json::json!({ "hits": hits }).to_string();
+        let app = axum::Router::new().fallback(axum::routing::any(
+            move |req: axum::body::Bytes| async move {
+                let _ = req.len();
+                let t0 = std::time::Instant::now();
+                while t0.elapsed() < std::time::Duration::from_micros(spin_us()) {
+                    std::hint::spin_loop();
+                }
+                (
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    body,
+                )
+            },
+        ));
+        use axum::serve::ListenerExt;
+        let http = axum::serve(
+            hl.tap_io(|tcp| {
+                let _ = tcp.set_nodelay(true);
+            }),
+            app,
+        );
+        let (f, h) = tokio::join!(flight, async { http.await });
+        f?;
+        h?;
+        Ok::<(), Box<dyn std::error::Error>>(())
     })
 }
