@@ -53,8 +53,9 @@ pub struct ServeArgs {
     /// Largest HTTP body / Flight message, MiB.
     #[arg(long, default_value_t = 64)]
     pub max_body_mib: usize,
-    /// Threads of the I/O runtime (sockets, parsing, encoding; no search
-    /// or ingest work runs there).
+    /// Threads of the I/O runtime (sockets, parsing, encoding; a search of
+    /// one query vector runs there when the search pool is idle, every
+    /// other search and all ingest work on their own pools).
     #[arg(long, default_value_t = 2)]
     pub io_threads: usize,
     /// Log level: error, warn, info, debug, trace.
@@ -127,7 +128,8 @@ fn init_logs(level: &str, format: &str) -> Result<()> {
 }
 
 fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
-    // The runtime only does I/O; compute runs on the server's pools.
+    // The runtime moves bytes; compute runs on the server's pools, but
+    // for a single-query search while the search pool is idle (SERVER.md).
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .thread_name("sagitta-io")
