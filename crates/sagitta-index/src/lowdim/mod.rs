@@ -99,6 +99,11 @@ pub struct LowDimScratch {
     pub(crate) hits: Vec<LowDimHit>,
     /// Subtrees to open: (bound as the walk's order-preserving key, node).
     pub(crate) heap: std::collections::BinaryHeap<(std::cmp::Reverse<u64>, u32)>,
+    /// A level of subtrees still to open, and the next: (bound, node).
+    pub(crate) front: Vec<(u64, u32)>,
+    pub(crate) next: Vec<(u64, u32)>,
+    /// Leaves found and not yet scanned: (bound, node).
+    pub(crate) leaves: Vec<(u64, u32)>,
     pub(crate) shares: Vec<LabelShare>,
     /// What the last search did.
     pub stats: SearchStats,

@@ -167,12 +167,24 @@ impl LowDimView<'_> {
     }
 
     /// Branch and bound in one arithmetic (distances as order-preserving
-    /// `u64` keys): subtrees open in order of bound; a subtree is skipped
-    /// when its bound exceeds the k-th distance so far (a bound equal to
-    /// it is still opened: a row there could win the tie by id).
+    /// `u64` keys): a subtree is skipped when its bound exceeds the k-th
+    /// distance so far (a bound equal to it is still opened: a row there
+    /// could win the tie by id).
+    ///
+    /// Two phases. First, best bin first: pop the subtree of least bound,
+    /// walk down its nearer side to a leaf, queueing the farther sides,
+    /// until k rows are held (one leaf, as a rule). Then every queued
+    /// subtree still within the k-th distance is opened a level at a time:
+    /// the boxes of a whole level are loaded together, and the leaves
+    /// found at one level are scanned while the next level's boxes load.
+    /// A cold query waits for memory more than it computes, and a level's
+    /// loads overlap where a walk down one subtree after another waits for
+    /// each in turn. The answer does not depend on the order leaves are
+    /// scanned in: every leaf within the final k-th distance is scanned,
+    /// and the best k are kept by (distance, id).
     fn walk<A: Arith>(&self, k: usize, s: &mut LowDimScratch, a: &mut A) {
         let mut stats = SearchStats::default();
-        let best = &mut s.best;
+        let mut best = std::mem::take(&mut s.best);
         best.clear();
         let heap = &mut s.heap;
         heap.clear();
@@ -180,26 +192,22 @@ impl LowDimView<'_> {
         // The k-th distance so far (above every distance until k rows are
         // held).
         let mut worst = u64::MAX;
-        // Best bin first: pop the subtree of least bound, walk down its
-        // nearer side to a leaf, queueing the farther sides; stop when the
-        // least bound left exceeds the k-th distance.
-        while let Some((Reverse(lb), mut node)) = heap.pop() {
+        while best.len() < k {
+            let Some((Reverse(lb), mut node)) = heap.pop() else {
+                break;
+            };
             if lb > worst {
                 break;
             }
             let (x, y) = loop {
-                let (x, y) = (
-                    self.nodes[2 * node as usize],
-                    self.nodes[2 * node as usize + 1],
-                );
+                let (x, y) = self.children(node);
                 if y & LEAF_BIT != 0 {
                     break (x, y);
                 }
                 // The next level's boxes, for whichever side is taken now
-                // or popped later: their loads overlap this level's (a
-                // cold query waits for memory more than it computes).
+                // or popped later: their loads overlap this level's.
                 for c in [x, y] {
-                    let (l, r) = (self.nodes[2 * c as usize], self.nodes[2 * c as usize + 1]);
+                    let (l, r) = self.children(c);
                     if r & LEAF_BIT == 0 {
                         a.fetch_boxes(l, r);
                     }
@@ -215,56 +223,135 @@ impl LowDimView<'_> {
                 if near.1 > worst {
                     break (0, 0);
                 }
-                let w = self.nodes[2 * near.0 as usize + 1];
-                if w & LEAF_BIT != 0 {
-                    a.fetch(
-                        self.nodes[2 * near.0 as usize] as usize,
-                        (w & !LEAF_BIT) as usize,
-                    );
+                let (l, r) = self.children(near.0);
+                if r & LEAF_BIT != 0 {
+                    a.fetch(l as usize, (r & !LEAF_BIT) as usize);
                 }
                 node = near.0;
             };
-            if y & LEAF_BIT == 0 {
-                continue;
+            if y & LEAF_BIT != 0 {
+                self.scan_leaf(a, x, y, k, &mut best, &mut worst, &mut stats);
             }
-            let start = x as usize * self.leaf;
-            let count = (y & !LEAF_BIT) as usize;
-            a.scan(x as usize, count);
-            stats.leaves += 1;
-            stats.rows += count as u64;
-            for j in 0..count {
-                let d = a.dist(j);
-                if d > worst {
-                    continue;
-                }
-                let pos = start + j;
-                // Only a tie needs ids (the lower one is nearer).
-                let id = |p: usize| self.ids[p];
-                if best.len() == k && d == worst && id(pos) >= id(best[k - 1].pos as usize) {
-                    continue;
-                }
-                let at = best.partition_point(|b| {
-                    b.dist < d || (b.dist == d && id(b.pos as usize) < id(pos))
-                });
-                best.insert(
-                    at,
-                    Best {
-                        dist: d,
-                        pos: pos as u32,
-                    },
-                );
-                if best.len() > k {
-                    best.pop();
-                }
-                if best.len() == k {
-                    worst = best[k - 1].dist;
+        }
+        // Level by level over what is left: internal nodes in `front`,
+        // leaves to scan in `leaves`, each with its bound.
+        let front = &mut s.front;
+        let next = &mut s.next;
+        let leaves = &mut s.leaves;
+        front.clear();
+        leaves.clear();
+        for (Reverse(lb), n) in heap.drain() {
+            if lb <= worst {
+                let (l, r) = self.children(n);
+                if r & LEAF_BIT != 0 {
+                    a.fetch(l as usize, (r & !LEAF_BIT) as usize);
+                    leaves.push((lb, n));
+                } else {
+                    a.fetch_boxes(l, r);
+                    front.push((lb, n));
                 }
             }
+        }
+        while !front.is_empty() || !leaves.is_empty() {
+            // This level's boxes were loaded when it was formed; scan the
+            // leaves found meanwhile (their rows were loaded then too),
+            // nearest bound first, then bound this level.
+            leaves.sort_unstable();
+            for &(lb, n) in leaves.iter() {
+                if lb > worst {
+                    break;
+                }
+                let (x, y) = self.children(n);
+                self.scan_leaf(a, x, y, k, &mut best, &mut worst, &mut stats);
+            }
+            leaves.clear();
+            next.clear();
+            for &(lb, n) in front.iter() {
+                if lb > worst {
+                    continue;
+                }
+                let (x, y) = self.children(n);
+                let (bx, by) = a.bounds(x, y);
+                stats.nodes += 2;
+                for (c, b) in [(x, bx), (y, by)] {
+                    if b > worst {
+                        continue;
+                    }
+                    let (l, r) = self.children(c);
+                    if r & LEAF_BIT != 0 {
+                        a.fetch(l as usize, (r & !LEAF_BIT) as usize);
+                        leaves.push((b, c));
+                    } else {
+                        a.fetch_boxes(l, r);
+                        next.push((b, c));
+                    }
+                }
+            }
+            std::mem::swap(front, next);
         }
         for b in best.iter_mut() {
             b.dist = A::value(b.dist).to_bits();
         }
+        s.best = best;
         s.stats = stats;
+    }
+
+    /// The two children of internal node `node`, or a leaf's block and
+    /// row count (with [`LEAF_BIT`]).
+    #[inline(always)]
+    fn children(&self, node: u32) -> (u32, u32) {
+        (
+            self.nodes[2 * node as usize],
+            self.nodes[2 * node as usize + 1],
+        )
+    }
+
+    /// Scans the leaf (`x`: block, `y`: row count with [`LEAF_BIT`]) into
+    /// `best`, the k nearest so far by (distance, id).
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn scan_leaf<A: Arith>(
+        &self,
+        a: &mut A,
+        x: u32,
+        y: u32,
+        k: usize,
+        best: &mut Vec<Best>,
+        worst: &mut u64,
+        stats: &mut SearchStats,
+    ) {
+        let start = x as usize * self.leaf;
+        let count = (y & !LEAF_BIT) as usize;
+        a.scan(x as usize, count);
+        stats.leaves += 1;
+        stats.rows += count as u64;
+        for j in 0..count {
+            let d = a.dist(j);
+            if d > *worst {
+                continue;
+            }
+            let pos = start + j;
+            // Only a tie needs ids (the lower one is nearer).
+            let id = |p: usize| self.ids[p];
+            if best.len() == k && d == *worst && id(pos) >= id(best[k - 1].pos as usize) {
+                continue;
+            }
+            let at = best
+                .partition_point(|b| b.dist < d || (b.dist == d && id(b.pos as usize) < id(pos)));
+            best.insert(
+                at,
+                Best {
+                    dist: d,
+                    pos: pos as u32,
+                },
+            );
+            if best.len() > k {
+                best.pop();
+            }
+            if best.len() == k {
+                *worst = best[k - 1].dist;
+            }
+        }
     }
 }
 
