@@ -242,14 +242,7 @@ impl LowDimView<'_> {
         leaves.clear();
         for (Reverse(lb), n) in heap.drain() {
             if lb <= worst {
-                let (l, r) = self.children(n);
-                if r & LEAF_BIT != 0 {
-                    a.fetch(l as usize, (r & !LEAF_BIT) as usize);
-                    leaves.push((lb, n));
-                } else {
-                    a.fetch_boxes(l, r);
-                    front.push((lb, n));
-                }
+                self.queue(a, lb, n, front, leaves);
             }
         }
         while !front.is_empty() || !leaves.is_empty() {
@@ -274,16 +267,8 @@ impl LowDimView<'_> {
                 let (bx, by) = a.bounds(x, y);
                 stats.nodes += 2;
                 for (c, b) in [(x, bx), (y, by)] {
-                    if b > worst {
-                        continue;
-                    }
-                    let (l, r) = self.children(c);
-                    if r & LEAF_BIT != 0 {
-                        a.fetch(l as usize, (r & !LEAF_BIT) as usize);
-                        leaves.push((b, c));
-                    } else {
-                        a.fetch_boxes(l, r);
-                        next.push((b, c));
+                    if b <= worst {
+                        self.queue(a, b, c, next, leaves);
                     }
                 }
             }
@@ -294,6 +279,28 @@ impl LowDimView<'_> {
         }
         s.best = best;
         s.stats = stats;
+    }
+
+    /// Queues node `n` (bound `lb`) with its loads started: a leaf on
+    /// `leaves` (its rows loading), an internal node on `front` (its
+    /// children's boxes loading).
+    #[inline(always)]
+    fn queue<A: Arith>(
+        &self,
+        a: &A,
+        lb: u64,
+        n: u32,
+        front: &mut Vec<(u64, u32)>,
+        leaves: &mut Vec<(u64, u32)>,
+    ) {
+        let (l, r) = self.children(n);
+        if r & LEAF_BIT != 0 {
+            a.fetch(l as usize, (r & !LEAF_BIT) as usize);
+            leaves.push((lb, n));
+        } else {
+            a.fetch_boxes(l, r);
+            front.push((lb, n));
+        }
     }
 
     /// The two children of internal node `node`, or a leaf's block and
