@@ -26,6 +26,7 @@ pub mod priority;
 pub mod registry;
 pub mod text;
 pub mod ui;
+mod wire;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -232,7 +233,9 @@ impl Bound {
         .max_decoding_message_size(st.max_body)
         .max_encoding_message_size(st.max_body);
         let incoming = futures::stream::select_all(self.flight_listeners.into_iter().map(|l| {
-            Box::pin(tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true)))
+            use futures::TryStreamExt;
+            let accepted = tonic::transport::server::TcpIncoming::from(l).with_nodelay(Some(true));
+            Box::pin(accepted.map_ok(wire::Gathered::new))
         }));
         let flight_srv = tonic::transport::Server::builder()
             .tcp_nodelay(true)
