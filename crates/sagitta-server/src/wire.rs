@@ -3,14 +3,17 @@
 //!
 //! h2 writes a DATA frame's payload of 256 bytes or more as a second buffer
 //! beside the frame's head (vectored I/O), and must flush that pair before
-//! it may queue the next frame. A search answer (a few hundred bytes of
-//! Arrow IPC) and its gRPC trailers so left in two sends: two packets, and
-//! for a client that has gone to sleep on the first, a second wake-up
-//! (about 30-50 µs per request from pyarrow on a 2-core VM). Here the
-//! connection says it has no vectored writes, so h2 copies payloads under
-//! 1 KiB into its own buffer instead; small writes gather here until h2
-//! flushes, and a large one (a download's frames) leaves at once with what
-//! has gathered, in one vectored send, uncopied.
+//! it may queue the next frame. A search answer (333 bytes of Arrow IPC
+//! for 10 hits of id and score) and its gRPC trailers so left in two
+//! sends: two packets, and for a client that has gone to sleep on the
+//! first, a second wake-up (14-50 µs per request from pyarrow on a 2-core
+//! VM; BENCHMARKS.md, "One send per Flight answer"). Here the connection
+//! says it has no vectored writes, so h2 copies payloads under 1 KiB into
+//! its own buffer instead and queues the trailers behind them; small
+//! writes gather here until h2 flushes, and a large one (a download's
+//! frames) leaves at once with what has gathered, in one vectored send,
+//! uncopied. (An answer of 1 KiB or more is still followed by a flush
+//! inside h2, so its trailers leave in a second send, as before.)
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
