@@ -239,7 +239,7 @@ impl Bound {
         }));
         let flight_srv = tonic::transport::Server::builder()
             .tcp_nodelay(true)
-            .add_service(svc)
+            .add_service(wire::OneSend(svc))
             .serve_with_incoming_shutdown(incoming, wait(stop_rx.clone()));
         let st2 = st.clone();
         let grace = st.exec.timeout();

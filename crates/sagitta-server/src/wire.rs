@@ -1,30 +1,46 @@
-//! The Flight port's connections: everything h2 writes between two of its
-//! flushes leaves in one send.
+//! The Flight port's answers leave in one send: everything h2 writes
+//! between two of its flushes goes out together.
 //!
 //! h2 writes a DATA frame's payload of 256 bytes or more as a second buffer
 //! beside the frame's head (vectored I/O), and must flush that pair before
 //! it may queue the next frame. A search answer (333 bytes of Arrow IPC
-//! for 10 hits of id and score) and its gRPC trailers so left in two
-//! sends: two packets, and for a client that has gone to sleep on the
-//! first, a second wake-up (14-50 µs per request from pyarrow on a 2-core
-//! VM; BENCHMARKS.md, "One send per Flight answer"). Here the connection
-//! says it has no vectored writes, so h2 copies payloads under 1 KiB into
-//! its own buffer instead and queues the trailers behind them; small
-//! writes gather here until h2 flushes, and a large one (a download's
-//! frames) leaves at once with what has gathered, in one vectored send,
-//! uncopied. (An answer of 1 KiB or more is still followed by a flush
-//! inside h2, so its trailers leave in a second send, as before.)
+//! for 10 hits of id and score, a few KiB with payload columns) and its
+//! gRPC trailers so left in two sends: two packets, and for a client that
+//! has gone to sleep on the first, a second wake-up (14-50 µs per request
+//! from pyarrow on a 2-core VM; BENCHMARKS.md, "One send per Flight
+//! answer"). So:
+//! * [`Gathered`], each accepted connection, says it has no vectored
+//!   writes, so h2 copies payloads under 1 KiB into its own buffer (16 KiB)
+//!   beside their heads instead of chaining them; small writes gather
+//!   until h2 flushes, and a large one (a download's frames) leaves at
+//!   once with what has gathered, in one vectored send, uncopied;
+//! * [`OneSend`], around the Flight service, hands h2 an answer's body of
+//!   up to [`SPLIT_UP_TO`] bytes in pieces under 1 KiB, which h2 copies
+//!   and queues with the trailers behind them. Larger bodies (downloads)
+//!   pass as they are.
 
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
 use std::io::{self, IoSlice};
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tonic::codegen::{http, Service};
+use tonic::server::NamedService;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
-/// Most bytes gathered before a send without waiting for a flush; a write
-/// that would pass it goes out at once.
-const GATHER: usize = 8 * 1024;
+/// Most bytes gathered before a send without waiting for a flush (above
+/// h2's 16 KiB write buffer); a write that would pass it goes out at once.
+const GATHER: usize = 32 * 1024;
+
+/// Largest body chunk cut into pieces h2 copies (what fits its 16 KiB
+/// write buffer with room for the trailers).
+pub const SPLIT_UP_TO: usize = 12 * 1024;
+
+/// A piece: under h2's 1 KiB copy threshold for connections without
+/// vectored writes.
+const PIECE: usize = 1000;
 
 /// An accepted Flight connection whose small writes leave at each flush.
 #[derive(Debug)]
@@ -133,6 +149,98 @@ impl AsyncWrite for Gathered {
     }
 }
 
+/// The Flight service with its small answers' bodies cut into pieces h2
+/// copies (see the module's notes).
+#[derive(Debug, Clone)]
+pub struct OneSend<S>(pub S);
+
+impl<S: NamedService> NamedService for OneSend<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S, Req, B> Service<Req> for OneSend<S>
+where
+    S: Service<Req, Response = http::Response<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = http::Response<Pieces<B>>;
+    type Error = S::Error;
+    type Future =
+        futures::future::MapOk<S::Future, fn(http::Response<B>) -> http::Response<Pieces<B>>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Req) -> Self::Future {
+        use futures::TryFutureExt;
+        let wrap: fn(http::Response<B>) -> http::Response<Pieces<B>> = |r| r.map(Pieces::new);
+        self.0.call(req).map_ok(wrap)
+    }
+}
+
+/// A body whose data chunks of up to [`SPLIT_UP_TO`] bytes come out in
+/// pieces of [`PIECE`] bytes (the same bytes, in order; trailers as they
+/// are).
+#[derive(Debug)]
+pub struct Pieces<B> {
+    inner: B,
+    /// The rest of the chunk being cut.
+    rest: Bytes,
+}
+
+impl<B> Pieces<B> {
+    fn new(inner: B) -> Pieces<B> {
+        Pieces {
+            inner,
+            rest: Bytes::new(),
+        }
+    }
+}
+
+impl<B> Body for Pieces<B>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, B::Error>>> {
+        let me = &mut *self;
+        if me.rest.is_empty() {
+            let frame = match ready!(Pin::new(&mut me.inner).poll_frame(cx)) {
+                Some(Ok(frame)) => frame,
+                other => return Poll::Ready(other),
+            };
+            match frame.into_data() {
+                Ok(data) if data.len() > PIECE && data.len() <= SPLIT_UP_TO => me.rest = data,
+                Ok(data) => return Poll::Ready(Some(Ok(Frame::data(data)))),
+                Err(frame) => return Poll::Ready(Some(Ok(frame))),
+            }
+        }
+        let piece = me.rest.split_to(me.rest.len().min(PIECE));
+        Poll::Ready(Some(Ok(Frame::data(piece))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let inner = self.inner.size_hint();
+        let held = self.rest.len() as u64;
+        let mut hint = SizeHint::new();
+        hint.set_lower(inner.lower() + held);
+        if let Some(upper) = inner.upper() {
+            hint.set_upper(upper + held);
+        }
+        hint
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
@@ -191,6 +299,86 @@ mod tests {
         flushed.await.unwrap();
         server.flush().await.unwrap();
         reader.await.unwrap();
+    }
+
+    /// A body of the given frames, in order.
+    struct Frames(std::collections::VecDeque<Frame<Bytes>>);
+
+    impl Body for Frames {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            Poll::Ready(self.0.pop_front().map(Ok))
+        }
+
+        fn is_end_stream(&self) -> bool {
+            self.0.is_empty()
+        }
+    }
+
+    /// Every frame of `body`: (data chunk lengths, all data, trailers seen).
+    async fn drain<B: Body<Data = Bytes> + Unpin>(mut body: B) -> (Vec<usize>, Vec<u8>, bool)
+    where
+        B::Error: std::fmt::Debug,
+    {
+        let (mut lens, mut all, mut trailers) = (Vec::new(), Vec::new(), false);
+        while let Some(f) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+            match f.unwrap().into_data() {
+                Ok(d) => {
+                    assert!(!trailers, "data after the trailers");
+                    lens.push(d.len());
+                    all.extend_from_slice(&d);
+                }
+                Err(t) => trailers = t.is_trailers(),
+            }
+        }
+        assert!(body.is_end_stream());
+        (lens, all, trailers)
+    }
+
+    fn body(chunks: &[usize]) -> (Frames, Vec<u8>) {
+        let mut frames = std::collections::VecDeque::new();
+        let mut all = Vec::new();
+        for (c, &n) in chunks.iter().enumerate() {
+            let d: Vec<u8> = (0..n).map(|i| (i * 7 + c) as u8).collect();
+            all.extend_from_slice(&d);
+            frames.push_back(Frame::data(Bytes::from(d)));
+        }
+        frames.push_back(Frame::trailers(http::HeaderMap::new()));
+        (Frames(frames), all)
+    }
+
+    #[tokio::test]
+    async fn a_small_answer_comes_out_in_pieces_h2_copies() {
+        let (b, want) = body(&[5_000, 333]);
+        let p = Pieces::new(b);
+        assert_eq!(p.size_hint().lower(), 0);
+        let (lens, all, trailers) = drain(p).await;
+        assert_eq!(lens, [1000, 1000, 1000, 1000, 1000, 333]);
+        assert!(lens.iter().all(|&n| n < 1024));
+        assert_eq!(all, want);
+        assert!(trailers);
+    }
+
+    #[tokio::test]
+    async fn large_chunks_pass_whole() {
+        let (b, want) = body(&[SPLIT_UP_TO + 1, 64 * 1024, PIECE]);
+        let (lens, all, trailers) = drain(Pieces::new(b)).await;
+        assert_eq!(lens, [SPLIT_UP_TO + 1, 64 * 1024, PIECE]);
+        assert_eq!(all, want);
+        assert!(trailers);
+    }
+
+    #[tokio::test]
+    async fn the_cut_ends_at_the_chunk_limit() {
+        let (b, want) = body(&[SPLIT_UP_TO]);
+        let (lens, all, _) = drain(Pieces::new(b)).await;
+        assert_eq!(lens.len(), SPLIT_UP_TO.div_ceil(PIECE));
+        assert_eq!(all, want);
     }
 
     #[tokio::test]
