@@ -25,6 +25,9 @@ SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample"
 ADMIN = "admin-key-for-console-tests"
 WRITER = "write-key-for-console-tests"
 READER = "read-key-for-console-tests"
+# The first text search in a server loads MiniLM and embeds the query; on a
+# loaded CI host that took over Playwright's default 5 s once.
+FIRST_EMBED_MS = 30_000
 HOSTILE = '<img src=x onerror="window.__xss=1"><script>window.__xss=2</script> hostile payload'
 
 
@@ -159,7 +162,7 @@ def test_text_search_returns_the_expected_top_row(console, server, demo):
     p.fill("#s-text", texts[target])
     p.click("#s-run")
     first = p.locator("#hits tbody tr").first
-    expect(first.locator(".hit-id")).to_have_text(str(target))
+    expect(first.locator(".hit-id")).to_have_text(str(target), timeout=FIRST_EMBED_MS)
     expect(first).to_contain_text("pair of eyes")
     # Both legs are shown: dense rank and text rank of the top row.
     cells = first.locator("td")
@@ -208,7 +211,7 @@ def test_filter_errors_are_shown_inline(console, demo):
     p.fill("#s-filter", json.dumps({"field": "text", "op": "ne", "value": texts[5]}))
     expect(p.locator("#filter-error")).to_have_text(f"matches {len(texts) - 1:,} rows")
     p.click("#s-run")
-    expect(p.locator("#hits tbody tr")).to_have_count(10)
+    expect(p.locator("#hits tbody tr")).to_have_count(10, timeout=FIRST_EMBED_MS)
     ids = [int(i) for i in p.locator("#hits .hit-id").all_inner_texts()]
     assert 5 not in ids
     p.fill("#s-filter", "")
