@@ -27,6 +27,8 @@ pub struct Head {
     pub len: usize,
     /// The client asked to close after this response.
     pub close: bool,
+    /// `HEAD`: the response's head only, no body.
+    pub head_only: bool,
 }
 
 /// A request that cannot be served; the connection is closed after the
@@ -52,8 +54,19 @@ pub enum Parsed {
     Refused(Refusal),
 }
 
-fn find_head_end(buf: &[u8]) -> Option<usize> {
-    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+/// Where the head ends (after its empty line) and where its lines end.
+/// Lines end in CRLF or, as RFC 9112 lets a server accept, a bare LF.
+fn find_head_end(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut at = 0;
+    while let Some(p) = buf[at..].iter().position(|&c| c == b'\n') {
+        let nl = at + p;
+        match buf.get(nl + 1..) {
+            Some([b'\n', ..]) => return Some((nl + 2, nl)),
+            Some([b'\r', b'\n', ..]) => return Some((nl + 3, nl)),
+            _ => at = nl + 1,
+        }
+    }
+    None
 }
 
 fn trim(b: &[u8]) -> &[u8] {
@@ -71,14 +84,14 @@ fn trim(b: &[u8]) -> &[u8] {
 /// Parses the request at the start of `buf`.
 pub fn parse(buf: &[u8]) -> Parsed {
     let window = &buf[..buf.len().min(MAX_HEAD)];
-    let Some(head_len) = find_head_end(window) else {
+    let Some((head_len, lines_end)) = find_head_end(window) else {
         return if buf.len() >= MAX_HEAD {
             Parsed::Refused(Refusal::HeadTooLarge)
         } else {
             Parsed::Partial
         };
     };
-    let head = &buf[..head_len - 4];
+    let head = &buf[..lines_end];
     let mut lines = head
         .split(|&c| c == b'\n')
         .map(|l| l.strip_suffix(b"\r").unwrap_or(l));
@@ -143,6 +156,7 @@ pub fn parse(buf: &[u8]) -> Parsed {
         body: (head_len, body_len),
         len: head_len + body_len,
         close,
+        head_only: method == b"HEAD",
     })
 }
 
@@ -173,6 +187,21 @@ pub fn score_responses() -> [Vec<u8>; 6] {
 /// `GET /ready`.
 pub fn ready() -> Vec<u8> {
     response("200 OK", "{\"ready\":true}", false)
+}
+
+/// Bytes of a response's head (through its empty line).
+pub fn head_len(response: &[u8]) -> usize {
+    find_head_end(response).map_or(response.len(), |(n, _)| n)
+}
+
+/// The answer to a request not whole within the request timeout (the
+/// connection closes after it).
+pub fn request_timeout() -> Vec<u8> {
+    response(
+        "408 Request Timeout",
+        "{\"error\":\"request not received in time\"}",
+        true,
+    )
 }
 
 /// A 400 for a request whose body cannot be scored, naming why.
@@ -279,6 +308,23 @@ mod tests {
             panic!()
         };
         assert_eq!((h.route, h.close), (Route::Method, true));
+        // Bare LF line ends, and HEAD.
+        let Parsed::Request(h) = parse(b"HEAD /ready HTTP/1.1\nHost: x\n\nGET") else {
+            panic!()
+        };
+        assert_eq!((h.route, h.len, h.head_only), (Route::Ready, 30, true));
+        let Parsed::Request(h) = parse(b"POST /fraud-score HTTP/1.1\nContent-Length: 2\r\n\r\n{}")
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (h.route, h.body, h.head_only),
+            (Route::Score, (48, 2), false)
+        );
+        assert_eq!(parse(b"GET /ready HTTP/1.1\n\r"), Parsed::Partial);
+        let r = ready();
+        assert!(r[..head_len(&r)].ends_with(b"\r\n\r\n"));
+        assert_eq!(head_len(&r) + "{\"ready\":true}".len(), r.len());
     }
 
     #[test]

@@ -104,15 +104,14 @@ pub fn run(listener: RawFd, workers: &[RawFd]) -> Result<()> {
         if c < 0 {
             let e = std::io::Error::last_os_error();
             match e.raw_os_error() {
-                Some(
-                    libc::EINTR
-                    | libc::ECONNABORTED
-                    | libc::EPROTO
-                    | libc::EMFILE
-                    | libc::ENFILE
-                    | libc::ENOBUFS
-                    | libc::ENOMEM,
-                ) => continue,
+                Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO) => continue,
+                Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
+                    // Out of descriptors or memory: back off instead of
+                    // spinning (under SCHED_FIFO a spin would keep the API
+                    // processes on this core from ever freeing any).
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
                 _ => return Err(e).context("accept"),
             }
         }

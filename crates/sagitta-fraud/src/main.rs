@@ -64,6 +64,13 @@ enum Cmd {
         /// for it to wake up).
         #[arg(long)]
         busy_poll: bool,
+        /// Close a connection whose request is not whole, or whose client
+        /// does not take its answers, after this many milliseconds.
+        #[arg(long, default_value_t = 10_000)]
+        request_timeout_ms: u64,
+        /// Close a keep-alive connection idle this many milliseconds.
+        #[arg(long, default_value_t = 60_000)]
+        idle_timeout_ms: u64,
         /// Stop when standard input closes (the parent exited; for tests).
         #[arg(long, hide = true)]
         die_with_parent: bool,
@@ -78,6 +85,10 @@ enum Cmd {
         fd: RawFd,
         #[arg(long)]
         busy_poll: bool,
+        #[arg(long)]
+        request_timeout_ms: u64,
+        #[arg(long)]
+        idle_timeout_ms: u64,
     },
     /// Score every entry of a contest test file offline and compare with
     /// its expected answers; report the search cost per query.
@@ -109,6 +120,8 @@ fn main() -> Result<()> {
             cpu,
             rtprio,
             busy_poll,
+            request_timeout_ms,
+            idle_timeout_ms,
             die_with_parent,
         } => {
             if die_with_parent {
@@ -119,18 +132,28 @@ fn main() -> Result<()> {
                     std::process::exit(0);
                 });
             }
-            serve(&index, bind, port, workers, cpu, rtprio, busy_poll)
+            let timeouts = [request_timeout_ms, idle_timeout_ms];
+            serve(
+                &index, bind, port, workers, cpu, rtprio, busy_poll, timeouts,
+            )
         }
         Cmd::Worker {
             index,
             fd,
             busy_poll,
+            request_timeout_ms,
+            idle_timeout_ms,
         } => {
             // Die with the balancer.
             // SAFETY: plain prctl on this process.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
             let mapped = refs::Mapped::open(&index, true)?;
-            worker::run(fd, worker::Scorer::new(mapped), busy_poll)
+            let opts = worker::Options {
+                busy: busy_poll,
+                request_timeout: std::time::Duration::from_millis(request_timeout_ms),
+                idle_timeout: std::time::Duration::from_millis(idle_timeout_ms),
+            };
+            worker::run(fd, worker::Scorer::new(mapped), opts)
         }
         Cmd::Check {
             index,
@@ -203,6 +226,7 @@ fn serve(
     cpu: Option<usize>,
     rtprio: Option<i32>,
     busy_poll: bool,
+    [request_timeout_ms, idle_timeout_ms]: [u64; 2],
 ) -> Result<()> {
     if workers == 0 {
         bail!("--workers must be at least 1");
@@ -243,6 +267,8 @@ fn serve(
             .arg("--fd")
             .arg(pair[1].to_string())
             .args(busy_poll.then_some("--busy-poll"))
+            .arg(format!("--request-timeout-ms={request_timeout_ms}"))
+            .arg(format!("--idle-timeout-ms={idle_timeout_ms}"))
             .spawn()
             .context("start an API process")?;
         // SAFETY: the child has its copy.

@@ -4,6 +4,7 @@
 //! when there is no previous transaction.
 
 use serde::Deserialize;
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 /// Dimensions of a transaction vector.
@@ -48,7 +49,8 @@ pub struct Request<'a> {
 pub struct Transaction<'a> {
     pub amount: f64,
     pub installments: f64,
-    pub requested_at: &'a str,
+    #[serde(borrow)]
+    pub requested_at: Cow<'a, str>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -56,13 +58,15 @@ pub struct Customer<'a> {
     pub avg_amount: f64,
     pub tx_count_24h: f64,
     #[serde(borrow)]
-    pub known_merchants: Vec<&'a str>,
+    pub known_merchants: Vec<Cow<'a, str>>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct Merchant<'a> {
-    pub id: &'a str,
-    pub mcc: &'a str,
+    #[serde(borrow)]
+    pub id: Cow<'a, str>,
+    #[serde(borrow)]
+    pub mcc: Cow<'a, str>,
     pub avg_amount: f64,
 }
 
@@ -75,7 +79,8 @@ pub struct Terminal {
 
 #[derive(Debug, Deserialize)]
 pub struct LastTransaction<'a> {
-    pub timestamp: &'a str,
+    #[serde(borrow)]
+    pub timestamp: Cow<'a, str>,
     pub km_from_current: f64,
 }
 
@@ -213,7 +218,7 @@ pub fn codes(r: &Request<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
     let tx24 = finite(r.customer.tx_count_24h, "customer.tx_count_24h")?;
     let km_home = finite(r.terminal.km_from_home, "terminal.km_from_home")?;
     let m_avg = finite(r.merchant.avg_amount, "merchant.avg_amount")?;
-    let now = parse_time(r.transaction.requested_at)?;
+    let now = parse_time(&r.transaction.requested_at)?;
     let mut v = [0i16; DIM];
     v[0] = code(amount / n.max_amount);
     v[1] = code(installments / n.max_installments);
@@ -232,7 +237,7 @@ pub fn codes(r: &Request<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
     v[4] = code(((now.div_euclid(86_400) + 3).rem_euclid(7)) as f64 / 6.0);
     match &r.last_transaction {
         Some(last) => {
-            let then = parse_time(last.timestamp)?;
+            let then = parse_time(&last.timestamp)?;
             let km = finite(last.km_from_current, "last_transaction.km_from_current")?;
             v[5] = code((now - then) as f64 / 60.0 / n.max_minutes);
             v[6] = code(km / n.max_km);
@@ -254,7 +259,7 @@ pub fn codes(r: &Request<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
     v[12] = code(
         rules
             .mcc_risk
-            .get(r.merchant.mcc)
+            .get(r.merchant.mcc.as_ref())
             .copied()
             .unwrap_or(UNKNOWN_MCC_RISK),
     );
@@ -275,6 +280,74 @@ pub fn as_f32(codes: &[i16; DIM]) -> [f32; DIM] {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    fn rules() -> Rules {
+        Rules {
+            norms: Norms {
+                max_amount: 10_000.0,
+                max_installments: 12.0,
+                amount_vs_avg_ratio: 10.0,
+                max_minutes: 1440.0,
+                max_km: 1000.0,
+                max_tx_count_24h: 20.0,
+                max_merchant_avg_amount: 10_000.0,
+            },
+            mcc_risk: HashMap::from([("5411".to_string(), 0.15)]),
+        }
+    }
+
+    const BODY: &str = r#"{"id":"tx-1","transaction":{"amount":500.0,"installments":3,"requested_at":"2026-03-24T11:05:35Z"},"customer":{"avg_amount":250.0,"tx_count_24h":4,"known_merchants":["MERC-1","MERC-2"]},"merchant":{"id":"MERC-2","mcc":"5411","avg_amount":1000.0},"terminal":{"is_online":false,"card_present":true,"km_from_home":10.0},"last_transaction":{"timestamp":"2026-03-24T10:05:35Z","km_from_current":5.0}}"#;
+
+    #[test]
+    fn the_contest_rules() {
+        let v = vectorize(BODY.as_bytes(), &rules()).unwrap();
+        // 2026-03-24 was a Tuesday (1); 60 minutes since the last one.
+        assert_eq!(
+            v,
+            [500, 2500, 2000, 4783, 1667, 417, 50, 100, 2000, 0, 10_000, 0, 1500, 1000]
+        );
+    }
+
+    #[test]
+    fn escaped_strings_read_as_their_characters() {
+        let plain = vectorize(BODY.as_bytes(), &rules()).unwrap();
+        // Every string with an escape: same characters, same vector.
+        let escaped = BODY
+            .replace("MERC-", "MERC\\u002d")
+            .replace("2026-", "2026\\u002d")
+            .replace("5411", "\\u0035411");
+        assert_ne!(escaped, BODY);
+        assert_eq!(vectorize(escaped.as_bytes(), &rules()).unwrap(), plain);
+        // Non-ASCII ids, escaped (as Python's json.dumps writes them) in
+        // one place and raw in the other, still match.
+        let unicode = BODY
+            .replace("\"MERC-2\"]", "\"M\\u00e9RC\"]")
+            .replace("\"id\":\"MERC-2\"", "\"id\":\"M\u{e9}RC\"");
+        assert_eq!(vectorize(unicode.as_bytes(), &rules()).unwrap(), plain);
+    }
+
+    #[test]
+    fn out_of_range_numbers_are_clamped() {
+        let with = |from: &str, to: &str| {
+            assert!(BODY.contains(from), "{from}");
+            vectorize(BODY.replace(from, to).as_bytes(), &rules()).unwrap()
+        };
+        assert_eq!(with("\"amount\":500.0", "\"amount\":-5")[0], 0);
+        assert_eq!(with("\"amount\":500.0", "\"amount\":1e300")[0], 10_000);
+        // A customer average of 0: the largest ratio for a positive amount.
+        assert_eq!(with("\"avg_amount\":250.0", "\"avg_amount\":0")[2], 10_000);
+        assert_eq!(
+            with("\"tx_count_24h\":4", "\"tx_count_24h\":1e9")[8],
+            10_000
+        );
+        assert_eq!(with("\"km_from_home\":10.0", "\"km_from_home\":-1")[7], 0);
+        // The previous transaction after this one: no negative minutes.
+        assert_eq!(with("T10:05:35Z", "T12:05:35Z")[5], 0);
+        assert_eq!(with("\"mcc\":\"5411\"", "\"mcc\":\"0000\"")[12], 5000);
+        // Beyond what an f64 holds: not a number JSON can give us.
+        let e = vectorize(BODY.replace("500.0", "1e400").as_bytes(), &rules()).unwrap_err();
+        assert!(matches!(e, BadRequest::Json(_)), "{e}");
+    }
 
     #[test]
     fn timestamps() {

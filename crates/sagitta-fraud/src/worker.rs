@@ -10,6 +10,7 @@ use anyhow::{bail, Result};
 use sagitta_index::lowdim::LowDimScratch;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
+use std::time::{Duration, Instant};
 
 /// Scores request bodies: vectorize, exact 5-NN, count the frauds.
 #[derive(Debug)]
@@ -43,7 +44,36 @@ impl Scorer {
     }
 }
 
+/// How an API process runs its loop.
+#[derive(Debug, Clone, Copy)]
+pub struct Options {
+    /// Poll for work instead of sleeping in the kernel.
+    pub busy: bool,
+    /// A connection with a request half read, or answers its client does
+    /// not take, for this long is closed (a 408 first for a half-read
+    /// request): slow-loris clients and vanished peers give their
+    /// descriptors back.
+    pub request_timeout: Duration,
+    /// A keep-alive connection idle (nothing buffered either way) this
+    /// long is closed.
+    pub idle_timeout: Duration,
+}
+
+/// How often the loop looks for connections past their timeouts.
+const SWEEP: Duration = Duration::from_millis(250);
+
+/// Longest the loop runs without giving the core away: under SCHED_FIFO a
+/// process that never blocks (a client pipelining without pause) would
+/// otherwise keep the balancer and the other API processes on its core
+/// from ever running.
+const TURN: Duration = Duration::from_millis(2);
+
+/// A wait this long slept (a wait that finds work ready takes about 1 µs).
+const SLEPT: Duration = Duration::from_micros(20);
+
 struct Conn {
+    /// When bytes last came in or went out.
+    last: Instant,
     inbuf: Vec<u8>,
     out: Vec<u8>,
     /// Bytes of `out` already written.
@@ -98,6 +128,11 @@ fn receive_fds(sock: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
         if n == 0 {
             return Ok(false);
         }
+        if msg.msg_flags & libc::MSG_CTRUNC != 0 {
+            // The kernel dropped the descriptor: this process is at its
+            // open-file limit. That client sees its connection closed.
+            eprintln!("sagitta-fraud: a connection was dropped: too many open files");
+        }
         // SAFETY: walking the control messages the kernel wrote into
         // `cbuf`, with the libc macros made for it.
         unsafe {
@@ -118,10 +153,12 @@ fn receive_fds(sock: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
 }
 
 /// Runs the loop over connections handed in on `lb` until the balancer
-/// goes away. With `busy`, the loop polls without sleeping (yielding the
-/// core to the other processes on it between polls), so a request never
-/// waits for a sleeping CPU to wake up.
-pub fn run(lb: RawFd, mut scorer: Scorer, busy: bool) -> Result<()> {
+/// goes away. With `opts.busy`, the loop polls without sleeping (yielding
+/// the core to the other processes on it between polls), so a request
+/// never waits for a sleeping CPU to wake up.
+pub fn run(lb: RawFd, mut scorer: Scorer, opts: Options) -> Result<()> {
+    let busy = opts.busy;
+    raise_fd_limit();
     let scores = http::score_responses();
     let ready = http::ready();
     // SAFETY: plain syscall.
@@ -136,20 +173,39 @@ pub fn run(lb: RawFd, mut scorer: Scorer, busy: bool) -> Result<()> {
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
     let mut fds = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
+    let mut swept = Instant::now();
+    let mut turn = Instant::now();
     loop {
-        // SAFETY: `events` is a valid buffer of its length.
-        let n = unsafe {
-            libc::epoll_wait(
-                ep,
-                events.as_mut_ptr(),
-                events.len() as i32,
-                if busy { 0 } else { -1 },
-            )
+        let wait_ms = if busy {
+            0
+        } else if conns.is_empty() {
+            -1
+        } else {
+            SWEEP.as_millis() as i32
         };
+        let before = Instant::now();
+        // SAFETY: `events` is a valid buffer of its length.
+        let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, wait_ms) };
+        let now = Instant::now();
+        if now.duration_since(swept) >= SWEEP {
+            swept = now;
+            sweep(&mut conns, now, &opts);
+        }
         if n == 0 {
-            // SAFETY: plain syscall.
-            unsafe { libc::sched_yield() };
+            if busy {
+                // SAFETY: plain syscall.
+                unsafe { libc::sched_yield() };
+            }
+            turn = now;
             continue;
+        }
+        if now.duration_since(before) >= SLEPT {
+            // The wait slept (or the process was off its core): a new turn.
+            turn = now;
+        } else if now.duration_since(turn) >= TURN {
+            // SAFETY: plain syscall (lets same-priority processes run).
+            unsafe { libc::sched_yield() };
+            turn = Instant::now();
         }
         if n < 0 {
             if errno() == libc::EINTR {
@@ -173,6 +229,7 @@ pub fn run(lb: RawFd, mut scorer: Scorer, busy: bool) -> Result<()> {
                         conns.insert(
                             c,
                             Conn {
+                                last: now,
                                 inbuf: Vec::with_capacity(2048),
                                 out: Vec::with_capacity(1024),
                                 sent: 0,
@@ -204,6 +261,7 @@ pub fn run(lb: RawFd, mut scorer: Scorer, busy: bool) -> Result<()> {
                 // SAFETY: reading into a buffer of its length.
                 let r = unsafe { libc::read(fd, chunk.as_mut_ptr().cast(), chunk.len()) };
                 if r > 0 {
+                    conn.last = now;
                     conn.inbuf.extend_from_slice(&chunk[..r as usize]);
                     serve(conn, &mut scorer, &scores, &ready);
                 } else if r == 0 || !matches!(errno(), libc::EAGAIN | libc::EINTR) {
@@ -211,7 +269,7 @@ pub fn run(lb: RawFd, mut scorer: Scorer, busy: bool) -> Result<()> {
                 }
             }
             if !dead {
-                dead = flush(fd, ep, conn);
+                dead = flush(fd, ep, conn, now);
             }
             if dead {
                 conns.remove(&fd);
@@ -235,6 +293,7 @@ fn serve(conn: &mut Conn, scorer: &mut Scorer, scores: &[Vec<u8>; 6], ready: &[u
             }
             Parsed::Request(h) => {
                 let body = &conn.inbuf[at + h.body.0..at + h.body.0 + h.body.1];
+                let start = conn.out.len();
                 match h.route {
                     Route::Score => match scorer.frauds(body) {
                         Ok(f) => conn.out.extend_from_slice(&scores[f]),
@@ -243,6 +302,11 @@ fn serve(conn: &mut Conn, scorer: &mut Scorer, scores: &[Vec<u8>; 6], ready: &[u
                     Route::Ready => conn.out.extend_from_slice(ready),
                     Route::Method => conn.out.extend_from_slice(&http::method_not_allowed()),
                     Route::NotFound => conn.out.extend_from_slice(&http::not_found()),
+                }
+                if h.head_only {
+                    // HEAD: the same head, no body.
+                    let head = http::head_len(&conn.out[start..]);
+                    conn.out.truncate(start + head);
                 }
                 at += h.len;
                 conn.closing = h.close;
@@ -253,7 +317,7 @@ fn serve(conn: &mut Conn, scorer: &mut Scorer, scores: &[Vec<u8>; 6], ready: &[u
 }
 
 /// Writes what the socket takes; returns whether the connection is done.
-fn flush(fd: RawFd, ep: RawFd, conn: &mut Conn) -> bool {
+fn flush(fd: RawFd, ep: RawFd, conn: &mut Conn, now: Instant) -> bool {
     while conn.sent < conn.out.len() {
         let rest = &conn.out[conn.sent..];
         // SAFETY: writing from a buffer of its length; MSG_NOSIGNAL keeps a
@@ -275,6 +339,7 @@ fn flush(fd: RawFd, ep: RawFd, conn: &mut Conn) -> bool {
             }
         }
         conn.sent += w as usize;
+        conn.last = now;
     }
     conn.out.clear();
     conn.sent = 0;
@@ -288,4 +353,50 @@ fn flush(fd: RawFd, ep: RawFd, conn: &mut Conn) -> bool {
         );
     }
     conn.closing
+}
+
+/// Closes the connections past their timeouts (see [`Options`]).
+fn sweep(conns: &mut HashMap<RawFd, Conn>, now: Instant, opts: &Options) {
+    conns.retain(|&fd, c| {
+        let busy = !c.inbuf.is_empty() || c.sent < c.out.len();
+        let limit = if busy {
+            opts.request_timeout
+        } else {
+            opts.idle_timeout
+        };
+        if now.duration_since(c.last) < limit {
+            return true;
+        }
+        if !c.inbuf.is_empty() && c.out.is_empty() {
+            let r = http::request_timeout();
+            // SAFETY: a best-effort write from a buffer of its length.
+            unsafe {
+                libc::send(
+                    fd,
+                    r.as_ptr().cast(),
+                    r.len(),
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+        }
+        // SAFETY: closing a connection we own (and forget here).
+        unsafe { libc::close(fd) };
+        false
+    });
+}
+
+/// The open-file limit raised to its hard maximum: each connection is a
+/// descriptor.
+fn raise_fd_limit() {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: plain syscalls with a valid struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) == 0 && l.rlim_cur < l.rlim_max {
+            l.rlim_cur = l.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &l);
+        }
+    }
 }

@@ -31,11 +31,13 @@ impl Drop for Service {
     }
 }
 
-/// One service for the whole file (built once, ~1 s).
+/// One service for the whole file (built once, ~1 s), in a directory of
+/// Cargo's for test files (replaced on each run).
 fn service() -> &'static Service {
     static S: OnceLock<Service> = OnceLock::new();
     S.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("sagitta-fraud-test-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sagitta-fraud-service");
+        let _ = std::fs::remove_dir_all(&dir);
         let out = Command::new(BIN)
             .arg("build")
             .arg(rinha().join("references-100k.json.gz"))
@@ -47,49 +49,55 @@ fn service() -> &'static Service {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let mut child = Command::new(BIN)
-            .args([
-                "serve",
-                "--die-with-parent",
-                "--port",
-                "0",
-                "--bind",
-                "127.0.0.1",
-                "--index",
-            ])
-            .arg(&dir)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port: u16 = line
-            .split("127.0.0.1:")
-            .nth(1)
-            .and_then(|r| r.split_whitespace().next())
-            .and_then(|p| p.parse().ok())
-            .unwrap_or_else(|| panic!("no port in {line:?}"));
-        let s = Service {
-            child,
-            port,
-            _dir: dir,
-        };
-        // Ready within a deadline, polled (not slept for).
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(mut c) = s.connect() {
-                if let Ok((200, _)) = request(&mut c, "GET", "/ready", b"") {
-                    break;
-                }
-            }
-            assert!(Instant::now() < deadline, "service not ready");
-            std::thread::yield_now();
-        }
-        s
+        start(&dir, &[])
     })
+}
+
+/// `serve` on the index in `dir`, with `extra` arguments, once ready.
+fn start(dir: &Path, extra: &[&str]) -> Service {
+    let mut child = Command::new(BIN)
+        .args([
+            "serve",
+            "--die-with-parent",
+            "--port",
+            "0",
+            "--bind",
+            "127.0.0.1",
+            "--index",
+        ])
+        .arg(dir)
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port: u16 = line
+        .split("127.0.0.1:")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no port in {line:?}"));
+    let s = Service {
+        child,
+        port,
+        _dir: dir.to_path_buf(),
+    };
+    // Ready within a deadline, polled (not slept for).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(mut c) = s.connect() {
+            if let Ok((200, _)) = request(&mut c, "GET", "/ready", b"") {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "service not ready");
+        std::thread::yield_now();
+    }
+    s
 }
 
 impl Service {
@@ -97,6 +105,25 @@ impl Service {
         let c = TcpStream::connect(("127.0.0.1", self.port))?;
         c.set_read_timeout(Some(Duration::from_secs(20)))?;
         Ok(c)
+    }
+
+    /// Both API processes are still running (bad input killed neither).
+    fn assert_workers_alive(&self) {
+        let pid = self.child.id();
+        let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+        let live = kids
+            .split_whitespace()
+            .filter(|k| {
+                std::fs::read_to_string(format!("/proc/{k}/stat")).is_ok_and(|st| {
+                    !st.rsplit(')')
+                        .next()
+                        .unwrap_or("")
+                        .trim_start()
+                        .starts_with('Z')
+                })
+            })
+            .count();
+        assert_eq!(live, 2, "API processes of {pid}: {kids:?}");
     }
 }
 
@@ -227,6 +254,7 @@ fn bad_bodies_get_a_400_and_the_connection_goes_on() {
     }
     // The same connection still scores.
     assert_eq!(score(&mut c, &good).0, 200);
+    s.assert_workers_alive();
 }
 
 #[test]
@@ -251,6 +279,122 @@ fn out_of_range_numbers_are_clamped_and_unknown_mcc_scores_as_risk_one_half() {
     let mut half = good.clone();
     half["merchant"]["mcc"] = serde_json::json!("5999");
     assert_eq!(score(&mut c, &unknown), score(&mut c, &half));
+    // Past what a 64-bit float holds: no number JSON can give, a 400.
+    let body = serde_json::to_string(&good).unwrap();
+    let amount = good["transaction"]["amount"].to_string();
+    let huge = body.replacen(&format!("\"amount\":{amount}"), "\"amount\":1e400", 1);
+    assert_ne!(huge, body);
+    assert_eq!(
+        request(&mut c, "POST", "/fraud-score", huge.as_bytes())
+            .unwrap()
+            .0,
+        400
+    );
+    s.assert_workers_alive();
+}
+
+#[test]
+fn escaped_and_non_ascii_strings_score_as_their_characters() {
+    let s = service();
+    let mut c = s.connect().unwrap();
+    for e in entries().iter().take(40) {
+        let body = serde_json::to_string(&e["request"]).unwrap();
+        // Every '-' in a string (merchant ids, dates) written as \u002d.
+        let escaped = body.replace('-', "\\u002d");
+        assert_ne!(escaped, body);
+        let (status, got) = request(&mut c, "POST", "/fraud-score", escaped.as_bytes()).unwrap();
+        assert_eq!(status, 200, "{escaped}: {got}");
+        let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+        assert_eq!(got["approved"], e["info"]["expected_response"]["approved"]);
+    }
+    // A merchant id outside ASCII, escaped as Python's json.dumps does.
+    let mut r = entries()[0]["request"].clone();
+    r["merchant"]["id"] = serde_json::json!("M\u{e9}RC-\u{4e2d}");
+    r["customer"]["known_merchants"] = serde_json::json!(["M\u{e9}RC-\u{4e2d}"]);
+    let raw_utf8 = serde_json::to_string(&r).unwrap();
+    let escaped = raw_utf8
+        .replace('\u{e9}', "\\u00e9")
+        .replace('\u{4e2d}', "\\u4e2d");
+    assert_ne!(escaped, raw_utf8);
+    let a = request(&mut c, "POST", "/fraud-score", raw_utf8.as_bytes()).unwrap();
+    let b = request(&mut c, "POST", "/fraud-score", escaped.as_bytes()).unwrap();
+    assert_eq!(a.0, 200, "{}", a.1);
+    assert_eq!(a, b);
+}
+
+#[test]
+fn head_answers_have_no_body_and_bare_line_feeds_are_read() {
+    let s = service();
+    let mut c = s.connect().unwrap();
+    c.write_all(b"HEAD /ready HTTP/1.1\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut b).unwrap(), 1);
+        head.push(b[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // The next answer on the connection starts right after that head.
+    assert_eq!(
+        request(&mut c, "GET", "/ready", b"").unwrap(),
+        (200, "{\"ready\":true}".to_string())
+    );
+    // Lines ended by a bare LF (which RFC 9112 lets a server accept).
+    c.write_all(b"GET /ready HTTP/1.1\nHost: x\n\n").unwrap();
+    assert_eq!(read_response(&mut c).unwrap().0, 200);
+    let good = serde_json::to_vec(&entries()[0]["request"]).unwrap();
+    let mut req = format!(
+        "POST /fraud-score HTTP/1.1\nContent-Length: {}\n\n",
+        good.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&good);
+    c.write_all(&req).unwrap();
+    assert_eq!(read_response(&mut c).unwrap().0, 200);
+}
+
+#[test]
+fn stalled_and_idle_connections_are_closed_after_their_timeouts() {
+    let base = service();
+    // A second service on the same index with short timeouts.
+    let s = start(
+        &base._dir,
+        &["--request-timeout-ms", "300", "--idle-timeout-ms", "800"],
+    );
+    let good = serde_json::to_vec(&entries()[2]["request"]).unwrap();
+    let mut stuck = s.connect().unwrap();
+    stuck
+        .write_all(b"POST /fraud-score HTTP/1.1\r\nContent-Length: 500\r\n\r\n{\"tra")
+        .unwrap();
+    let mut idle = s.connect().unwrap();
+    assert_eq!(request(&mut idle, "GET", "/ready", b"").unwrap().0, 200);
+    let t0 = Instant::now();
+    // The stalled request: a 408, then the connection closes.
+    assert_eq!(read_response(&mut stuck).unwrap().0, 408);
+    let mut rest = Vec::new();
+    assert_eq!(stuck.read_to_end(&mut rest).unwrap(), 0);
+    assert!(
+        t0.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t0.elapsed()
+    );
+    // The idle keep-alive connection: closed without a word, later.
+    assert_eq!(idle.read_to_end(&mut rest).unwrap(), 0);
+    assert!(rest.is_empty());
+    assert!(
+        t0.elapsed() >= Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
+    // New connections are served as before.
+    let mut c = s.connect().unwrap();
+    assert_eq!(
+        request(&mut c, "POST", "/fraud-score", &good).unwrap().0,
+        200
+    );
+    s.assert_workers_alive();
 }
 
 #[test]
@@ -287,6 +431,7 @@ fn protocol_errors_get_their_status() {
             Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset),
         }
     }
+    s.assert_workers_alive();
 }
 
 #[test]
@@ -323,6 +468,7 @@ fn slow_and_half_open_clients_do_not_hold_up_others() {
     let body = " ".repeat(495);
     stuck.write_all(body.as_bytes()).unwrap();
     assert_eq!(read_response(&mut stuck).unwrap().0, 400);
+    s.assert_workers_alive();
 }
 
 #[test]
