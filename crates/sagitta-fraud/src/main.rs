@@ -71,6 +71,11 @@ enum Cmd {
         /// Close a keep-alive connection idle this many milliseconds.
         #[arg(long, default_value_t = 60_000)]
         idle_timeout_ms: u64,
+        /// No balancer of ours: the API processes listen on
+        /// `DIR/api-0.sock`, `DIR/api-1.sock`, ... for a balancer of your
+        /// own (HAProxy, nginx) in front; `--port` and `--bind` are unused.
+        #[arg(long, value_name = "DIR")]
+        backends: Option<PathBuf>,
         /// Stop when standard input closes (the parent exited; for tests).
         #[arg(long, hide = true)]
         die_with_parent: bool,
@@ -81,8 +86,11 @@ enum Cmd {
         #[arg(long)]
         index: PathBuf,
         /// The Unix socket the balancer sends connections on.
+        #[arg(long, conflicts_with = "listen", required_unless_present = "listen")]
+        fd: Option<RawFd>,
+        /// A Unix socket path to listen on instead (`serve --backends`).
         #[arg(long)]
-        fd: RawFd,
+        listen: Option<PathBuf>,
         #[arg(long)]
         busy_poll: bool,
         #[arg(long)]
@@ -122,6 +130,7 @@ fn main() -> Result<()> {
             busy_poll,
             request_timeout_ms,
             idle_timeout_ms,
+            backends,
             die_with_parent,
         } => {
             if die_with_parent {
@@ -133,6 +142,9 @@ fn main() -> Result<()> {
                 });
             }
             let timeouts = [request_timeout_ms, idle_timeout_ms];
+            if let Some(dir) = backends {
+                return serve_backends(&index, &dir, workers, cpu, rtprio, busy_poll, timeouts);
+            }
             serve(
                 &index, bind, port, workers, cpu, rtprio, busy_poll, timeouts,
             )
@@ -140,6 +152,7 @@ fn main() -> Result<()> {
         Cmd::Worker {
             index,
             fd,
+            listen,
             busy_poll,
             request_timeout_ms,
             idle_timeout_ms,
@@ -153,7 +166,18 @@ fn main() -> Result<()> {
                 request_timeout: std::time::Duration::from_millis(request_timeout_ms),
                 idle_timeout: std::time::Duration::from_millis(idle_timeout_ms),
             };
-            worker::run(fd, worker::Scorer::new(mapped), opts)
+            let source = match (fd, listen) {
+                (Some(fd), _) => worker::Source::Balancer(fd),
+                (None, Some(path)) => {
+                    let _ = std::fs::remove_file(&path);
+                    let l = std::os::unix::net::UnixListener::bind(&path)
+                        .with_context(|| format!("listen on {}", path.display()))?;
+                    l.set_nonblocking(true)?;
+                    worker::Source::Listener(std::os::fd::IntoRawFd::into_raw_fd(l))
+                }
+                (None, None) => bail!("give --fd or --listen"),
+            };
+            worker::run(source, worker::Scorer::new(mapped), opts)
         }
         Cmd::Check {
             index,
@@ -284,6 +308,71 @@ fn serve(
         let _ = c.wait();
     }
     r
+}
+
+/// `serve --backends DIR`: the API processes alone, each listening on
+/// `DIR/api-{i}.sock`, until one of them stops.
+#[allow(clippy::too_many_arguments)]
+fn serve_backends(
+    index: &Path,
+    dir: &Path,
+    workers: usize,
+    cpu: Option<usize>,
+    rtprio: Option<i32>,
+    busy_poll: bool,
+    [request_timeout_ms, idle_timeout_ms]: [u64; 2],
+) -> Result<()> {
+    if workers == 0 {
+        bail!("--workers must be at least 1");
+    }
+    refs::check(index)?;
+    if let Some(c) = cpu {
+        set_cpu(c)?;
+    }
+    if let Some(p) = rtprio {
+        set_fifo(p)?;
+    }
+    std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
+    let exe = std::env::current_exe().context("current_exe")?;
+    let mut children = Vec::new();
+    let mut paths = Vec::new();
+    for i in 0..workers {
+        let path = dir.join(format!("api-{i}.sock"));
+        let _ = std::fs::remove_file(&path);
+        let child = std::process::Command::new(&exe)
+            .arg("worker")
+            .arg("--index")
+            .arg(index)
+            .arg("--listen")
+            .arg(&path)
+            .args(busy_poll.then_some("--busy-poll"))
+            .arg(format!("--request-timeout-ms={request_timeout_ms}"))
+            .arg(format!("--idle-timeout-ms={idle_timeout_ms}"))
+            .spawn()
+            .context("start an API process")?;
+        children.push(child);
+        paths.push(path);
+    }
+    // Announce once every socket exists (each process binds its own).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !paths.iter().all(|p| p.exists()) {
+        if std::time::Instant::now() > deadline {
+            bail!("the API processes did not start listening");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let names: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
+    println!(
+        "sagitta-fraud: API processes listening on {}",
+        names.join(", ")
+    );
+    std::io::stdout().flush()?;
+    let mut first = None;
+    for mut c in children {
+        let s = c.wait()?;
+        first.get_or_insert(s);
+    }
+    bail!("an API process stopped: {first:?}")
 }
 
 /// A test-data entry in either of the contest's formats.

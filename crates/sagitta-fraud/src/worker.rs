@@ -98,6 +98,47 @@ fn epoll_ctl(ep: RawFd, op: i32, fd: RawFd, events: u32) -> i32 {
     unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) }
 }
 
+/// Where an API process gets its connections.
+#[derive(Debug, Clone, Copy)]
+pub enum Source {
+    /// Sockets handed over by `serve`'s balancer on this Unix socket.
+    Balancer(RawFd),
+    /// Its own listening socket (non-blocking), for a balancer of the
+    /// user's (HAProxy, nginx) that connects to it.
+    Listener(RawFd),
+}
+
+/// Accepts every connection waiting on `listener`; `Ok(true)` (a listener
+/// never goes away).
+fn accept_all(listener: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
+    loop {
+        // SAFETY: accepting on our listening socket; no address wanted.
+        let c = unsafe {
+            libc::accept4(
+                listener,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            )
+        };
+        if c >= 0 {
+            out.push(c);
+            continue;
+        }
+        return match errno() {
+            libc::EAGAIN | libc::EINTR | libc::ECONNABORTED => Ok(true),
+            libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM => {
+                eprintln!(
+                    "sagitta-fraud: cannot accept: {}",
+                    std::io::Error::last_os_error()
+                );
+                Ok(true)
+            }
+            _ => bail!("accept: {}", std::io::Error::last_os_error()),
+        };
+    }
+}
+
 /// Receives the descriptors the balancer sent (several messages may be
 /// waiting); `Ok(false)` once the balancer is gone.
 fn receive_fds(sock: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
@@ -156,7 +197,10 @@ fn receive_fds(sock: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
 /// goes away. With `opts.busy`, the loop polls without sleeping (yielding
 /// the core to the other processes on it between polls), so a request
 /// never waits for a sleeping CPU to wake up.
-pub fn run(lb: RawFd, mut scorer: Scorer, opts: Options) -> Result<()> {
+pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
+    let lb = match source {
+        Source::Balancer(fd) | Source::Listener(fd) => fd,
+    };
     let busy = opts.busy;
     raise_fd_limit();
     let scores = http::score_responses();
@@ -217,7 +261,10 @@ pub fn run(lb: RawFd, mut scorer: Scorer, opts: Options) -> Result<()> {
             let fd = ev.u64 as RawFd;
             if fd == lb {
                 fds.clear();
-                let alive = receive_fds(lb, &mut fds)?;
+                let alive = match source {
+                    Source::Balancer(_) => receive_fds(lb, &mut fds)?,
+                    Source::Listener(_) => accept_all(lb, &mut fds)?,
+                };
                 for &c in &fds {
                     if epoll_ctl(
                         ep,

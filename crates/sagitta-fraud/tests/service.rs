@@ -547,3 +547,39 @@ fn build_refuses_bad_reference_files_and_serve_refuses_a_damaged_index() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn backends_listen_on_unix_sockets_for_a_balancer_of_ones_own() {
+    let base = service();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sagitta-fraud-backends");
+    let mut child = Command::new(BIN)
+        .args(["serve", "--die-with-parent", "--workers", "2", "--index"])
+        .arg(&base._dir)
+        .arg("--backends")
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("api-1.sock"), "{line}");
+    let e = &entries()[3];
+    for i in 0..2 {
+        let mut c =
+            std::os::unix::net::UnixStream::connect(dir.join(format!("api-{i}.sock"))).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c.write_all(&raw("GET", "/ready", b"")).unwrap();
+        assert_eq!(read_response(&mut c).unwrap().0, 200);
+        let body = serde_json::to_vec(&e["request"]).unwrap();
+        c.write_all(&raw("POST", "/fraud-score", &body)).unwrap();
+        let (status, got) = read_response(&mut c).unwrap();
+        assert_eq!(status, 200);
+        let got: serde_json::Value = serde_json::from_str(&got).unwrap();
+        assert_eq!(got["approved"], e["info"]["expected_response"]["approved"]);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
