@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import grpc
 import numpy as np
 import pandas as pd
 import pyarrow as pa
@@ -227,7 +228,8 @@ def test_search_actions(server, docs):
 # pyarrow raises INVALID_ARGUMENT as ArrowInvalid, NOT_FOUND as
 # ArrowKeyError, UNIMPLEMENTED as ArrowNotImplementedError.
 BAD = [
-    ("nosuch-action", b"{}", pa.ArrowInvalid, "unknown action"),
+    # Unknown action types are UNIMPLEMENTED, as in Longbow.
+    ("nosuch-action", b"{}", pa.ArrowNotImplementedError, "unknown action"),
     ("VectorSearchByID", b"{not json", pa.ArrowInvalid, "invalid JSON"),
     ("VectorSearchByID", b'{"dataset": "nope", "id": 1}', pa.ArrowKeyError, "not found"),
     ("VectorSearchByID", b'{"dataset": "docs", "id": "abc"}', pa.ArrowInvalid, "int64"),
@@ -239,6 +241,15 @@ BAD = [
     ),
     ("delete", b'{"dataset": "docs"}', pa.ArrowInvalid, "id"),
     ("add-edge", b'{"dataset": "docs"}', pa.ArrowNotImplementedError, "no graph"),
+    ("traverse-graph", b'{"dataset": "docs", "start": 1}', pa.ArrowNotImplementedError, "no graph"),
+    ("GetGraphStats", b'{"dataset": "docs"}', pa.ArrowNotImplementedError, "no graph"),
+    ("CreateNamespace", b"{name", pa.ArrowInvalid, "invalid JSON"),
+    ("DeleteNamespace", b'{"name": ', pa.ArrowInvalid, "invalid JSON"),
+    ("GetNamespaceDatasetCount", b"[not json", pa.ArrowInvalid, "invalid JSON"),
+    ("GetNamespaceDatasetCount", b'{"name": 7}', pa.ArrowInvalid, "invalid JSON"),
+    ("delete-dataset", b"{}", pa.ArrowInvalid, "dataset"),
+    ("delete-dataset", b"{not json", pa.ArrowInvalid, "invalid JSON"),
+    ("delete-dataset", b'{"dataset": "nope"}', pa.ArrowKeyError, "not found"),
 ]
 
 
@@ -274,6 +285,250 @@ def test_bad_puts_write_nothing(server, docs):
         client.do_get(fl.Ticket(b'{"name": "nope"}')).read_all()
     after = client.get_flight_info(fl.FlightDescriptor.for_path("docs")).total_records
     assert after == before
+
+
+def put(client, name: str, *batches: pa.RecordBatch) -> None:
+    """One DoPut stream of `batches`, each acknowledged before the next."""
+    w, r = client.do_put(fl.FlightDescriptor.for_path(name), batches[0].schema)
+    for b in batches:
+        w.write_batch(b)
+        r.read()
+    w.close()
+
+
+def rows(ids, x: np.ndarray | None = None) -> pa.RecordBatch:
+    """`ids` with vectors `x` (default: all ones, stored as 1/sqrt(DIM))."""
+    if x is None:
+        x = np.ones((len(ids), DIM), np.float32)
+    v = pa.FixedSizeListArray.from_arrays(pa.array(x.astype(np.float32).ravel()), DIM)
+    return pa.record_batch([pa.array(ids), v], names=["id", "vector"])
+
+
+def names(client) -> set:
+    return {f.descriptor.path[0].decode() for f in client.list_flights()}
+
+
+def test_delete_dataset_drops_the_dataset_named_by_dataset_or_name(server):
+    client = fl.FlightClient(server.flight_url)
+    for n in ["drop-a", "drop-b"]:
+        put(client, n, rows(pa.array([1, 2], pa.int64())))
+    assert {"drop-a", "drop-b"} <= names(client)
+    r = json.loads(action(server, "delete-dataset", {"dataset": "drop-a"})[0])
+    assert r == {"status": "deleted", "dataset": "drop-a"}
+    assert "drop-a" not in names(client) and "drop-b" in names(client)
+    # `name` names a dataset too (never a namespace).
+    action(server, "delete-dataset", {"name": "drop-b"})
+    assert not {"drop-a", "drop-b"} & names(client)
+    with pytest.raises(pa.ArrowKeyError, match="not found"):
+        action(server, "delete-dataset", {"dataset": "drop-a"})
+    # A namespace of that name stays: delete-dataset does not look at it.
+    action(server, "CreateNamespace", {"name": "drop-c"})
+    with pytest.raises(pa.ArrowKeyError, match="not found"):
+        action(server, "delete-dataset", {"name": "drop-c"})
+    assert "drop-c" in json.loads(action(server, "ListNamespaces", b"")[0])["namespaces"]
+    action(server, "DeleteNamespace", {"name": "drop-c"})
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [
+        pytest.param(lambda a: pa.array(a, pa.int64()), id="int64"),
+        pytest.param(lambda a: pa.array([f"doc-{i}" for i in a]), id="string"),
+    ],
+)
+def test_an_id_repeated_in_a_later_batch_of_one_put_is_refused(server, ids):
+    client = fl.FlightClient(server.flight_url)
+    name = f"dups-{ids([0]).type}"
+    x, y, z = 1, 2, 3
+    w, r = client.do_put(fl.FlightDescriptor.for_path(name), rows(ids([x, y])).schema)
+    w.write_batch(rows(ids([x, y])))
+    assert json.loads(r.read().to_pybytes()) == {"rows": 2, "total": 2}
+    with pytest.raises(pa.ArrowInvalid, match="earlier batch of this upload"):
+        w.write_batch(rows(ids([z, x]), np.eye(DIM)[:2]))
+        r.read()
+        w.close()
+    # The acknowledged batch stays as written; nothing of the refused one.
+    t = client.do_get(fl.Ticket(json.dumps({"name": name}).encode())).read_all()
+    assert sorted(t["id"].to_pylist()) == sorted(ids([x, y]).to_pylist())
+    first = t["vector"][t["id"].to_pylist().index(ids([x])[0].as_py())].as_py()
+    np.testing.assert_allclose(first, np.full(DIM, 1 / np.sqrt(DIM)), rtol=1e-6)
+    # Another upload may write the same ids again (an upsert).
+    put(client, name, rows(ids([x, z])))
+    t = client.do_get(fl.Ticket(json.dumps({"name": name}).encode())).read_all()
+    assert t.num_rows == 3
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(num: int, data: bytes) -> bytes:
+    return _varint(num << 3 | 2) + _varint(len(data)) + data
+
+
+def _ipc(batch: pa.RecordBatch) -> list:
+    """The IPC messages of `batch`'s stream: (header, body) of its schema
+    and of the batch."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as w:
+        w.write_batch(batch)
+    return [
+        (m.metadata.to_pybytes(), m.body.to_pybytes() if m.body else b"")
+        for m in pa.ipc.MessageReader.open_stream(sink.getvalue())
+    ]
+
+
+def _flight_data(header: bytes, body: bytes, path: str | None = None) -> bytes:
+    """A FlightData protobuf: descriptor (1, PATH), data_header (2), data_body (1000)."""
+    out = b""
+    if path:
+        out += _field(1, _varint(1 << 3) + _varint(1) + _field(3, path.encode()))
+    return out + _field(2, header) + (_field(1000, body) if body else b"")
+
+
+@pytest.mark.parametrize("with_schema", [True, False], ids=["new-schema", "other-layout"])
+def test_a_schema_change_within_a_put_is_refused_and_earlier_batches_stay(server, with_schema):
+    # pyarrow's writer refuses a batch of another schema before sending it,
+    # so the stream is sent as raw FlightData over gRPC (grpcio comes with
+    # Longbow's SDK): a batch of int64 ids, then one of string ids, with its
+    # own schema message or without one.
+    name = f"schema-change-{int(with_schema)}"
+    (s1, b1) = _ipc(rows(pa.array([1, 2], pa.int64())))
+    (s2, b2) = _ipc(rows(pa.array(["x", "y"])))
+    msgs = [_flight_data(*s1, path=name), _flight_data(*b1)]
+    msgs += [_flight_data(*s2), _flight_data(*b2)] if with_schema else [_flight_data(*b2)]
+    with grpc.insecure_channel(server.flight_addr) as ch:
+        call = ch.stream_stream(
+            "/arrow.flight.protocol.FlightService/DoPut",
+            request_serializer=lambda b: b,
+            response_deserializer=lambda b: b,
+        )
+        acks = []
+        with pytest.raises(grpc.RpcError) as err:
+            for a in call(iter(msgs), timeout=30):
+                acks.append(a)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
+    assert len(acks) == 1
+    client = fl.FlightClient(server.flight_url)
+    t = client.do_get(fl.Ticket(json.dumps({"name": name}).encode())).read_all()
+    assert sorted(t["id"].to_pylist()) == [1, 2]
+
+
+@pytest.mark.parametrize(
+    "vector",
+    [
+        pytest.param(
+            pa.FixedSizeListArray.from_arrays(pa.array(np.ones(2 * DIM, np.int64)), DIM),
+            id="int64-list",
+        ),
+        pytest.param(pa.array(["a", "b"]), id="utf8"),
+        pytest.param(
+            pa.FixedSizeListArray.from_arrays(pa.array(np.ones(2 * DIM, np.uint8)), DIM),
+            id="uint8-list",
+        ),
+        pytest.param(pa.array([[1.0] * DIM] * 2, pa.list_(pa.float32())), id="variable-list"),
+    ],
+)
+def test_a_vector_column_of_another_type_is_refused_and_writes_nothing(server, docs, vector):
+    client = fl.FlightClient(server.flight_url)
+    desc = fl.FlightDescriptor.for_path("docs")
+    before = client.get_flight_info(desc).total_records
+    t = pa.table({"id": pa.array([7001, 7002], pa.int64()), "vector": vector})
+    with pytest.raises(pa.ArrowInvalid, match="`vector`"):
+        w, _r = client.do_put(desc, t.schema)
+        w.write_table(t)
+        w.close()
+    assert client.get_flight_info(desc).total_records == before
+    got = client.do_get(
+        fl.Ticket(b'{"name": "docs", "filters": [{"field": "id", "op": "ge", "value": 7001}]}')
+    ).read_all()
+    assert got.num_rows == 0
+
+
+def test_a_search_ticket_for_an_unknown_dataset_is_not_found(server):
+    client = fl.FlightClient(server.flight_url)
+    ticket = {"search": {"dataset": "no-such-dataset", "vector": [0.5] * DIM, "k": 3}}
+    with pytest.raises(pa.ArrowKeyError, match="not found"):
+        client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+
+
+def test_hybrid_search_action_with_text_query(server):
+    action(
+        server,
+        "create-collection",
+        {"name": "lb-text", "dims": DIM, "text_fields": ["text"]},
+    )
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((40, DIM)).astype(np.float32)
+    texts = [f"ordinary note number {i}" for i in range(40)]
+    texts[17] = "zeppelin harmonica recital"
+    t = pa.table(
+        {
+            "id": pa.array(np.arange(40), pa.int64()),
+            "vector": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), DIM),
+            "text": pa.array(texts),
+        }
+    )
+    client = fl.FlightClient(server.flight_url)
+    put(client, "lb-text", *t.to_batches())
+    # Text only: the one row with those words, no dense distance.
+    hits = json.loads(
+        action(server, "HybridSearch", {"dataset": "lb-text", "text_query": "harmonica", "k": 3})[0]
+    )
+    assert [h["ID"] for h in hits] == [17]
+    assert hits[0]["Distance"] is None and hits[0]["Metadata"]["text"] == texts[17]
+    # Hybrid: the text match and the dense match of another row both come.
+    hits = json.loads(
+        action(
+            server,
+            "HybridSearch",
+            {
+                "dataset": "lb-text",
+                "vector": x[5].tolist(),
+                "text_query": "zeppelin recital",
+                "alpha": 0.5,
+                "k": 5,
+            },
+        )[0]
+    )
+    ids = [h["ID"] for h in hits]
+    assert {5, 17} <= set(ids)
+    assert hits[ids.index(5)]["Distance"] is not None
+    assert hits == sorted(hits, key=lambda h: -h["Score"])
+
+
+def test_delete_vector_takes_the_id_rows_were_put_with(server):
+    client = fl.FlightClient(server.flight_url)
+    put(client, "dv", rows(pa.array([100, 200, 300], pa.int64())))
+    # Longbow's vector_id is its internal row index; here it is the user's id.
+    r = json.loads(action(server, "delete-vector", {"dataset": "dv", "vector_id": 200})[0])
+    assert r == {"deleted": 1}
+    assert json.loads(action(server, "delete-vector", {"dataset": "dv", "vector_id": 0})[0]) == {
+        "deleted": 0
+    }
+    t = client.do_get(fl.Ticket(b'{"name": "dv"}')).read_all()
+    assert sorted(t["id"].to_pylist()) == [100, 300]
+    for kind in ["traverse-graph", "GetGraphStats"]:
+        with pytest.raises(pa.ArrowNotImplementedError, match="no graph"):
+            action(server, kind, {"dataset": "dv", "start": 100, "max_hops": 2})
+
+
+def test_flight_info_total_bytes_counts_the_files_and_grows(server):
+    client = fl.FlightClient(server.flight_url)
+    desc = fl.FlightDescriptor.for_path("sized")
+    put(client, "sized", rows(pa.array(np.arange(100), pa.int64())))
+    first = client.get_flight_info(desc).total_bytes
+    # At least the rows' vectors (the WAL holds them).
+    assert first >= 100 * DIM * 4
+    listed = {f.descriptor.path[0].decode(): f for f in client.list_flights()}
+    assert listed["sized"].total_bytes > 0
+    put(client, "sized", rows(pa.array(np.arange(100, 1100), pa.int64())))
+    assert client.get_flight_info(desc).total_bytes >= first + 1000 * DIM * 4
 
 
 def test_string_key_is_the_stores():

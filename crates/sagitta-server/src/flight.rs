@@ -26,6 +26,7 @@ use futures::stream::{self, BoxStream};
 use futures::{FutureExt, SinkExt, StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
+use std::collections::HashSet;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -89,20 +90,6 @@ impl Flight {
         self.st.exec.run(work, f).await.map_err(|e| e.to_status())
     }
 
-    fn info(&self, e: &Entry) -> Result<FlightInfo, Status> {
-        let schema = convert::row_schema(&e.coll);
-        let ticket = json!({ "name": e.name }).to_string();
-        FlightInfo::new()
-            .try_with_schema(&schema)
-            .map_err(|err| ApiError::Internal(err.to_string()).to_status())
-            .map(|i| {
-                i.with_descriptor(FlightDescriptor::new_path(vec![e.name.clone()]))
-                    .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
-                    .with_total_records(e.coll.len() as i64)
-                    .with_total_bytes(-1)
-            })
-    }
-
     fn entry_of(&self, d: &FlightDescriptor) -> Result<Arc<Entry>, Status> {
         self.entry(&path_name(d)?)
     }
@@ -112,8 +99,37 @@ impl Flight {
     }
 }
 
+/// A collection's `FlightInfo`: its row schema, live rows, and as
+/// `total_bytes` the bytes of its files on disk (segments, WAL, manifest,
+/// id, bloom and tombstone files: `disk_bytes` of its description). Reads
+/// the collection's directory: run it on a pool.
+fn flight_info(e: &Entry) -> ApiResult<FlightInfo> {
+    let schema = convert::row_schema(&e.coll);
+    let ticket = json!({ "name": e.name }).to_string();
+    let bytes = i64::try_from(e.coll.stats().bytes_on_disk).unwrap_or(i64::MAX);
+    FlightInfo::new()
+        .try_with_schema(&schema)
+        .map_err(|err| ApiError::Internal(err.to_string()))
+        .map(|i| {
+            i.with_descriptor(FlightDescriptor::new_path(vec![e.name.clone()]))
+                .with_endpoint(FlightEndpoint::new().with_ticket(Ticket::new(ticket)))
+                .with_total_records(e.coll.len() as i64)
+                .with_total_bytes(bytes)
+        })
+}
+
 fn invalid(msg: impl Into<String>) -> Status {
     ApiError::BadRequest(msg.into()).to_status()
+}
+
+/// An action type not in [`ACTIONS`]: UNIMPLEMENTED, as Longbow and the
+/// Flight convention answer.
+fn unknown_action(kind: &str) -> Status {
+    ApiError::Unsupported(format!(
+        "unknown action {:?}; ListActions names them",
+        kind.chars().take(64).collect::<String>()
+    ))
+    .to_status()
 }
 
 fn path_name(d: &FlightDescriptor) -> Result<String, Status> {
@@ -179,8 +195,10 @@ struct TicketBody {
     search: Option<SearchTicket>,
 }
 
-/// `{"search": {...}}`. Fields marked "accepted" are taken and not acted on
-/// (the server always answers `id`, `score`).
+/// `{"search": {...}}`. Fields marked "accepted" are taken and not acted on.
+/// The answer is [`convert::hits_batch`]: `id`, `score`, with `text_query`
+/// each leg's rank and score, with `include_vectors` the `vector`, then
+/// every payload column.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SearchTicket {
@@ -314,8 +332,8 @@ struct OptimizeAction {
 const ACTIONS: [(&str, &str, Role); 27] = [
     ("delete", "Delete rows: {\"dataset\": C, \"id\": ID or [ID, ...]} -> {\"deleted\": n}", Role::Write),
     ("Delete", "As delete", Role::Write),
-    ("delete-vector", "Delete one row: {\"dataset\": C, \"vector_id\": ID} -> {\"deleted\": n}", Role::Write),
-    ("delete-dataset", "Drop a collection: {\"dataset\": C} -> {\"status\": \"deleted\"}", Role::Admin),
+    ("delete-vector", "Delete one row by the id it was put with (not Longbow's row index): {\"dataset\": C, \"vector_id\": ID} -> {\"deleted\": n}", Role::Write),
+    ("delete-dataset", "Drop a collection: {\"dataset\": C} (or {\"name\": C}) -> {\"status\": \"deleted\", \"dataset\": C}", Role::Admin),
     ("DeleteNamespace", "{\"dataset\": C} drops collection C; {\"name\": N} removes namespace N", Role::Admin),
     ("CreateNamespace", "{\"name\": N, \"overwrite\": bool} -> {\"status\": \"created\"} (namespaces are kept in memory, as in Longbow)", Role::Admin),
     ("ListNamespaces", "-> {\"namespaces\": [...], \"count\": n}", Role::Read),
@@ -369,14 +387,17 @@ impl FlightService for Flight {
         req: Request<Criteria>,
     ) -> Result<Response<Self::ListFlightsStream>, Status> {
         self.auth(&req, Role::Read)?;
-        let infos: Vec<Result<FlightInfo, Status>> = self
-            .st
-            .registry
-            .all()
-            .iter()
-            .map(|e| self.info(e))
-            .collect();
-        Ok(Response::new(stream::iter(infos).boxed()))
+        let all = self.st.registry.all();
+        let infos = self
+            .run(Work::Search, move || {
+                all.iter()
+                    .map(|e| flight_info(e))
+                    .collect::<ApiResult<Vec<_>>>()
+            })
+            .await?;
+        Ok(Response::new(
+            stream::iter(infos.into_iter().map(Ok)).boxed(),
+        ))
     }
 
     async fn get_flight_info(
@@ -385,7 +406,8 @@ impl FlightService for Flight {
     ) -> Result<Response<FlightInfo>, Status> {
         self.auth(&req, Role::Read)?;
         let e = self.entry_of(req.get_ref())?;
-        Ok(Response::new(self.info(&e)?))
+        let info = self.run(Work::Search, move || flight_info(&e)).await?;
+        Ok(Response::new(info))
     }
 
     async fn poll_flight_info(
@@ -490,10 +512,11 @@ impl FlightService for Flight {
             let mut total = 0usize;
             // The collection this stream writes to, fixed by its first batch.
             let mut target: Option<Arc<Entry>> = None;
+            let mut seen = SeenKeys::default();
             while let Some(b) = next_rx.recv().await {
                 let t0 = Instant::now();
                 let r = match b {
-                    Ok(batch) => this.put_batch(&name, batch, &mut target).await,
+                    Ok(batch) => this.put_batch(&name, batch, &mut target, &mut seen).await,
                     Err(FlightError::Tonic(s)) => Err(*s),
                     Err(e) => Err(invalid(format!("DoPut: bad Arrow data: {e}"))),
                 };
@@ -535,10 +558,7 @@ impl FlightService for Flight {
         let t0 = Instant::now();
         let a = req.get_ref();
         let Some(&(_, _, need)) = ACTIONS.iter().find(|x| x.0 == a.r#type) else {
-            return Err(invalid(format!(
-                "unknown action {:?}; ListActions names them",
-                a.r#type.chars().take(64).collect::<String>()
-            )));
+            return Err(unknown_action(&a.r#type));
         };
         self.auth(&req, need)?;
         let a = req.into_inner();
@@ -572,11 +592,14 @@ impl Flight {
     /// Writes one DoPut batch. The first batch of a stream finds or creates
     /// the collection (`target`); later batches write to that collection
     /// only, so a stream does not recreate a collection dropped under it.
+    /// A batch with an id an earlier batch of the stream wrote (`seen`) is
+    /// refused whole.
     async fn put_batch(
         &self,
         name: &str,
         batch: arrow_array::RecordBatch,
         target: &mut Option<Arc<Entry>>,
+        seen: &mut SeenKeys,
     ) -> Result<usize, Status> {
         let rows = batch.num_rows();
         if rows == 0 {
@@ -586,7 +609,8 @@ impl Flight {
         let name2 = name.to_string();
         let st = self.st.clone();
         let fixed = target.clone();
-        let (n, e) = self
+        let mut seen2 = std::mem::take(seen);
+        let (n, e, seen2) = self
             .run(Work::Ingest, move || {
                 let ing: Ingest = convert::ingest_batch(&batch)?;
                 let e = match fixed {
@@ -625,12 +649,22 @@ impl Flight {
                     }
                 };
                 convert::check_space(&e.coll.config().space, &ing.vectors)?;
+                // Keys of ids that are not of the collection's type are
+                // not checked here: the write refuses them, naming the row.
+                let keys = ing.ids.keys(e.coll.id_type()).ok();
+                if let Some(keys) = &keys {
+                    seen2.refuse_repeats(&e.coll, &ing.ids, keys)?;
+                }
                 let refs: Vec<sagitta_index::VectorRef<'_>> =
                     (0..ing.ids.len()).map(|i| ing.vectors.row(i)).collect();
                 let n = ops::upsert(&e, &ing.ids, &refs, ing.payload.as_ref())?;
-                Ok((n, e))
+                if let Some(keys) = keys {
+                    seen2.insert(e.coll.id_type(), &keys);
+                }
+                Ok((n, e, seen2))
             })
             .await?;
+        *seen = seen2;
         *target = Some(e);
         self.st
             .metrics
@@ -782,13 +816,7 @@ impl Flight {
             | "DeleteNamespace"
             | "ListNamespaces"
             | "GetTotalNamespaceCount"
-            | "GetNamespaceDatasetCount"
-            | "delete-dataset" => {
-                let (kind, body) = if kind == "delete-dataset" {
-                    ("DeleteNamespace", body)
-                } else {
-                    (kind, body)
-                };
+            | "GetNamespaceDatasetCount" => {
                 let st = self.st.clone();
                 let ns = self.ns.clone();
                 let (kind2, body2) = (kind.to_string(), body.to_vec());
@@ -796,6 +824,14 @@ impl Flight {
                     .run(Work::Ingest, move || {
                         longbow::namespace_action(&st, &ns, &kind2, &body2)
                     })
+                    .await;
+                (String::new(), json(r))
+            }
+            "delete-dataset" => {
+                let st = self.st.clone();
+                let body = body.to_vec();
+                let r = self
+                    .run(Work::Ingest, move || longbow::delete_dataset(&st, &body))
                     .await;
                 (String::new(), json(r))
             }
@@ -952,8 +988,66 @@ impl Flight {
                     .await;
                 (a.name, r)
             }
-            _ => (String::new(), Err(invalid("unknown action"))),
+            kind => (String::new(), Err(unknown_action(kind))),
         }
+    }
+}
+
+/// The keys a DoPut stream has written, so that an id coming again in a
+/// later batch of the same upload is refused (within one batch the store
+/// refuses it). Integer ids, whose keys cluster, go in a roaring treemap
+/// (a few bits per row for ids in runs); hashed ids (string, uint128),
+/// whose keys spread over 64 bits, in a hash set (about 16 bytes a row).
+#[derive(Debug, Default)]
+struct SeenKeys {
+    ints: roaring::RoaringTreemap,
+    hashed: HashSet<u64>,
+}
+
+impl SeenKeys {
+    fn contains(&self, t: sagitta_store::IdType, key: u64) -> bool {
+        if t.hashed() {
+            self.hashed.contains(&key)
+        } else {
+            self.ints.contains(key)
+        }
+    }
+
+    fn insert(&mut self, t: sagitta_store::IdType, keys: &[u64]) {
+        if t.hashed() {
+            self.hashed.extend(keys.iter().copied());
+        } else {
+            self.ints.extend(keys.iter().copied());
+        }
+    }
+
+    /// INVALID_ARGUMENT naming the first id of `ids` (with `keys` in
+    /// `coll`) that an earlier batch wrote. A hashed key seen before
+    /// under another id is a collision, left to the store to refuse.
+    fn refuse_repeats(
+        &self,
+        coll: &sagitta_store::Collection,
+        ids: &sagitta_store::IdColumn,
+        keys: &[u64],
+    ) -> ApiResult<()> {
+        let t = coll.id_type();
+        for (row, &k) in keys.iter().enumerate() {
+            if !self.contains(t, k) {
+                continue;
+            }
+            let Ok(id) = t.canonical(&ids.get(row)) else {
+                continue;
+            };
+            if t.hashed() && coll.ids_of(&[k])?.pop().flatten().as_ref() != Some(&id) {
+                continue;
+            }
+            return Err(ApiError::BadRequest(format!(
+                "DoPut: row {row}: id {id} came already in an earlier batch of this upload \
+                 (DoPut stream); an upload writes each id once. Nothing of this batch was \
+                 written; the earlier batches stay"
+            )));
+        }
+        Ok(())
     }
 }
 
@@ -1099,4 +1193,20 @@ fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
         "ids": ops::ids_of(&e.coll, &keys)?,
         "scores": hits.iter().map(|h| h.1).collect::<Vec<_>>(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sagitta_store::IdType;
+
+    #[test]
+    fn seen_keys_keep_what_a_put_wrote_by_kind_of_id() {
+        let mut s = SeenKeys::default();
+        s.insert(IdType::Int64, &[1, 2, (-5i64) as u64]);
+        s.insert(IdType::String, &[u64::MAX - 1]);
+        assert!(s.contains(IdType::Int64, (-5i64) as u64) && s.contains(IdType::UInt64, 2));
+        assert!(!s.contains(IdType::Int64, 3) && !s.contains(IdType::Int64, u64::MAX - 1));
+        assert!(s.contains(IdType::String, u64::MAX - 1) && !s.contains(IdType::UInt128, 1));
+    }
 }

@@ -101,6 +101,20 @@ pub fn check_readiness(st: &State, b: &[u8]) -> ApiResult<Json> {
     })
 }
 
+/// `delete-dataset`: drops the collection named by `dataset` (Longbow's
+/// field) or `name`. Its body always names a dataset, never a namespace:
+/// INVALID_ARGUMENT when it names none, NOT_FOUND for an unknown one.
+pub fn delete_dataset(st: &State, b: &[u8]) -> ApiResult<Json> {
+    let r: NameBody = body("delete-dataset", b)?;
+    let ds = r
+        .dataset
+        .or(r.name)
+        .filter(|n| !n.is_empty())
+        .ok_or_else(|| bad("delete-dataset: give {\"dataset\": NAME}"))?;
+    st.registry.drop_collection(&ds)?;
+    Ok(json!({"status": "deleted", "dataset": ds}))
+}
+
 /// The namespace actions. `DeleteNamespace` with `{"dataset": C}` drops
 /// collection C (what Longbow's SDK sends for `delete(dataset)`); with
 /// `{"name": N}` it removes namespace N.
