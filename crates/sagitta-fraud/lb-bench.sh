@@ -87,6 +87,15 @@ memory() {  # RSS and PSS of the given processes, KiB
     echo "rss=${rss}KiB pss=${pss}KiB"
 }
 
+cpu_s() {  # CPU seconds (user + system) of the given processes so far
+    local t=0 p
+    for p in "$@"; do
+        [[ -r /proc/$p/stat ]] || continue
+        t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat")))
+    done
+    awk -v t="$t" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.2f", t / hz }'
+}
+
 run() {  # lb-sched
     local lb=${1%-*} sched=${1#*-} pin=(taskset -c 0) envs=() args=(--cpu 0)
     [[ $sched == fifo ]] && { pin+=(chrt -f 20); envs=(K6_RTPRIO=10); args+=(--rtprio 20); }
@@ -112,12 +121,16 @@ run() {  # lb-sched
     local sampler=$!
     local line; line=$(env "${envs[@]}" "$RINHA/harness/run.sh" 127.0.0.1:9999 "$RINHA/test-data-6100-3m.json.gz" 2>&1 | grep '^requests=' || true)
     wait "$sampler"
+    local lbs apis
+    if [[ $lb == handoff ]]; then lbs=$(pgrep -f "sagitta-fraud serve"); else lbs="$(pgrep -x haproxy) $(pgrep -x nginx)"; fi
+    apis=$(pgrep -f "sagitta-fraud worker")
+    local cpu="cpu: balancer $(cpu_s $lbs) s, API processes $(cpu_s $apis) s"
     kill "${pids[@]}" 2>/dev/null || true
     pkill -x haproxy 2>/dev/null || true
     pkill -x nginx 2>/dev/null || true
     pkill -f "sagitta-fraud (serve|worker)" 2>/dev/null || true
     wait 2>/dev/null || true
-    echo "$1: $line load=$load0->$(cut -d' ' -f1 /proc/loadavg) $(cat "$OUT/mem")"
+    echo "$1: $line load=$load0->$(cut -d' ' -f1 /proc/loadavg) $(cat "$OUT/mem") $cpu"
 }
 
 for i in $(seq "$ROUNDS"); do
