@@ -10,6 +10,7 @@ See ``help(sagitta.Index)`` and the package README.
 """
 
 from ._sagitta import (
+    LIMITS,
     NO_KEY,
     Collection,
     CollectionIterator,
@@ -41,6 +42,7 @@ from .client import (
 from .remote import fetch, publish, published
 
 __all__ = [
+    "LIMITS",
     "NO_KEY",
     "AuthError",
     "BadRequestError",

@@ -12,6 +12,10 @@ __version__: str
 NO_KEY: int
 """Key of empty result slots (``2**64 - 1``); refused as a user key."""
 
+# The store's search limits: k, beam (ef / nprobe / refine), depth (text
+# search candidates per leg) and batch_queries (per server request).
+LIMITS: dict[str, int]
+
 Metric = Literal["cos", "cosine", "l2", "l2sq", "euclidean", "ip", "dot", "hamming", "nphd"]
 DType = Literal[
     "f32", "float32", "f16", "float16", "i8", "int8", "b1", "bits", "binary", "sq8", "sq16"

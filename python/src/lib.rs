@@ -45,6 +45,14 @@ fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LockedError", py.get_type::<errors::LockedError>())?;
     m.add("PayloadError", py.get_type::<errors::PayloadError>())?;
     m.add("NO_KEY", convert::NO_KEY)?;
+    // The store's search limits, for front ends written in Python (the
+    // cluster's HTTP service) to check with the same numbers.
+    let limits = pyo3::types::PyDict::new(py);
+    limits.set_item("k", sagitta_store::limits::MAX_K)?;
+    limits.set_item("beam", sagitta_store::limits::MAX_BEAM)?;
+    limits.set_item("depth", sagitta_store::limits::MAX_DEPTH)?;
+    limits.set_item("batch_queries", sagitta_store::limits::MAX_BATCH_QUERIES)?;
+    m.add("LIMITS", limits)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(isa, m)?)?;
     m.add_function(wrap_pyfunction!(string_key, m)?)?;

@@ -21,6 +21,20 @@ def test_module_surface():
             assert getattr(sagitta.Index, name).__doc__, name
 
 
+def test_limits_are_the_ones_the_store_enforces(tmp_path, rng):
+    lim = sagitta.LIMITS
+    assert set(lim) == {"k", "beam", "depth", "batch_queries"}
+    c = sagitta.Collection.create(tmp_path / "c", ndim=4)
+    c.upsert(np.arange(3), rng.random((3, 4), dtype=np.float32))
+    q = np.ones(4, np.float32)
+    assert (c.search(q, lim["k"]).keys != sagitta.NO_KEY).sum() == 3
+    with pytest.raises(ValueError, match="k"):
+        c.search(q, lim["k"] + 1)
+    c.search(q, 2, expansion=lim["beam"])
+    with pytest.raises(ValueError, match="ef"):
+        c.search(q, 2, expansion=lim["beam"] + 1)
+
+
 @pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, np.int8])
 def test_any_numeric_dtype_is_converted(rng, dtype):
     base = (rng.standard_normal((300, 12)) * 10).astype(dtype)

@@ -69,6 +69,7 @@ def test_http_text_bad_input_is_a_clear_400(server, docs):
         ({"text": "x", "alpha": 2.0, "k": 3}, "alpha"),
         ({"text": "x", "fusion": "nope", "k": 3}, "fusion"),
         ({"text": "x", "depth": 0, "k": 3}, "depth"),
+        ({"text": "x", "depth": 10_001, "k": 3}, "depth"),
         ({"text": "x", "vectors": [[0.0] * 384], "k": 3}, "one query"),
         ({"vector": [0.0] * 384, "alpha": 0.5, "k": 3}, "text searches"),
         ({"text": 5, "k": 3}, "expected a string"),

@@ -137,6 +137,7 @@ def test_bad_text_arguments_raise_clear_errors(tmp_path, sample):
         (dict(text="x", fusion="zzz"), "unknown method"),
         (dict(text="x", fusion="alpha"), "needs alpha"),
         (dict(text="x", depth=0), "depth"),
+        (dict(text="x", depth=10_001), "depth"),
         (dict(text="w " * 600_000), "at most"),
     ]:
         with pytest.raises(ValueError, match=msg):

@@ -16,10 +16,10 @@ use serde_json::Value as Json;
 use std::sync::atomic::Ordering;
 use utoipa::ToSchema;
 
+/// Most queries in one batch search.
+pub use sagitta_store::limits::MAX_BATCH_QUERIES;
 /// Largest k a search may ask for.
 pub use sagitta_store::limits::MAX_K;
-/// Most queries in one batch search.
-pub const MAX_BATCH_QUERIES: usize = 1024;
 /// Most keys in one get or delete request.
 pub const MAX_KEYS: usize = 100_000;
 

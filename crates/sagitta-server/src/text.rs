@@ -12,9 +12,6 @@ use sagitta_store::{
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// Most candidates a text or hybrid search may take from each leg.
-pub const MAX_DEPTH: usize = 10_000;
-
 /// A text field of a create request: a name (English analyzer) or a name
 /// with its analyzer.
 #[derive(Debug, Clone, Deserialize, ToSchema)]
@@ -101,11 +98,6 @@ pub fn search(
     let k = check_k(k, coll.len())?;
     if k == 0 {
         return Ok(Vec::new());
-    }
-    if depth.is_some_and(|d| d == 0 || d > MAX_DEPTH) {
-        return Err(ApiError::BadRequest(format!(
-            "depth must be in 1..={MAX_DEPTH}"
-        )));
     }
     let s = TextSearch {
         text,

@@ -6,6 +6,10 @@
 //!   row (a collection is not an error for being small).
 //! - `ef` (beam width), `nprobe` (IVF probes), `refine` (IVF rerank
 //!   depth): 1 to [`MAX_BEAM`] when given.
+//! - `depth` (candidates each leg of a text or hybrid search takes): 1 to
+//!   [`MAX_DEPTH`] when given.
+//! - a batch search request: 1 to [`MAX_BATCH_QUERIES`] query vectors (the
+//!   servers check it; the library takes any batch).
 
 use sagitta_index::IndexError;
 
@@ -13,6 +17,11 @@ use sagitta_index::IndexError;
 pub const MAX_K: usize = 10_000;
 /// Largest `ef`, `nprobe` and `refine`.
 pub const MAX_BEAM: usize = 100_000;
+/// Largest `depth` of a text or hybrid search.
+pub const MAX_DEPTH: usize = 10_000;
+/// Most query vectors in one batch search request (HTTP, Flight, the
+/// cluster's front).
+pub const MAX_BATCH_QUERIES: usize = 1024;
 
 fn bad(name: &'static str, value: usize, reason: &'static str) -> IndexError {
     IndexError::InvalidParameter {
@@ -49,6 +58,14 @@ pub fn check_knobs(
     Ok(())
 }
 
+/// Checks a text search's `depth` when given.
+pub fn check_depth(depth: Option<usize>) -> Result<(), IndexError> {
+    match depth {
+        Some(d) if d == 0 || d > MAX_DEPTH => Err(bad("depth", d, "must be in 1..=10000")),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -64,5 +81,9 @@ mod tests {
         assert!(check_knobs(Some(0), None, None).is_err());
         assert!(check_knobs(None, None, Some(MAX_BEAM + 1)).is_err());
         assert!(check_knobs(Some(64), Some(8), None).is_ok());
+        assert!(check_depth(Some(0)).is_err());
+        assert!(check_depth(Some(MAX_DEPTH + 1)).is_err());
+        assert!(check_depth(Some(MAX_DEPTH)).is_ok());
+        assert!(check_depth(None).is_ok());
     }
 }

@@ -35,12 +35,15 @@ from typing import Any
 
 import numpy as np
 
+from .._sagitta import LIMITS
 from ._client import NAMESPACE, Cluster, ClusterUnavailable
 from ._layout import NO_KEY
 
 MAX_BODY = 64 << 20
-MAX_K = 10_000
-MAX_BATCH = 1024
+# The store's limits, as `sagitta serve` checks them.
+MAX_K = LIMITS["k"]
+MAX_BATCH = LIMITS["batch_queries"]
+MAX_BEAM = LIMITS["beam"]
 
 
 class ApiError(Exception):
@@ -329,8 +332,10 @@ class Front:
         q = _vectors([body["vector"]] if one else body["vectors"], MAX_BATCH)
         with_pay, cols = _payload_columns(c, body)
         ef = body.get("ef")
-        if ef is not None and (isinstance(ef, bool) or not isinstance(ef, int) or ef < 1):
-            raise invalid("ef: a positive integer")
+        if ef is not None and (
+            isinstance(ef, bool) or not isinstance(ef, int) or not 1 <= ef <= MAX_BEAM
+        ):
+            raise invalid(f"ef: an integer in 1..{MAX_BEAM}")
         r = c.search(
             q,
             k,

@@ -286,7 +286,7 @@ struct Tree<'v, C> {
     dim: usize,
     /// Rows per leaf at most.
     leaf: usize,
-    /// Two words per node, pre-order.
+    /// Two words per node; a node's two children numbered consecutively.
     nodes: Vec<u32>,
     /// Low then high corner per node.
     boxes: Vec<C>,

@@ -10,9 +10,10 @@
 //! * **Exact arithmetic on a decimal grid.** When every component of every
 //!   row is a multiple of 10^-p (p ≤ 4) that fits an `i16` (as in data
 //!   rounded to a few decimals), rows are stored as `i16` codes and every
-//!   distance is computed in `f64` on integers: exactly, so ties are real
-//!   ties. A query on the same grid is exact too; one off the grid is
-//!   compared in `f64`.
+//!   distance is computed on integers, exactly (`u32` sums of squared
+//!   `i16` differences when they cannot overflow, else `f64` on the
+//!   integers), so ties are real ties. A query on the same grid is exact
+//!   too; one off the grid is compared in `f64`.
 //! * **Anything else** keeps the `f32` rows, compared in `f64`.
 //!
 //! In both cases the box bounds use the same arithmetic, in the same order,

@@ -154,6 +154,7 @@ impl Collection {
         check_text(s.text)?;
         crate::limits::check_k(s.k, usize::MAX)?;
         crate::limits::check_knobs(s.opts.ef, s.opts.nprobe, s.opts.refine)?;
+        crate::limits::check_depth(s.depth)?;
         let fusion = s.fusion.unwrap_or(DEFAULT_FUSION);
         if let Fusion::Alpha { alpha } = fusion {
             if !(0.0..=1.0).contains(&alpha) {
