@@ -122,8 +122,12 @@ run() {  # lb-sched
     local line; line=$(env "${envs[@]}" "$RINHA/harness/run.sh" 127.0.0.1:9999 "$RINHA/test-data-6100-3m.json.gz" 2>&1 | grep '^requests=' || true)
     wait "$sampler"
     local lbs apis
-    if [[ $lb == handoff ]]; then lbs=$(pgrep -f "sagitta-fraud serve"); else lbs="$(pgrep -x haproxy) $(pgrep -x nginx)"; fi
-    apis=$(pgrep -f "sagitta-fraud worker")
+    if [[ $lb == handoff ]]; then
+        lbs=$(pgrep -f "sagitta-fraud serve" || true)
+    else
+        lbs="$(pgrep -x haproxy || true) $(pgrep -x nginx || true)"
+    fi
+    apis=$(pgrep -f "sagitta-fraud worker" || true)
     local cpu="cpu: balancer $(cpu_s $lbs) s, API processes $(cpu_s $apis) s"
     kill "${pids[@]}" 2>/dev/null || true
     pkill -x haproxy 2>/dev/null || true
