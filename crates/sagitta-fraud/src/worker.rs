@@ -1,7 +1,9 @@
 //! An API process: one thread, one epoll loop over the connections the
 //! load balancer hands it (received as file descriptors over a Unix
-//! socket), each with its own buffers, so a slow or half-open client never
-//! holds up another.
+//! socket), or, behind a proxy of the user's (`serve --backends`), those
+//! it accepts on its own Unix socket. Each connection has its own buffers,
+//! so a slow or half-open client never holds up another, and connections
+//! past their timeouts are closed.
 
 use crate::http::{self, Parsed, Route};
 use crate::refs::{Mapped, FRAUD};
