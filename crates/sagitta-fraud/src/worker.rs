@@ -110,8 +110,9 @@ pub enum Source {
     Listener(RawFd),
 }
 
-/// Accepts every connection waiting on `listener`; `Ok(true)` (a listener
-/// never goes away).
+/// Accepts every connection waiting on `listener`; `Ok(false)` when the
+/// process is out of descriptors or memory (the connection waits in the
+/// listener's queue), else `Ok(true)`.
 fn accept_all(listener: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
     loop {
         // SAFETY: accepting on our listening socket; no address wanted.
@@ -134,7 +135,7 @@ fn accept_all(listener: RawFd, out: &mut Vec<RawFd>) -> Result<bool> {
                     "sagitta-fraud: cannot accept: {}",
                     std::io::Error::last_os_error()
                 );
-                Ok(true)
+                Ok(false)
             }
             _ => bail!("accept: {}", std::io::Error::last_os_error()),
         };
@@ -220,11 +221,15 @@ pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
     let mut fds = Vec::new();
     let mut chunk = vec![0u8; 16 * 1024];
     let mut swept = Instant::now();
+    // The listener, taken out of the epoll set while the process cannot
+    // accept (it stays readable, and would wake the loop without pause),
+    // is put back at the next sweep.
+    let mut listener_paused = false;
     let mut turn = Instant::now();
     loop {
         let wait_ms = if busy {
             0
-        } else if conns.is_empty() {
+        } else if conns.is_empty() && !listener_paused {
             -1
         } else {
             SWEEP.as_millis() as i32
@@ -236,6 +241,10 @@ pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
         if now.duration_since(swept) >= SWEEP {
             swept = now;
             sweep(&mut conns, now, &opts);
+            if listener_paused && epoll_ctl(ep, libc::EPOLL_CTL_ADD, lb, libc::EPOLLIN as u32) == 0
+            {
+                listener_paused = false;
+            }
         }
         if n == 0 {
             if busy {
@@ -265,7 +274,13 @@ pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
                 fds.clear();
                 let alive = match source {
                     Source::Balancer(_) => receive_fds(lb, &mut fds)?,
-                    Source::Listener(_) => accept_all(lb, &mut fds)?,
+                    Source::Listener(_) => {
+                        if !accept_all(lb, &mut fds)? {
+                            epoll_ctl(ep, libc::EPOLL_CTL_DEL, lb, 0);
+                            listener_paused = true;
+                        }
+                        true
+                    }
                 };
                 for &c in &fds {
                     if epoll_ctl(

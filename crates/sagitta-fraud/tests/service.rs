@@ -583,3 +583,101 @@ fn backends_listen_on_unix_sockets_for_a_balancer_of_ones_own() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// CPU seconds (user + system) a process has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // utime and stime: fields 14 and 15 of the line, 12 and 13 after ')'.
+    let ticks: f64 = f[11].parse::<f64>().unwrap() + f[12].parse::<f64>().unwrap();
+    // SAFETY: plain sysconf query.
+    ticks / unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64
+}
+
+#[test]
+fn out_of_descriptors_an_api_process_waits_without_spinning_and_serves_later() {
+    use std::os::unix::process::CommandExt;
+    let base = service();
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("sagitta-fraud-emfile");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["serve", "--die-with-parent", "--workers", "1", "--index"])
+        .arg(&base._dir)
+        .arg("--backends")
+        .arg(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped());
+    // SAFETY: only setrlimit (async-signal-safe) between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let l = libc::rlimit {
+                rlim_cur: 24,
+                rlim_max: 24,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let pid = child.id();
+    let worker: u32 = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let sock = dir.join("api-0.sock");
+    let connect = || {
+        let c = std::os::unix::net::UnixStream::connect(&sock).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        c
+    };
+    // More connections than the process may hold descriptors for; each
+    // answered one is accepted, the rest wait in the listener's queue.
+    let mut held = Vec::new();
+    let mut served = 0;
+    for _ in 0..40 {
+        held.push(connect());
+    }
+    for c in held.iter_mut().take(8) {
+        c.write_all(&raw("GET", "/ready", b"")).unwrap();
+        assert_eq!(read_response(c).unwrap().0, 200);
+        served += 1;
+    }
+    // Out of descriptors now: the process must not spin meanwhile.
+    let cpu0 = cpu_seconds(worker);
+    let t0 = Instant::now();
+    let mut last = held.pop().unwrap();
+    last.write_all(&raw("GET", "/ready", b"")).unwrap();
+    last.set_read_timeout(Some(Duration::from_millis(600)))
+        .unwrap();
+    let mut b = [0u8; 1];
+    assert!(
+        last.read(&mut b).is_err(),
+        "answered while out of descriptors"
+    );
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = cpu_seconds(worker) - cpu0;
+    // Waiting costs two sweeps; spinning on the listener took 0.37 s of
+    // 0.63 s when this was written.
+    assert!(cpu < wall / 5.0, "{cpu} s of CPU in {wall} s");
+    // Descriptors come free: the waiting connection is accepted and served.
+    held.truncate(4);
+    last.set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    assert_eq!(read_response(&mut last).unwrap().0, 200);
+    assert_eq!(served, 8);
+    let _ = child.kill();
+    let _ = child.wait();
+}
