@@ -498,6 +498,14 @@ def test_http_front_serves_a_cluster_to_the_servers_clients(lr, tmp_path):
             col.upsert([5000], np.zeros((1, DIMS + 1), np.float32))
         with pytest.raises(sagitta.BadRequestError):
             col.search(q[0], 0)
+        # The store's limits, as `sagitta serve` checks them.
+        lim = sagitta.LIMITS
+        with pytest.raises(sagitta.BadRequestError):
+            col.search(q[0], lim["k"] + 1)
+        with pytest.raises(sagitta.BadRequestError):
+            col.search(q[0], 5, expansion=lim["beam"] + 1)
+        with pytest.raises(sagitta.BadRequestError, match=str(lim["batch_queries"])):
+            col.search(np.zeros((lim["batch_queries"] + 1, DIMS), np.float32), 1)
         with pytest.raises(sagitta.BadRequestError):
             col.upsert([6000, 6000], np.zeros((2, DIMS), np.float32))
         with pytest.raises(sagitta.AuthError):
