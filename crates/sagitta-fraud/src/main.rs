@@ -250,22 +250,10 @@ fn serve(
     cpu: Option<usize>,
     rtprio: Option<i32>,
     busy_poll: bool,
-    [request_timeout_ms, idle_timeout_ms]: [u64; 2],
+    timeouts: [u64; 2],
 ) -> Result<()> {
-    if workers == 0 {
-        bail!("--workers must be at least 1");
-    }
-    // Check the index once here, so a bad one fails the command at once
-    // (the balancer itself keeps nothing of it mapped).
-    refs::check(index)?;
-    if let Some(c) = cpu {
-        set_cpu(c)?;
-    }
-    if let Some(p) = rtprio {
-        set_fifo(p)?;
-    }
+    let exe = prepare(index, workers, cpu, rtprio)?;
     let (listener, port) = lb::listen(bind, port)?;
-    let exe = std::env::current_exe().context("current_exe")?;
     let mut socks = Vec::new();
     let mut children = Vec::new();
     for _ in 0..workers {
@@ -284,15 +272,9 @@ fn serve(
             // The child's end survives exec; ours does not.
             libc::fcntl(pair[1], libc::F_SETFD, 0);
         }
-        let child = std::process::Command::new(&exe)
-            .arg("worker")
-            .arg("--index")
-            .arg(index)
+        let child = worker_command(&exe, index, busy_poll, timeouts)
             .arg("--fd")
             .arg(pair[1].to_string())
-            .args(busy_poll.then_some("--busy-poll"))
-            .arg(format!("--request-timeout-ms={request_timeout_ms}"))
-            .arg(format!("--idle-timeout-ms={idle_timeout_ms}"))
             .spawn()
             .context("start an API process")?;
         // SAFETY: the child has its copy.
@@ -310,18 +292,16 @@ fn serve(
     r
 }
 
-/// `serve --backends DIR`: the API processes alone, each listening on
-/// `DIR/api-{i}.sock`, until one of them stops.
-#[allow(clippy::too_many_arguments)]
-fn serve_backends(
+/// What `serve` does before it starts the API processes: checks the
+/// arguments and the index (a bad one fails the command at once; the
+/// balancer keeps nothing of it mapped), pins and raises this process
+/// (the API processes inherit both); returns this executable.
+fn prepare(
     index: &Path,
-    dir: &Path,
     workers: usize,
     cpu: Option<usize>,
     rtprio: Option<i32>,
-    busy_poll: bool,
-    [request_timeout_ms, idle_timeout_ms]: [u64; 2],
-) -> Result<()> {
+) -> Result<PathBuf> {
     if workers == 0 {
         bail!("--workers must be at least 1");
     }
@@ -332,22 +312,48 @@ fn serve_backends(
     if let Some(p) = rtprio {
         set_fifo(p)?;
     }
+    std::env::current_exe().context("current_exe")
+}
+
+/// An API process's command line, less where its connections come from.
+fn worker_command(
+    exe: &Path,
+    index: &Path,
+    busy_poll: bool,
+    [request_timeout_ms, idle_timeout_ms]: [u64; 2],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(exe);
+    c.arg("worker")
+        .arg("--index")
+        .arg(index)
+        .args(busy_poll.then_some("--busy-poll"))
+        .arg(format!("--request-timeout-ms={request_timeout_ms}"))
+        .arg(format!("--idle-timeout-ms={idle_timeout_ms}"));
+    c
+}
+
+/// `serve --backends DIR`: the API processes alone, each listening on
+/// `DIR/api-{i}.sock`, until one of them stops.
+#[allow(clippy::too_many_arguments)]
+fn serve_backends(
+    index: &Path,
+    dir: &Path,
+    workers: usize,
+    cpu: Option<usize>,
+    rtprio: Option<i32>,
+    busy_poll: bool,
+    timeouts: [u64; 2],
+) -> Result<()> {
+    let exe = prepare(index, workers, cpu, rtprio)?;
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
-    let exe = std::env::current_exe().context("current_exe")?;
     let mut children = Vec::new();
     let mut paths = Vec::new();
     for i in 0..workers {
         let path = dir.join(format!("api-{i}.sock"));
         let _ = std::fs::remove_file(&path);
-        let child = std::process::Command::new(&exe)
-            .arg("worker")
-            .arg("--index")
-            .arg(index)
+        let child = worker_command(&exe, index, busy_poll, timeouts)
             .arg("--listen")
             .arg(&path)
-            .args(busy_poll.then_some("--busy-poll"))
-            .arg(format!("--request-timeout-ms={request_timeout_ms}"))
-            .arg(format!("--idle-timeout-ms={idle_timeout_ms}"))
             .spawn()
             .context("start an API process")?;
         children.push(child);
