@@ -75,6 +75,37 @@ pub(crate) fn leaf_f64<C: Coord>(block: &[C], q: &[f64], leaf: usize, out: &mut 
     }
 }
 
+/// Rows of a leaf marked by a scan: bit `j % 64` of word `j / 64` for row
+/// `j` (up to [`MAX_LEAF`](super::MAX_LEAF) rows).
+pub(crate) type Mask = [u64; super::MAX_LEAF / 64];
+
+/// The mask of the rows for which `marks` yields true.
+pub(crate) fn mask_of(marks: impl Iterator<Item = bool>) -> Mask {
+    let mut m = [0u64; super::MAX_LEAF / 64];
+    for (j, on) in marks.enumerate() {
+        m[j / 64] |= u64::from(on) << (j % 64);
+    }
+    m
+}
+
+/// Clears every bit of `m` from row `rows` on.
+pub(crate) fn keep_first(m: &mut Mask, rows: usize) {
+    for (w, word) in m.iter_mut().enumerate() {
+        let from = w * 64;
+        if rows <= from {
+            *word = 0;
+        } else if rows - from < 64 {
+            *word &= (1u64 << (rows - from)) - 1;
+        }
+    }
+}
+
+/// Sets the 16 bits of chunk `c` (rows 16·c to 16·c + 15) to `bits`.
+#[inline(always)]
+fn set_chunk(m: &mut Mask, c: usize, bits: u16) {
+    m[c / 4] |= u64::from(bits) << (16 * (c % 4));
+}
+
 /// Lower bound, in `f64`, of the squared distance from `q` to the box whose
 /// corners start at `corners` (low corner, then high, `box_dim` apart).
 pub(crate) fn box_f64<C: Coord>(corners: &[C], q: &[f64]) -> f64 {
@@ -146,9 +177,16 @@ impl IntQuery {
 }
 
 /// Squared distances in `u32` (exact under [`IntQuery::new`]'s check) of
-/// the first `out.len()` rows of `block`, a block of `leaf` rows.
+/// the first `out.len()` rows of `block`, a block of `leaf` rows; marks
+/// the rows at most `worst` away.
 #[inline(always)]
-pub(crate) fn leaf_u32_scalar(block: &[i16], q: &IntQuery, leaf: usize, out: &mut [u32]) {
+pub(crate) fn leaf_u32_scalar(
+    block: &[i16],
+    q: &IntQuery,
+    leaf: usize,
+    out: &mut [u32],
+    worst: u32,
+) -> Mask {
     out.fill(0);
     for p in 0..q.npairs {
         let pair = &block[p * 2 * leaf..p * 2 * leaf + 2 * out.len()];
@@ -160,6 +198,7 @@ pub(crate) fn leaf_u32_scalar(block: &[i16], q: &IntQuery, leaf: usize, out: &mu
                 .wrapping_add(b.wrapping_mul(b) as u32);
         }
     }
+    mask_of(out.iter().map(|&d| d <= worst))
 }
 
 /// Box bound in `u32` (exact under [`IntQuery::new`]'s check).
@@ -181,21 +220,30 @@ pub(crate) fn box_u32_scalar(corners: &[i16], q: &IntQuery) -> u32 {
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod avx512 {
     //! The `u32` kernels with AVX-512BW.
-    use super::IntQuery;
+    use super::{set_chunk, IntQuery, Mask};
+    use crate::lowdim::MAX_LEAF;
     use std::arch::x86_64::*;
 
     /// Squared distances of the first `out.len()` rows (a multiple of 16:
     /// one register of 16 rows per dimension pair and chunk) of `block`, a
-    /// block of `leaf` rows.
+    /// block of `leaf` rows; marks those at most `worst` away.
     ///
     /// # Safety
     /// The CPU has AVX-512F and AVX-512BW; `block` holds `q.npairs` pairs
     /// of 2·`leaf` codes; `out.len()` ≤ `leaf`.
     #[target_feature(enable = "avx512f,avx512bw")]
-    pub(crate) unsafe fn leaf(block: &[i16], q: &IntQuery, leaf: usize, out: &mut [u32]) {
+    pub(crate) unsafe fn leaf(
+        block: &[i16],
+        q: &IntQuery,
+        leaf: usize,
+        out: &mut [u32],
+        worst: u32,
+    ) -> Mask {
         debug_assert!(out.len().is_multiple_of(16) && out.len() <= leaf);
         debug_assert!(block.len() >= q.npairs * 2 * leaf);
         let base = block.as_ptr();
+        let w = _mm512_set1_epi32(worst as i32);
+        let mut mask = [0u64; MAX_LEAF / 64];
         for c in 0..out.len() / 16 {
             let mut acc = _mm512_setzero_si512();
             for p in 0..q.npairs {
@@ -208,7 +256,9 @@ pub(crate) mod avx512 {
             }
             // SAFETY: chunk c is 16 of `out`'s u32 from 16·c.
             unsafe { _mm512_storeu_si512(out.as_mut_ptr().add(16 * c).cast(), acc) };
+            set_chunk(&mut mask, c, _mm512_cmple_epu32_mask(acc, w));
         }
+        mask
     }
 
     /// The box bound.
@@ -248,20 +298,30 @@ pub(crate) mod avx512 {
 pub(crate) mod avx2 {
     //! The `u32` kernels with AVX2: the same arithmetic as the scalar
     //! ones, 8 rows per `vpmaddwd`.
-    use super::IntQuery;
+    use super::{set_chunk, IntQuery, Mask};
+    use crate::lowdim::MAX_LEAF;
     use std::arch::x86_64::*;
 
     /// Squared distances of the first `out.len()` rows (a multiple of 16)
-    /// of `block`, a block of `leaf` rows, 8 rows per register.
+    /// of `block`, a block of `leaf` rows, 8 rows per register; marks
+    /// those at most `worst` away.
     ///
     /// # Safety
     /// The CPU has AVX2; `block` holds `q.npairs` pairs of 2·`leaf` codes;
     /// `out.len()` ≤ `leaf`.
     #[target_feature(enable = "avx2")]
-    pub(crate) unsafe fn leaf(block: &[i16], q: &IntQuery, leaf: usize, out: &mut [u32]) {
+    pub(crate) unsafe fn leaf(
+        block: &[i16],
+        q: &IntQuery,
+        leaf: usize,
+        out: &mut [u32],
+        worst: u32,
+    ) -> Mask {
         debug_assert!(out.len().is_multiple_of(16) && out.len() <= leaf);
         debug_assert!(block.len() >= q.npairs * 2 * leaf);
         let base = block.as_ptr();
+        let w = _mm256_set1_epi32(worst as i32);
+        let mut mask = [0u64; MAX_LEAF / 64];
         for c in 0..out.len() / 16 {
             let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
             for p in 0..q.npairs {
@@ -285,7 +345,20 @@ pub(crate) mod avx2 {
                 _mm256_storeu_si256(o.cast(), a0);
                 _mm256_storeu_si256(o.add(8).cast(), a1);
             }
+            set_chunk(&mut mask, c, within(a0, w) | (within(a1, w) << 8));
         }
+        mask
+    }
+
+    /// The lanes of `d` at most `w` (unsigned: max(d, w) = w), one bit
+    /// each.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn within(d: __m256i, w: __m256i) -> u16 {
+        _mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(
+            _mm256_max_epu32(d, w),
+            w,
+        ))) as u16
     }
 
     /// The bounds of two boxes stored one after the other (two siblings),
@@ -400,6 +473,7 @@ mod tests {
     //! The SIMD kernels this CPU runs give the scalar kernels' integers
     //! (the search tests then reach only one of them per machine).
     use super::*;
+    use crate::lowdim::MAX_LEAF;
 
     /// SplitMix64.
     fn next(s: &mut u64) -> u64 {
@@ -416,6 +490,16 @@ mod tests {
             0 => -m,
             1 => m,
             _ => (next(s) % (2 * m as u64 + 1)) as i16 - m,
+        }
+    }
+
+    #[test]
+    fn keep_first_clears_the_rows_past_the_count() {
+        for rows in [0usize, 1, 16, 63, 64, 65, 130, 255, 256] {
+            let mut m = [u64::MAX; MAX_LEAF / 64];
+            keep_first(&mut m, rows);
+            let want = mask_of((0..MAX_LEAF).map(|j| j < rows));
+            assert_eq!(m, want, "rows {rows}");
         }
     }
 
@@ -453,7 +537,20 @@ mod tests {
                         .collect();
                     for rows in [16, (leaf / 2).next_multiple_of(16), leaf] {
                         let mut want = vec![0u32; rows];
-                        leaf_u32_scalar(&block, &q, leaf, &mut want);
+                        // A threshold some rows pass (a row's own distance:
+                        // equal passes), none, or all.
+                        let worst = match next(&mut s) % 4 {
+                            0 => 0,
+                            1 => u32::MAX,
+                            _ => {
+                                let mut d = vec![0u32; rows];
+                                leaf_u32_scalar(&block, &q, leaf, &mut d, 0);
+                                d[(next(&mut s) % rows as u64) as usize]
+                            }
+                        };
+                        let want_mask = leaf_u32_scalar(&block, &q, leaf, &mut want, worst);
+                        let marked = mask_of(want.iter().map(|&d| d <= worst));
+                        assert_eq!(want_mask, marked, "scalar mask, dim {dim}");
                         for (j, &w) in want.iter().enumerate() {
                             let exact: i64 = (0..dim)
                                 .map(|d| {
@@ -469,8 +566,9 @@ mod tests {
                             let mut got = vec![0u32; rows];
                             if simd() != Simd::Scalar {
                                 // SAFETY: AVX2 is present (AVX-512 implies it).
-                                unsafe { avx2::leaf(&block, &q, leaf, &mut got) };
+                                let m = unsafe { avx2::leaf(&block, &q, leaf, &mut got, worst) };
                                 assert_eq!(got, want, "avx2 leaf, dim {dim}, leaf {leaf}");
+                                assert_eq!(m, want_mask, "avx2 mask, dim {dim}, leaf {leaf}");
                                 let b: Vec<u32> = (0..2)
                                     .map(|b| {
                                         // SAFETY: as above; a box from 2·b·bdim.
@@ -487,8 +585,9 @@ mod tests {
                             if simd() == Simd::Avx512 {
                                 got.fill(0);
                                 // SAFETY: AVX-512F/BW are present.
-                                unsafe { avx512::leaf(&block, &q, leaf, &mut got) };
+                                let m = unsafe { avx512::leaf(&block, &q, leaf, &mut got, worst) };
                                 assert_eq!(got, want, "avx512 leaf, dim {dim}, leaf {leaf}");
+                                assert_eq!(m, want_mask, "avx512 mask, dim {dim}, leaf {leaf}");
                                 let b: Vec<u32> = (0..2)
                                     .map(|b| {
                                         // SAFETY: as above; a box from 2·b·bdim.

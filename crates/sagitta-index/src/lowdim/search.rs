@@ -2,7 +2,7 @@
 
 use super::build::grid_code;
 use super::format::{Coords, LowDimView, LEAF_BIT};
-use super::scan::{self, Coord, IntQuery, Simd};
+use super::scan::{self, Coord, IntQuery, Mask, Simd};
 use super::{box_dim, LabelShare, LowDimHit, LowDimScratch, SearchStats, MAX_DIM, MAX_LEAF};
 use crate::{IndexError, Result};
 use std::cmp::Reverse;
@@ -329,35 +329,48 @@ impl LowDimView<'_> {
     ) {
         let start = x as usize * self.leaf;
         let count = (y & !LEAF_BIT) as usize;
-        a.scan(x as usize, count);
+        // Only rows within the k-th distance as the scan began can enter
+        // (it only shrinks), and most rows are farther: the kernel marks
+        // those in a bit mask, so the rest cost nothing here.
+        let mask = a.scan(x as usize, count, *worst);
         stats.leaves += 1;
         stats.rows += count as u64;
-        for j in 0..count {
-            let d = a.dist(j);
-            if d > *worst {
-                continue;
+        for (w, &bits) in mask.iter().enumerate().take(count.div_ceil(64)) {
+            let mut bits = bits;
+            while bits != 0 {
+                let j = w * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                self.offer(a.dist(j), start + j, k, best, worst);
             }
-            let pos = start + j;
-            // Only a tie needs ids (the lower one is nearer).
-            let id = |p: usize| self.ids[p];
-            if best.len() == k && d == *worst && id(pos) >= id(best[k - 1].pos as usize) {
-                continue;
-            }
-            let at = best
-                .partition_point(|b| b.dist < d || (b.dist == d && id(b.pos as usize) < id(pos)));
-            best.insert(
-                at,
-                Best {
-                    dist: d,
-                    pos: pos as u32,
-                },
-            );
-            if best.len() > k {
-                best.pop();
-            }
-            if best.len() == k {
-                *worst = best[k - 1].dist;
-            }
+        }
+    }
+
+    /// Offers the row at block slot `pos`, at distance key `d`, to
+    /// `best`, the k nearest so far by (distance, id).
+    #[inline(always)]
+    fn offer(&self, d: u64, pos: usize, k: usize, best: &mut Vec<Best>, worst: &mut u64) {
+        if d > *worst {
+            return;
+        }
+        // Only a tie needs ids (the lower one is nearer).
+        let id = |p: usize| self.ids[p];
+        if best.len() == k && d == *worst && id(pos) >= id(best[k - 1].pos as usize) {
+            return;
+        }
+        let at =
+            best.partition_point(|b| b.dist < d || (b.dist == d && id(b.pos as usize) < id(pos)));
+        best.insert(
+            at,
+            Best {
+                dist: d,
+                pos: pos as u32,
+            },
+        );
+        if best.len() > k {
+            best.pop();
+        }
+        if best.len() == k {
+            *worst = best[k - 1].dist;
         }
     }
 }
@@ -396,8 +409,9 @@ trait Arith {
         (self.bound(x), self.bound(y))
     }
     /// Computes the distances of the first `rows` rows of leaf block
-    /// `block` (at least: whole chunks of 16).
-    fn scan(&mut self, block: usize, rows: usize);
+    /// `block` (at least: whole chunks of 16), and marks those of the
+    /// `rows` whose key is at most `worst` (bit `j % 64` of word `j / 64`).
+    fn scan(&mut self, block: usize, rows: usize, worst: u64) -> Mask;
     /// Row `j`'s distance from the last [`Arith::scan`].
     fn dist(&self, j: usize) -> u64;
     /// Starts loading the first `rows` rows of leaf block `block` (a hint).
@@ -431,7 +445,7 @@ impl<C: Coord> Arith for F64Arith<'_, C> {
     }
 
     #[inline(always)]
-    fn scan(&mut self, block: usize, rows: usize) {
+    fn scan(&mut self, block: usize, rows: usize, worst: u64) -> Mask {
         let b = block * self.block;
         scan::leaf_f64(
             &self.coords[b..b + self.block],
@@ -439,6 +453,7 @@ impl<C: Coord> Arith for F64Arith<'_, C> {
             self.leaf,
             &mut self.dists[..rows],
         );
+        scan::mask_of(self.dists[..rows].iter().map(|d| d.to_bits() <= worst))
     }
 
     #[inline(always)]
@@ -500,21 +515,30 @@ impl Arith for U32Arith<'_> {
     }
 
     #[inline(always)]
-    fn scan(&mut self, block: usize, rows: usize) {
+    fn scan(&mut self, block: usize, rows: usize, worst: u64) -> Mask {
         let blk = &self.coords[block * self.block..(block + 1) * self.block];
         // Whole chunks of 16 rows, never past the leaf (a multiple of 16).
         let out = &mut self.dists[..rows.next_multiple_of(16)];
         let leaf = self.leaf;
-        #[cfg(target_arch = "x86_64")]
-        match self.simd {
-            // SAFETY: as above; `blk` is one whole block of `leaf` rows,
-            // `out` at most `leaf` long.
-            Simd::Avx512 => return unsafe { scan::avx512::leaf(blk, self.q, leaf, out) },
-            // SAFETY: as above.
-            Simd::Avx2 => return unsafe { scan::avx2::leaf(blk, self.q, leaf, out) },
-            Simd::Scalar => {}
-        }
-        scan::leaf_u32_scalar(blk, self.q, leaf, out);
+        // Every distance fits u32 ([`IntQuery::new`]): a larger key is no
+        // bound at all.
+        let w = u32::try_from(worst).unwrap_or(u32::MAX);
+        let mut mask = {
+            #[cfg(target_arch = "x86_64")]
+            match self.simd {
+                // SAFETY: as above; `blk` is one whole block of `leaf`
+                // rows, `out` at most `leaf` long.
+                Simd::Avx512 => unsafe { scan::avx512::leaf(blk, self.q, leaf, out, w) },
+                // SAFETY: as above.
+                Simd::Avx2 => unsafe { scan::avx2::leaf(blk, self.q, leaf, out, w) },
+                Simd::Scalar => scan::leaf_u32_scalar(blk, self.q, leaf, out, w),
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            scan::leaf_u32_scalar(blk, self.q, leaf, out, w)
+        };
+        // The chunk's rows past the leaf's count are not rows.
+        scan::keep_first(&mut mask, rows);
+        mask
     }
 
     #[inline(always)]
