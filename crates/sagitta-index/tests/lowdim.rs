@@ -344,6 +344,72 @@ fn grid_dim14_with_ties_matches_oracle() {
     );
 }
 
+/// Rows of dim 14 shaped like the fraud contest's: most dimensions take a
+/// handful of values (leaves fix them: their box has low = high there, and
+/// a version-2 block leaves them out), two are fine-grained, and no code is
+/// 0 (so a block's all-zero pair is one it does not store).
+fn fixed_dims14(n: usize, seed: u64) -> Vec<f32> {
+    let mut r = Rng(seed);
+    let mut rows = Vec::with_capacity(n * 14);
+    for _ in 0..n {
+        for d in 0..14 {
+            let code = match d {
+                0 | 7 => 1 + r.below(10_000) as i64,
+                1..=4 => [1, 10_000][r.below(2) as usize],
+                5 | 6 => [-10_000, 2_500, 5_000][r.below(3) as usize],
+                _ => 1 + 1_000 * r.below(4) as i64,
+            };
+            rows.push(dec(code, 1e4));
+        }
+    }
+    rows
+}
+
+/// Leaves whose box fixes dimensions (version 2 stores only the others)
+/// give the oracle's answers, in the exact `u32` arithmetic (queries on
+/// the grid) and in `f64` (off it), and such leaves are there.
+#[test]
+fn leaves_with_fixed_dimensions_match_oracle() {
+    let (dim, n) = (14, 6000);
+    let rows = fixed_dims14(n, 41);
+    let mut r = Rng(42);
+    let labels: Vec<u16> = (0..n).map(|_| r.below(2) as u16).collect();
+    let mut qs = queries(&rows, dim, 1e4, -10_000, 10_000, 43);
+    // Queries shaped like the rows, on the grid and a little off it.
+    let shaped = fixed_dims14(40, 44);
+    for q in shaped.chunks(dim) {
+        qs.push(q.to_vec());
+        qs.push(q.iter().map(|&x| x + 0.000_03).collect());
+    }
+    check_all(
+        &rows,
+        dim,
+        Some(&labels),
+        Some(1e4),
+        &qs,
+        &[1, 5, 17, 100],
+        "fixed dimensions",
+    );
+    // Blocks with pairs left out: their bytes are 0, which no stored code is.
+    let idx = LowDimIndex::build(&rows, dim, Some(&labels)).unwrap();
+    let b = idx.as_bytes();
+    let l = layout(b);
+    let leaf = rd32(b, 20) as usize;
+    let (pair, block) = (2 * leaf * 2, dim.div_ceil(2) * 2 * leaf * 2);
+    let coords_at = l.ids_at - l.blocks * block;
+    let packed = (0..l.blocks)
+        .filter(|&k| {
+            let last = coords_at + k * block + block - pair;
+            b[last..last + pair].iter().all(|&x| x == 0)
+        })
+        .count();
+    assert!(
+        packed * 2 > l.blocks,
+        "{packed} of {} blocks leave their last pair out",
+        l.blocks
+    );
+}
+
 /// Every leaf size the format takes gives the oracle's answers, on the
 /// grid (the `u32` kernels, whole and partial 16-row chunks) and off it.
 #[test]
@@ -1022,7 +1088,7 @@ fn bytes_follow_the_documented_header_and_round_trip() {
         let b = idx.as_bytes();
         let l = layout(b);
         assert_eq!(&b[..8], MAGIC);
-        assert_eq!(rd32(b, 8), 1, "version");
+        assert_eq!(rd32(b, 8), 2, "version");
         assert_eq!(rd32(b, 12), kind | u32::from(labels) << 16);
         assert_eq!(rd32(b, 20), LEAF as u32);
         assert_eq!(l.rows, 300);
@@ -1420,7 +1486,7 @@ fn crafted_structural_damage_is_corrupt() {
                 Box::new(|b: &mut Vec<u8>| wr64(b, 40, f64::INFINITY.to_bits())),
             ),
             ("version 0", Box::new(|b: &mut Vec<u8>| wr32(b, 8, 0))),
-            ("version 2", Box::new(|b: &mut Vec<u8>| wr32(b, 8, 2))),
+            ("version 3", Box::new(|b: &mut Vec<u8>| wr32(b, 8, 3))),
             ("bad magic", Box::new(|b: &mut Vec<u8>| b[0] = b'X')),
             (
                 "cut in the body",
@@ -1529,25 +1595,101 @@ fn frozen_f32_data() -> Vec<f32> {
 
 const FROZEN_GRID: &[u8] = include_bytes!("data/lowdim-v1-grid.sgld");
 const FROZEN_F32: &[u8] = include_bytes!("data/lowdim-v1-f32.sgld");
+const FROZEN_V2_GRID: &[u8] = include_bytes!("data/lowdim-v2-grid.sgld");
+const FROZEN_V2_F32: &[u8] = include_bytes!("data/lowdim-v2-f32.sgld");
+const FROZEN_V2_FIXED: &[u8] = include_bytes!("data/lowdim-v2-fixed.sgld");
 
-/// Writes the frozen files, once per format version. Never overwrites:
-/// delete a file on purpose to write it again.
+/// The data of `tests/data/lowdim-v2-fixed.sgld`: 400 rows of
+/// [`fixed_dims14`] (leaves that fix dimensions), labels 0 and 1. Do not
+/// change.
+fn frozen_fixed_data() -> (Vec<f32>, Vec<u16>) {
+    let rows = fixed_dims14(400, 0x5EED_0003);
+    let mut r = Rng(0x5EED_0004);
+    let labels = (0..400).map(|_| r.below(2) as u16).collect();
+    (rows, labels)
+}
+
+/// Writes the frozen files of the current version. Never overwrites one
+/// that has bytes: empty it on purpose to write it again (the files must
+/// exist, if empty, for this test file to compile).
 #[test]
-#[ignore = "writes the frozen version-1 files; run once, commit them"]
+#[ignore = "writes the frozen files of the current version; run once, commit them"]
 fn write_frozen_files() {
     use std::io::Write;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
     std::fs::create_dir_all(dir).unwrap();
+    let v = sagitta_index::lowdim::FORMAT_VERSION;
     let (rows, labels) = frozen_grid_data();
     let grid = LowDimIndex::build(&rows, 5, Some(&labels)).unwrap();
     let f32s = LowDimIndex::build(&frozen_f32_data(), 3, None).unwrap();
-    for (name, idx) in [("lowdim-v1-grid.sgld", grid), ("lowdim-v1-f32.sgld", f32s)] {
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(format!("{dir}/{name}"))
-            .unwrap();
+    let (rows, labels) = frozen_fixed_data();
+    let fixed = LowDimIndex::build(&rows, 14, Some(&labels)).unwrap();
+    for (name, idx) in [("grid", grid), ("f32", f32s), ("fixed", fixed)] {
+        let path = format!("{dir}/lowdim-v{v}-{name}.sgld");
+        if std::fs::metadata(&path).is_ok_and(|m| m.len() > 0) {
+            continue;
+        }
+        let mut f = std::fs::File::create(&path).unwrap();
         f.write_all(idx.as_bytes()).unwrap();
+    }
+}
+
+/// Checks a frozen grid file against the oracle over its data.
+fn check_frozen_grid(bytes: &[u8], rows: &[f32], labels: &[u16], dim: usize, what: &str) {
+    let n = rows.len() / dim;
+    let idx = LowDimIndex::from_bytes(bytes).unwrap();
+    let view = idx.view();
+    assert_eq!((view.dim(), view.len()), (dim, n), "{what}");
+    let scale = view.grid_scale().expect("a grid file");
+    assert!(view.has_labels());
+    let oracle = Oracle::new(rows, dim, Some(scale), Some(labels));
+    let mut qs: Vec<Vec<f32>> = rows.chunks(dim).map(<[f32]>::to_vec).collect();
+    let span = if scale == 100.0 { 100 } else { 10_000 };
+    qs.extend(queries(rows, dim, scale, -span, span, 71));
+    let mut s = LowDimScratch::default();
+    for (i, q) in qs.iter().enumerate() {
+        check_query(
+            &view,
+            &oracle,
+            q,
+            &[1, 5, 17, n],
+            &mut s,
+            &format!("{what}, query {i}"),
+        );
+        for k in [1, 5, 17] {
+            check_vote(&view, &oracle, q, k, &mut s);
+        }
+    }
+    // Memory-mapped style: parsed in place.
+    let copy = Shifted::new(bytes, 0);
+    assert_eq!(
+        answers(&LowDimView::parse(copy.as_ref()).unwrap()),
+        answers(&view),
+        "{what}"
+    );
+}
+
+/// Checks a frozen `f32` file against the oracle over its data.
+fn check_frozen_f32(bytes: &[u8], what: &str) {
+    let rows = frozen_f32_data();
+    let idx = LowDimIndex::from_bytes(bytes).unwrap();
+    let view = idx.view();
+    assert_eq!((view.dim(), view.len()), (3, 150));
+    assert_eq!(view.grid_scale(), None);
+    assert!(!view.has_labels());
+    let oracle = Oracle::new(&rows, 3, None, None);
+    let mut qs: Vec<Vec<f32>> = rows.chunks(3).map(<[f32]>::to_vec).collect();
+    qs.extend(queries(&rows, 3, 1e4, 0, 10_000, 72));
+    let mut s = LowDimScratch::default();
+    for (i, q) in qs.iter().enumerate() {
+        check_query(
+            &view,
+            &oracle,
+            q,
+            &[1, 5, 17, 150],
+            &mut s,
+            &format!("{what}, query {i}"),
+        );
     }
 }
 
@@ -1563,54 +1705,28 @@ fn frozen_v1_files_read_back() {
             32
         );
     }
-
     let (rows, labels) = frozen_grid_data();
-    let idx = LowDimIndex::from_bytes(FROZEN_GRID).unwrap();
-    let view = idx.view();
-    assert_eq!((view.dim(), view.len()), (5, 200));
-    assert_eq!(view.grid_scale(), Some(100.0));
-    assert!(view.has_labels());
-    let oracle = Oracle::new(&rows, 5, Some(100.0), Some(&labels));
-    let mut qs: Vec<Vec<f32>> = rows.chunks(5).map(<[f32]>::to_vec).collect();
-    qs.extend(queries(&rows, 5, 100.0, -100, 100, 71));
-    let mut s = LowDimScratch::default();
-    for (i, q) in qs.iter().enumerate() {
-        check_query(
-            &view,
-            &oracle,
-            q,
-            &[1, 5, 17, 200],
-            &mut s,
-            &format!("frozen grid, query {i}"),
-        );
-        for k in [1, 5, 17] {
-            check_vote(&view, &oracle, q, k, &mut s);
-        }
-    }
-    // Memory-mapped style: parsed in place.
-    let copy = Shifted::new(FROZEN_GRID, 0);
-    assert_eq!(
-        answers(&LowDimView::parse(copy.as_ref()).unwrap()),
-        answers(&view)
-    );
+    check_frozen_grid(FROZEN_GRID, &rows, &labels, 5, "frozen v1 grid");
+    check_frozen_f32(FROZEN_F32, "frozen v1 f32");
+}
 
-    let rows = frozen_f32_data();
-    let idx = LowDimIndex::from_bytes(FROZEN_F32).unwrap();
-    let view = idx.view();
-    assert_eq!((view.dim(), view.len()), (3, 150));
-    assert_eq!(view.grid_scale(), None);
-    assert!(!view.has_labels());
-    let oracle = Oracle::new(&rows, 3, None, None);
-    let mut qs: Vec<Vec<f32>> = rows.chunks(3).map(<[f32]>::to_vec).collect();
-    qs.extend(queries(&rows, 3, 1e4, 0, 10_000, 72));
-    for (i, q) in qs.iter().enumerate() {
-        check_query(
-            &view,
-            &oracle,
-            q,
-            &[1, 5, 17, 150],
-            &mut s,
-            &format!("frozen f32, query {i}"),
-        );
+/// Version 2: grid leaves store only the dimensions their box does not
+/// fix (the `fixed` file has many such leaves); `f32` files are laid out
+/// as in version 1.
+#[test]
+fn frozen_v2_files_read_back() {
+    for bytes in [FROZEN_V2_GRID, FROZEN_V2_F32, FROZEN_V2_FIXED] {
+        assert_eq!(&bytes[..8], b"SGLOWDIM");
+        assert_eq!(rd32(bytes, 8), 2, "a version-2 file");
+        assert_eq!(rd32(bytes, 20), 64, "leaf size");
     }
+    let (rows, labels) = frozen_grid_data();
+    check_frozen_grid(FROZEN_V2_GRID, &rows, &labels, 5, "frozen v2 grid");
+    check_frozen_f32(FROZEN_V2_F32, "frozen v2 f32");
+    let (rows, labels) = frozen_fixed_data();
+    check_frozen_grid(FROZEN_V2_FIXED, &rows, &labels, 14, "frozen v2 fixed");
+    // The version-1 file of the same data searches the same.
+    let v1 = LowDimIndex::from_bytes(FROZEN_GRID).unwrap();
+    let v2 = LowDimIndex::from_bytes(FROZEN_V2_GRID).unwrap();
+    assert_eq!(answers(&v1.view()), answers(&v2.view()));
 }

@@ -226,16 +226,28 @@ fn write<C: Coord>(
     );
     // One block per leaf, in the coordinate type's order; a leaf's unused
     // slots repeat its last row (never scored: the leaf's count excludes
-    // them), padding dimensions are 0.
+    // them), padding dimensions are 0. A grid leaf stores only the
+    // dimensions its rows do not all share (its box's low < high), in
+    // order: a search takes a shared one's value from the box.
     let block = C::block_len(dim, leaf);
     let mut coords = vec![C::default(); blocks * block];
     let mut slots: Vec<u32> = Vec::with_capacity(blocks * leaf);
+    let mut stored: Vec<usize> = Vec::with_capacity(dim);
     for (b, &(start, count)) in tree.leaves.iter().enumerate() {
+        let rows = &perm[start..start + count];
+        let value = |r: u32, d: usize| values[r as usize * dim + d];
+        stored.clear();
+        stored.extend((0..dim).filter(|&d| {
+            kind != KIND_GRID
+                || rows
+                    .iter()
+                    .any(|&r| value(r, d).f() != value(rows[0], d).f())
+        }));
         for j in 0..leaf {
             let row = perm[start + j.min(count - 1)];
             slots.push(row);
-            for d in 0..dim {
-                coords[b * block + C::at(d, j, leaf)] = values[row as usize * dim + d];
+            for (s, &d) in stored.iter().enumerate() {
+                coords[b * block + C::at(s, j, leaf)] = value(row, d);
             }
         }
     }

@@ -13,8 +13,11 @@
 //!   nodes   [u32; 2] per node   internal: (left, right); leaf: (block, 0x8000_0000 | rows)
 //!   boxes   2·B coords per node, B = dim padded to 16 or 32 with zeros (low corner, then high)
 //!   coords  blocks of LEAF rows. i16: dimension pairs, each pair LEAF rows × 2 interleaved:
-//!           block·P·2·LEAF + (d/2)·2·LEAF + 2·j + d%2, P = ceil(dim/2), an odd last dim padded
-//!           with 0; f32: column-major, block·dim·LEAF + d·LEAF + j
+//!           block·P·2·LEAF + (s/2)·2·LEAF + 2·j + s%2, P = ceil(dim/2), for the s-th stored
+//!           dimension: version 1 stores every dimension (s = d), version 2 only those the
+//!           leaf's box does not fix (low < high), in order, the rest of the block 0 (a fixed
+//!           dimension's value is its box's); f32 (both versions): column-major,
+//!           block·dim·LEAF + d·LEAF + j
 //!   ids     u32 per block slot (the row's index at build; a leaf's unused slots repeat its last)
 //!   labels  u16 per block slot (only with flag bit 0)
 //! ```
@@ -24,8 +27,11 @@ use crate::{IndexError, Result};
 
 /// The first eight bytes of every low-dimensional index.
 pub const MAGIC: &[u8; 8] = b"SGLOWDIM";
-/// The version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The version this build writes (it reads 1 and 2). Version 2 leaves
+/// out of a grid leaf's block the dimensions its box fixes.
+pub const FORMAT_VERSION: u32 = 2;
+/// The oldest version this build reads.
+pub(crate) const OLDEST_VERSION: u32 = 1;
 pub(crate) const HEADER: usize = 64;
 pub(crate) const LEAF_BIT: u32 = 0x8000_0000;
 pub(crate) const KIND_GRID: u32 = 1;
@@ -106,6 +112,9 @@ pub struct LowDimView<'a> {
     pub(crate) coords: Coords<'a>,
     pub(crate) ids: &'a [u32],
     pub(crate) labels: Option<&'a [u16]>,
+    /// Grid blocks hold only the dimensions their leaf's box does not fix
+    /// (version 2 on).
+    pub(crate) packed: bool,
 }
 
 fn corrupt(what: impl Into<String>) -> IndexError {
@@ -177,9 +186,9 @@ impl<'a> LowDimView<'a> {
             return Err(corrupt("not a low-dimensional index (bad magic)"));
         }
         let version = u32_at(bytes, 8);
-        if version != FORMAT_VERSION {
+        if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
             return Err(corrupt(format!(
-                "format version {version}, this build reads {FORMAT_VERSION}"
+                "format version {version}, this build reads {OLDEST_VERSION} to {FORMAT_VERSION}"
             )));
         }
         if crc32c::crc32c(&bytes[..60]) != u32_at(bytes, 60) {
@@ -265,6 +274,7 @@ impl<'a> LowDimView<'a> {
             coords,
             ids,
             labels,
+            packed: version >= 2 && kind == KIND_GRID,
         })
     }
 

@@ -75,6 +75,37 @@ pub(crate) fn leaf_f64<C: Coord>(block: &[C], q: &[f64], leaf: usize, out: &mut 
     }
 }
 
+/// [`leaf_f64`] over a packed block (format version 2 on a grid): only
+/// the dimensions the leaf's box (`corners`) does not fix are stored, in
+/// order; a fixed one's value is the box's. The same additions in the
+/// same order as [`leaf_f64`] over the whole row, so the same `f64`.
+pub(crate) fn leaf_f64_packed<C: Coord>(
+    block: &[C],
+    corners: &[C],
+    q: &[f64],
+    leaf: usize,
+    out: &mut [f64],
+) {
+    let b = box_dim(q.len());
+    out.fill(0.0);
+    let mut s = 0;
+    for (d, &qd) in q.iter().enumerate() {
+        let (l, h) = (corners[d].f(), corners[b + d].f());
+        if l == h {
+            let t = qd - l;
+            for o in out.iter_mut() {
+                *o += t * t;
+            }
+        } else {
+            for (j, o) in out.iter_mut().enumerate() {
+                let t = qd - block[C::at(s, j, leaf)].f();
+                *o += t * t;
+            }
+            s += 1;
+        }
+    }
+}
+
 /// Rows of a leaf marked by a scan: bit `j % 64` of word `j / 64` for row
 /// `j` (up to [`MAX_LEAF`](super::MAX_LEAF) rows).
 pub(crate) type Mask = [u64; super::MAX_LEAF / 64];
@@ -177,22 +208,24 @@ impl IntQuery {
 }
 
 /// Squared distances in `u32` (exact under [`IntQuery::new`]'s check) of
-/// the first `out.len()` rows of `block`, a block of `leaf` rows; marks
-/// the rows at most `worst` away.
+/// the first `out.len()` rows of `block`, a block of `leaf` rows, over its
+/// first `pairs.len()` dimension pairs (`pairs`: the query's codes there,
+/// as [`IntQuery::pairs`]); marks the rows at most `worst` away.
 #[inline(always)]
 pub(crate) fn leaf_u32_scalar(
     block: &[i16],
-    q: &IntQuery,
+    pairs: &[i32],
     leaf: usize,
     out: &mut [u32],
     worst: u32,
 ) -> Mask {
     out.fill(0);
-    for p in 0..q.npairs {
+    for (p, &qp) in pairs.iter().enumerate() {
         let pair = &block[p * 2 * leaf..p * 2 * leaf + 2 * out.len()];
+        let (qa, qb) = (i32::from(qp as i16), i32::from((qp >> 16) as i16));
         for (j, o) in out.iter_mut().enumerate() {
-            let a = i32::from(pair[2 * j]) - q.codes[2 * p];
-            let b = i32::from(pair[2 * j + 1]) - q.codes[2 * p + 1];
+            let a = i32::from(pair[2 * j]) - qa;
+            let b = i32::from(pair[2 * j + 1]) - qb;
             *o = o
                 .wrapping_add(a.wrapping_mul(a) as u32)
                 .wrapping_add(b.wrapping_mul(b) as u32);
@@ -226,28 +259,29 @@ pub(crate) mod avx512 {
 
     /// Squared distances of the first `out.len()` rows (a multiple of 16:
     /// one register of 16 rows per dimension pair and chunk) of `block`, a
-    /// block of `leaf` rows; marks those at most `worst` away.
+    /// block of `leaf` rows, over its first `pairs.len()` dimension pairs;
+    /// marks those at most `worst` away.
     ///
     /// # Safety
-    /// The CPU has AVX-512F and AVX-512BW; `block` holds `q.npairs` pairs
-    /// of 2·`leaf` codes; `out.len()` ≤ `leaf`.
+    /// The CPU has AVX-512F and AVX-512BW; `block` holds `pairs.len()`
+    /// pairs of 2·`leaf` codes; `out.len()` ≤ `leaf`.
     #[target_feature(enable = "avx512f,avx512bw")]
     pub(crate) unsafe fn leaf(
         block: &[i16],
-        q: &IntQuery,
+        pairs: &[i32],
         leaf: usize,
         out: &mut [u32],
         worst: u32,
     ) -> Mask {
         debug_assert!(out.len().is_multiple_of(16) && out.len() <= leaf);
-        debug_assert!(block.len() >= q.npairs * 2 * leaf);
+        debug_assert!(block.len() >= pairs.len() * 2 * leaf);
         let base = block.as_ptr();
         let w = _mm512_set1_epi32(worst as i32);
         let mut mask = [0u64; MAX_LEAF / 64];
         for c in 0..out.len() / 16 {
             let mut acc = _mm512_setzero_si512();
-            for p in 0..q.npairs {
-                let qv = _mm512_set1_epi32(q.pairs[p]);
+            for (p, &qp) in pairs.iter().enumerate() {
+                let qv = _mm512_set1_epi32(qp);
                 // SAFETY: pair p spans 2·leaf codes inside `block`; chunk c
                 // is its 32 codes from 32·c.
                 let x = unsafe { _mm512_loadu_si512(base.add(p * 2 * leaf + 32 * c).cast()) };
@@ -303,29 +337,30 @@ pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     /// Squared distances of the first `out.len()` rows (a multiple of 16)
-    /// of `block`, a block of `leaf` rows, 8 rows per register; marks
-    /// those at most `worst` away.
+    /// of `block`, a block of `leaf` rows, over its first `pairs.len()`
+    /// dimension pairs, 8 rows per register; marks those at most `worst`
+    /// away.
     ///
     /// # Safety
-    /// The CPU has AVX2; `block` holds `q.npairs` pairs of 2·`leaf` codes;
-    /// `out.len()` ≤ `leaf`.
+    /// The CPU has AVX2; `block` holds `pairs.len()` pairs of 2·`leaf`
+    /// codes; `out.len()` ≤ `leaf`.
     #[target_feature(enable = "avx2")]
     pub(crate) unsafe fn leaf(
         block: &[i16],
-        q: &IntQuery,
+        pairs: &[i32],
         leaf: usize,
         out: &mut [u32],
         worst: u32,
     ) -> Mask {
         debug_assert!(out.len().is_multiple_of(16) && out.len() <= leaf);
-        debug_assert!(block.len() >= q.npairs * 2 * leaf);
+        debug_assert!(block.len() >= pairs.len() * 2 * leaf);
         let base = block.as_ptr();
         let w = _mm256_set1_epi32(worst as i32);
         let mut mask = [0u64; MAX_LEAF / 64];
         for c in 0..out.len() / 16 {
             let (mut a0, mut a1) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-            for p in 0..q.npairs {
-                let qv = _mm256_set1_epi32(q.pairs[p]);
+            for (p, &qp) in pairs.iter().enumerate() {
+                let qv = _mm256_set1_epi32(qp);
                 // SAFETY: pair p spans 2·leaf codes inside `block`; chunk c
                 // is its 32 codes from 32·c (16 rows, two registers).
                 let (x0, x1) = unsafe {
@@ -544,11 +579,12 @@ mod tests {
                             1 => u32::MAX,
                             _ => {
                                 let mut d = vec![0u32; rows];
-                                leaf_u32_scalar(&block, &q, leaf, &mut d, 0);
+                                leaf_u32_scalar(&block, &q.pairs[..q.npairs], leaf, &mut d, 0);
                                 d[(next(&mut s) % rows as u64) as usize]
                             }
                         };
-                        let want_mask = leaf_u32_scalar(&block, &q, leaf, &mut want, worst);
+                        let want_mask =
+                            leaf_u32_scalar(&block, &q.pairs[..q.npairs], leaf, &mut want, worst);
                         let marked = mask_of(want.iter().map(|&d| d <= worst));
                         assert_eq!(want_mask, marked, "scalar mask, dim {dim}");
                         for (j, &w) in want.iter().enumerate() {
@@ -566,7 +602,9 @@ mod tests {
                             let mut got = vec![0u32; rows];
                             if simd() != Simd::Scalar {
                                 // SAFETY: AVX2 is present (AVX-512 implies it).
-                                let m = unsafe { avx2::leaf(&block, &q, leaf, &mut got, worst) };
+                                let m = unsafe {
+                                    avx2::leaf(&block, &q.pairs[..q.npairs], leaf, &mut got, worst)
+                                };
                                 assert_eq!(got, want, "avx2 leaf, dim {dim}, leaf {leaf}");
                                 assert_eq!(m, want_mask, "avx2 mask, dim {dim}, leaf {leaf}");
                                 let b: Vec<u32> = (0..2)
@@ -585,7 +623,15 @@ mod tests {
                             if simd() == Simd::Avx512 {
                                 got.fill(0);
                                 // SAFETY: AVX-512F/BW are present.
-                                let m = unsafe { avx512::leaf(&block, &q, leaf, &mut got, worst) };
+                                let m = unsafe {
+                                    avx512::leaf(
+                                        &block,
+                                        &q.pairs[..q.npairs],
+                                        leaf,
+                                        &mut got,
+                                        worst,
+                                    )
+                                };
                                 assert_eq!(got, want, "avx512 leaf, dim {dim}, leaf {leaf}");
                                 assert_eq!(m, want_mask, "avx512 mask, dim {dim}, leaf {leaf}");
                                 let b: Vec<u32> = (0..2)

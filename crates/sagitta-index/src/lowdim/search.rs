@@ -132,6 +132,7 @@ impl LowDimView<'_> {
         s: &mut LowDimScratch,
     ) {
         let mut a = F64Arith {
+            packed: self.packed,
             corner: 2 * box_dim(self.dim),
             block: C::block_len(self.dim, self.leaf),
             leaf: self.leaf,
@@ -155,6 +156,8 @@ impl LowDimView<'_> {
     ) {
         let mut a = U32Arith {
             simd,
+            packed: self.packed,
+            dim: self.dim,
             corner: 2 * q.bdim,
             block: i16::block_len(self.dim, self.leaf),
             leaf: self.leaf,
@@ -162,6 +165,9 @@ impl LowDimView<'_> {
             coords,
             q,
             dists: [0; MAX_LEAF],
+            pairs: q.pairs,
+            npairs: q.npairs,
+            fixed: 0,
         };
         self.walk(k, s, &mut a);
     }
@@ -225,12 +231,12 @@ impl LowDimView<'_> {
                 }
                 let (l, r) = self.children(near.0);
                 if r & LEAF_BIT != 0 {
-                    a.fetch(l as usize, (r & !LEAF_BIT) as usize);
+                    a.fetch(near.0, l as usize, (r & !LEAF_BIT) as usize);
                 }
                 node = near.0;
             };
             if y & LEAF_BIT != 0 {
-                self.scan_leaf(a, x, y, k, &mut best, &mut worst, &mut stats);
+                self.scan_leaf(a, node, x, y, k, &mut best, &mut worst, &mut stats);
             }
         }
         // Level by level over what is left: internal nodes in `front`,
@@ -255,7 +261,7 @@ impl LowDimView<'_> {
                     break;
                 }
                 let (x, y) = self.children(n);
-                self.scan_leaf(a, x, y, k, &mut best, &mut worst, &mut stats);
+                self.scan_leaf(a, n, x, y, k, &mut best, &mut worst, &mut stats);
             }
             leaves.clear();
             next.clear();
@@ -295,7 +301,7 @@ impl LowDimView<'_> {
     ) {
         let (l, r) = self.children(n);
         if r & LEAF_BIT != 0 {
-            a.fetch(l as usize, (r & !LEAF_BIT) as usize);
+            a.fetch(n, l as usize, (r & !LEAF_BIT) as usize);
             leaves.push((lb, n));
         } else {
             a.fetch_boxes(l, r);
@@ -313,13 +319,14 @@ impl LowDimView<'_> {
         )
     }
 
-    /// Scans the leaf (`x`: block, `y`: row count with [`LEAF_BIT`]) into
-    /// `best`, the k nearest so far by (distance, id).
+    /// Scans leaf `node` (`x`: block, `y`: row count with [`LEAF_BIT`])
+    /// into `best`, the k nearest so far by (distance, id).
     #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn scan_leaf<A: Arith>(
         &self,
         a: &mut A,
+        node: u32,
         x: u32,
         y: u32,
         k: usize,
@@ -332,7 +339,7 @@ impl LowDimView<'_> {
         // Only rows within the k-th distance as the scan began can enter
         // (it only shrinks), and most rows are farther: the kernel marks
         // those in a bit mask, so the rest cost nothing here.
-        let mask = a.scan(x as usize, count, *worst);
+        let mask = a.scan(node, x as usize, count, *worst);
         stats.leaves += 1;
         stats.rows += count as u64;
         for (w, &bits) in mask.iter().enumerate().take(count.div_ceil(64)) {
@@ -408,14 +415,15 @@ trait Arith {
     fn bounds(&self, x: u32, y: u32) -> (u64, u64) {
         (self.bound(x), self.bound(y))
     }
-    /// Computes the distances of the first `rows` rows of leaf block
-    /// `block` (at least: whole chunks of 16), and marks those of the
+    /// Computes the distances of the first `rows` rows of leaf `node`'s
+    /// block `block` (at least: whole chunks of 16), and marks those of the
     /// `rows` whose key is at most `worst` (bit `j % 64` of word `j / 64`).
-    fn scan(&mut self, block: usize, rows: usize, worst: u64) -> Mask;
+    fn scan(&mut self, node: u32, block: usize, rows: usize, worst: u64) -> Mask;
     /// Row `j`'s distance from the last [`Arith::scan`].
     fn dist(&self, j: usize) -> u64;
-    /// Starts loading the first `rows` rows of leaf block `block` (a hint).
-    fn fetch(&self, _block: usize, _rows: usize) {}
+    /// Starts loading the first `rows` rows of leaf `node`'s block `block`
+    /// (a hint; the node's box is in cache).
+    fn fetch(&self, _node: u32, _block: usize, _rows: usize) {}
     /// Starts loading the boxes of siblings `x` and `y` (a hint).
     fn fetch_boxes(&self, x: u32, y: u32);
     /// A key's distance, in the stored units.
@@ -425,6 +433,8 @@ trait Arith {
 /// `f64` distances; keys are their bits (never negative, so the bits order
 /// as the numbers do).
 struct F64Arith<'a, C> {
+    /// Blocks hold only the dimensions their leaf's box does not fix.
+    packed: bool,
     corner: usize,
     block: usize,
     leaf: usize,
@@ -445,14 +455,15 @@ impl<C: Coord> Arith for F64Arith<'_, C> {
     }
 
     #[inline(always)]
-    fn scan(&mut self, block: usize, rows: usize, worst: u64) -> Mask {
-        let b = block * self.block;
-        scan::leaf_f64(
-            &self.coords[b..b + self.block],
-            self.q,
-            self.leaf,
-            &mut self.dists[..rows],
-        );
+    fn scan(&mut self, node: u32, block: usize, rows: usize, worst: u64) -> Mask {
+        let b = &self.coords[block * self.block..(block + 1) * self.block];
+        let out = &mut self.dists[..rows];
+        if self.packed {
+            let corners = &self.boxes[node as usize * self.corner..][..self.corner];
+            scan::leaf_f64_packed(b, corners, self.q, self.leaf, out);
+        } else {
+            scan::leaf_f64(b, self.q, self.leaf, out);
+        }
         scan::mask_of(self.dists[..rows].iter().map(|d| d.to_bits() <= worst))
     }
 
@@ -474,6 +485,9 @@ impl<C: Coord> Arith for F64Arith<'_, C> {
 /// Exact `u32` distances on `i16` codes; keys are the distances.
 struct U32Arith<'a> {
     simd: Simd,
+    /// Blocks hold only the dimensions their leaf's box does not fix.
+    packed: bool,
+    dim: usize,
     corner: usize,
     block: usize,
     leaf: usize,
@@ -481,6 +495,73 @@ struct U32Arith<'a> {
     coords: &'a [i16],
     q: &'a IntQuery,
     dists: [u32; MAX_LEAF],
+    /// The query as the last scanned block holds it: its codes in the
+    /// stored dimensions, paired as `vpmaddwd` reads them...
+    pairs: [i32; 16],
+    npairs: usize,
+    /// ... and its squared distance over the dimensions the leaf's box
+    /// fixes, which every row of the leaf shares.
+    fixed: u32,
+}
+
+impl U32Arith<'_> {
+    /// The box of `node`: low corner, then high.
+    #[inline(always)]
+    fn corners(&self, node: u32) -> (&[i16], &[i16]) {
+        let c = &self.boxes[node as usize * self.corner..][..self.corner];
+        c.split_at(self.corner / 2)
+    }
+
+    /// Dimension pairs leaf `node`'s block stores.
+    #[inline(always)]
+    fn stored_pairs(&self, node: u32) -> usize {
+        if !self.packed {
+            return self.q.npairs;
+        }
+        let (lo, hi) = self.corners(node);
+        let stored = lo[..self.dim]
+            .iter()
+            .zip(&hi[..self.dim])
+            .filter(|(l, h)| l != h)
+            .count();
+        stored.div_ceil(2)
+    }
+
+    /// Sets `pairs`, `npairs` and `fixed` for leaf `node` (packed blocks:
+    /// the dimensions its box fixes are not stored, and their share of
+    /// every row's distance is the query's distance to the box there).
+    /// Branch-free: which dimensions a leaf fixes is not predictable.
+    #[inline(always)]
+    fn prepare(&mut self, node: u32) {
+        let (lo, hi) = self.corners(node);
+        let mut codes = [0i16; 32];
+        let (mut n, mut fixed) = (0usize, 0u32);
+        for d in 0..self.dim {
+            let (l, qd) = (lo[d], self.q.codes16[d]);
+            let is_fixed = l == hi[d];
+            let t = i32::from(qd) - i32::from(l);
+            // Exact: every difference fits i16 and the whole distance
+            // u32 ([`IntQuery::new`]).
+            fixed += if is_fixed {
+                t.unsigned_abs() * t.unsigned_abs()
+            } else {
+                0
+            };
+            codes[n] = qd;
+            n += usize::from(!is_fixed);
+        }
+        // An odd last stored dimension pairs with a 0 code (the block's
+        // padding is 0 too).
+        if n < codes.len() {
+            codes[n] = 0;
+        }
+        self.npairs = n.div_ceil(2);
+        for (p, pair) in self.pairs.iter_mut().enumerate().take(self.npairs) {
+            let (a, b) = (codes[2 * p] as u16 as u32, codes[2 * p + 1] as u16 as u32);
+            *pair = (a | b << 16) as i32;
+        }
+        self.fixed = fixed;
+    }
 }
 
 impl Arith for U32Arith<'_> {
@@ -515,26 +596,35 @@ impl Arith for U32Arith<'_> {
     }
 
     #[inline(always)]
-    fn scan(&mut self, block: usize, rows: usize, worst: u64) -> Mask {
+    fn scan(&mut self, node: u32, block: usize, rows: usize, worst: u64) -> Mask {
+        if self.packed {
+            self.prepare(node);
+        }
+        // Every row is at least `fixed` away: a leaf wholly past the k-th
+        // distance marks nothing.
+        let Some(w) = worst.checked_sub(u64::from(self.fixed)) else {
+            return [0; MAX_LEAF / 64];
+        };
+        // Every distance fits u32 ([`IntQuery::new`]): a larger key is no
+        // bound at all.
+        let w = u32::try_from(w).unwrap_or(u32::MAX);
         let blk = &self.coords[block * self.block..(block + 1) * self.block];
         // Whole chunks of 16 rows, never past the leaf (a multiple of 16).
         let out = &mut self.dists[..rows.next_multiple_of(16)];
+        let pairs = &self.pairs[..self.npairs];
         let leaf = self.leaf;
-        // Every distance fits u32 ([`IntQuery::new`]): a larger key is no
-        // bound at all.
-        let w = u32::try_from(worst).unwrap_or(u32::MAX);
         let mut mask = {
             #[cfg(target_arch = "x86_64")]
             match self.simd {
                 // SAFETY: as above; `blk` is one whole block of `leaf`
                 // rows, `out` at most `leaf` long.
-                Simd::Avx512 => unsafe { scan::avx512::leaf(blk, self.q, leaf, out, w) },
+                Simd::Avx512 => unsafe { scan::avx512::leaf(blk, pairs, leaf, out, w) },
                 // SAFETY: as above.
-                Simd::Avx2 => unsafe { scan::avx2::leaf(blk, self.q, leaf, out, w) },
-                Simd::Scalar => scan::leaf_u32_scalar(blk, self.q, leaf, out, w),
+                Simd::Avx2 => unsafe { scan::avx2::leaf(blk, pairs, leaf, out, w) },
+                Simd::Scalar => scan::leaf_u32_scalar(blk, pairs, leaf, out, w),
             }
             #[cfg(not(target_arch = "x86_64"))]
-            scan::leaf_u32_scalar(blk, self.q, leaf, out, w)
+            scan::leaf_u32_scalar(blk, pairs, leaf, out, w)
         };
         // The chunk's rows past the leaf's count are not rows.
         scan::keep_first(&mut mask, rows);
@@ -543,7 +633,7 @@ impl Arith for U32Arith<'_> {
 
     #[inline(always)]
     fn dist(&self, j: usize) -> u64 {
-        u64::from(self.dists[j])
+        u64::from(self.dists[j]) + u64::from(self.fixed)
     }
 
     #[inline(always)]
@@ -551,10 +641,11 @@ impl Arith for U32Arith<'_> {
         prefetch_boxes(self.boxes, self.corner, x, y);
     }
 
-    fn fetch(&self, block: usize, rows: usize) {
-        // Each dimension pair's used rows: 2·rows codes from pair·2·leaf.
+    fn fetch(&self, node: u32, block: usize, rows: usize) {
+        // Each stored dimension pair's used rows: 2·rows codes from
+        // pair·2·leaf.
         let blk = &self.coords[block * self.block..(block + 1) * self.block];
-        for pair in blk.chunks(2 * self.leaf) {
+        for pair in blk.chunks(2 * self.leaf).take(self.stored_pairs(node)) {
             for line in pair[..2 * rows].chunks(32) {
                 crate::prefetch(line.as_ptr().cast());
             }
