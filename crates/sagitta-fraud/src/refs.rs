@@ -144,6 +144,14 @@ pub fn check(dir: &Path) -> Result<()> {
         bail!("{} is not a fraud-scoring index", path.display());
     }
     read_rules(&norms_file(dir), &mcc_file(dir))?;
+    let (v, newest) = (view.format_version(), sagitta_index::lowdim::FORMAT_VERSION);
+    if v < newest {
+        eprintln!(
+            "sagitta-fraud: {} is format version {v}; `sagitta-fraud build` writes version \
+             {newest}, which searches faster (same answers)",
+            path.display()
+        );
+    }
     Ok(())
 }
 

@@ -1700,10 +1700,9 @@ fn frozen_v1_files_read_back() {
         assert_eq!(rd32(bytes, 8), 1, "a version-1 file");
         // Written with 32 rows per leaf, before builds took 64.
         assert_eq!(rd32(bytes, 20), 32, "leaf size");
-        assert_eq!(
-            LowDimIndex::from_bytes(bytes).unwrap().view().leaf_size(),
-            32
-        );
+        let idx = LowDimIndex::from_bytes(bytes).unwrap();
+        assert_eq!(idx.view().leaf_size(), 32);
+        assert_eq!(idx.view().format_version(), 1);
     }
     let (rows, labels) = frozen_grid_data();
     check_frozen_grid(FROZEN_GRID, &rows, &labels, 5, "frozen v1 grid");
@@ -1719,6 +1718,8 @@ fn frozen_v2_files_read_back() {
         assert_eq!(&bytes[..8], b"SGLOWDIM");
         assert_eq!(rd32(bytes, 8), 2, "a version-2 file");
         assert_eq!(rd32(bytes, 20), 64, "leaf size");
+        let idx = LowDimIndex::from_bytes(bytes).unwrap();
+        assert_eq!(idx.view().format_version(), 2);
     }
     let (rows, labels) = frozen_grid_data();
     check_frozen_grid(FROZEN_V2_GRID, &rows, &labels, 5, "frozen v2 grid");

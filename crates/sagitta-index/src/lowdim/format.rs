@@ -115,6 +115,7 @@ pub struct LowDimView<'a> {
     /// Grid blocks hold only the dimensions their leaf's box does not fix
     /// (version 2 on).
     pub(crate) packed: bool,
+    pub(crate) version: u32,
 }
 
 fn corrupt(what: impl Into<String>) -> IndexError {
@@ -275,6 +276,7 @@ impl<'a> LowDimView<'a> {
             ids,
             labels,
             packed: version >= 2 && kind == KIND_GRID,
+            version,
         })
     }
 
@@ -291,6 +293,12 @@ impl<'a> LowDimView<'a> {
     /// Never true: an index holds at least one row.
     pub fn is_empty(&self) -> bool {
         self.rows == 0
+    }
+
+    /// The format version of the bytes (older ones are read as written;
+    /// [`FORMAT_VERSION`] searches grid leaves faster).
+    pub fn format_version(&self) -> u32 {
+        self.version
     }
 
     /// Rows per kd-tree leaf.
