@@ -272,6 +272,13 @@ impl PyLowDimIndex {
         self.inner.view().grid_scale()
     }
 
+    /// The file format version of its bytes (an opened older file is read
+    /// as written; ``save`` of a new index writes the newest).
+    #[getter]
+    fn format_version(&self) -> u32 {
+        self.inner.view().format_version()
+    }
+
     /// Size of the index in bytes (as saved).
     #[getter]
     fn nbytes(&self) -> usize {

@@ -75,6 +75,7 @@ def test_save_open_memory_mapped(tmp_path, grid_data):
     index.save(path)
     opened = sagitta.LowDimIndex.open(path)
     assert opened.nbytes == index.nbytes == path.stat().st_size
+    assert opened.format_version == index.format_version == 2
     a = index.search(rows[:20], 4)
     b = opened.search(rows[:20], 4)
     np.testing.assert_array_equal(a[0], b[0])
