@@ -541,12 +541,10 @@ impl U32Arith<'_> {
             let is_fixed = l == hi[d];
             let t = i32::from(qd) - i32::from(l);
             // Exact: every difference fits i16 and the whole distance
-            // u32 ([`IntQuery::new`]).
-            fixed += if is_fixed {
-                t.unsigned_abs() * t.unsigned_abs()
-            } else {
-                0
-            };
+            // u32 ([`IntQuery::new`]); wrapping, as the kernels, so that a
+            // crafted file's boxes cannot make it panic.
+            let sq = t.unsigned_abs().wrapping_mul(t.unsigned_abs());
+            fixed = fixed.wrapping_add(if is_fixed { sq } else { 0 });
             codes[n] = qd;
             n += usize::from(!is_fixed);
         }
