@@ -112,9 +112,6 @@ pub struct LowDimView<'a> {
     pub(crate) coords: Coords<'a>,
     pub(crate) ids: &'a [u32],
     pub(crate) labels: Option<&'a [u16]>,
-    /// Grid blocks hold only the dimensions their leaf's box does not fix
-    /// (version 2 on).
-    pub(crate) packed: bool,
     pub(crate) version: u32,
 }
 
@@ -275,7 +272,6 @@ impl<'a> LowDimView<'a> {
             coords,
             ids,
             labels,
-            packed: version >= 2 && kind == KIND_GRID,
             version,
         })
     }
@@ -299,6 +295,12 @@ impl<'a> LowDimView<'a> {
     /// [`FORMAT_VERSION`] searches grid leaves faster).
     pub fn format_version(&self) -> u32 {
         self.version
+    }
+
+    /// Whether grid blocks hold only the dimensions their leaf's box does
+    /// not fix (version 2 on; `f32` blocks hold every dimension).
+    pub(crate) fn packed(&self) -> bool {
+        self.version >= 2 && matches!(self.coords, Coords::Grid { .. })
     }
 
     /// Rows per kd-tree leaf.

@@ -132,7 +132,7 @@ impl LowDimView<'_> {
         s: &mut LowDimScratch,
     ) {
         let mut a = F64Arith {
-            packed: self.packed,
+            packed: self.packed(),
             corner: 2 * box_dim(self.dim),
             block: C::block_len(self.dim, self.leaf),
             leaf: self.leaf,
@@ -156,7 +156,7 @@ impl LowDimView<'_> {
     ) {
         let mut a = U32Arith {
             simd,
-            packed: self.packed,
+            packed: self.packed(),
             dim: self.dim,
             corner: 2 * q.bdim,
             block: i16::block_len(self.dim, self.leaf),
