@@ -169,9 +169,18 @@ fn main() -> Result<()> {
             let source = match (fd, listen) {
                 (Some(fd), _) => worker::Source::Balancer(fd),
                 (None, Some(path)) => {
-                    let _ = std::fs::remove_file(&path);
-                    let l = std::os::unix::net::UnixListener::bind(&path)
-                        .with_context(|| format!("listen on {}", path.display()))?;
+                    // Bound under a temporary name and renamed once it
+                    // listens: whoever sees the path can connect to it
+                    // (between bind and listen a connect is refused).
+                    let mut tmp = path.clone().into_os_string();
+                    tmp.push(format!(".{}.tmp", std::process::id()));
+                    let tmp = PathBuf::from(tmp);
+                    let _ = std::fs::remove_file(&tmp);
+                    let l = std::os::unix::net::UnixListener::bind(&tmp)
+                        .with_context(|| format!("listen on {}", tmp.display()))?;
+                    std::fs::rename(&tmp, &path).with_context(|| {
+                        format!("rename {} to {}", tmp.display(), path.display())
+                    })?;
                     l.set_nonblocking(true)?;
                     worker::Source::Listener(std::os::fd::IntoRawFd::into_raw_fd(l))
                 }
@@ -359,7 +368,8 @@ fn serve_backends(
         children.push(child);
         paths.push(path);
     }
-    // Announce once every socket exists (each process binds its own).
+    // Announce once every socket exists: each process binds its own and
+    // gives it its name only once it listens.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while !paths.iter().all(|p| p.exists()) {
         if std::time::Instant::now() > deadline {
