@@ -820,8 +820,14 @@ impl Flight {
                 let st = self.st.clone();
                 let ns = self.ns.clone();
                 let (kind2, body2) = (kind.to_string(), body.to_vec());
+                // Reads wait behind searches, not behind a queue of writes.
+                let work = if kind.starts_with("Get") || kind == "ListNamespaces" {
+                    Work::Search
+                } else {
+                    Work::Ingest
+                };
                 let r = self
-                    .run(Work::Ingest, move || {
+                    .run(work, move || {
                         longbow::namespace_action(&st, &ns, &kind2, &body2)
                     })
                     .await;
