@@ -821,7 +821,12 @@ impl Flight {
                 let ns = self.ns.clone();
                 let (kind2, body2) = (kind.to_string(), body.to_vec());
                 // Reads wait behind searches, not behind a queue of writes.
-                let work = if kind.starts_with("Get") || kind == "ListNamespaces" {
+                let reads = [
+                    "ListNamespaces",
+                    "GetTotalNamespaceCount",
+                    "GetNamespaceDatasetCount",
+                ];
+                let work = if reads.contains(&kind) {
                     Work::Search
                 } else {
                     Work::Ingest
