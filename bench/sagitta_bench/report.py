@@ -113,7 +113,10 @@ def opened(r: dict) -> str:
     return how
 
 
-def markdown(run: dict) -> str:
+def markdown(run: dict, full: bool = True) -> str:
+    """The run's tables. ``full=False`` (the summary BENCHMARKS.md keeps):
+    no list of how each engine opened its index and no per-knob sweeps;
+    the results directory's ``<stem>.md`` has them."""
     res = run["results"]
     env = run["env"]
     lines = [
@@ -148,8 +151,9 @@ def markdown(run: dict) -> str:
             f"| {fmt(qps_at(r['sweep'], 0.99))} | {fmt(qps_at(r['sweep'], 0.95, 'qps_all'))} "
             f"| {lat} |"
         )
-    lines += ["", "How each engine opened the saved index that it searched:", ""]
-    lines += [f"- {r['engine']}: {opened(r)}" for r in res]
+    if full:
+        lines += ["", "How each engine opened the saved index that it searched:", ""]
+        lines += [f"- {r['engine']}: {opened(r)}" for r in res]
     lines += [
         "",
         "Resident B/vec: RSS growth of the search process from before the open to after the "
@@ -174,6 +178,8 @@ def markdown(run: dict) -> str:
             f"| {t:.2f} | {fmt(q)} | {spread(ours)} | {qname} | {name} | {fmt(pq)} "
             f"| {spread(peer)} | {fmt(ratio, '.2f')}× |"
         )
+    if not full:
+        return "\n".join(lines)
     interleaved = run.get("method") == "interleaved"
     lines += [
         "",
@@ -260,9 +266,10 @@ def text_row(engine: str, m: dict) -> str:
     )
 
 
-def text_markdown(run: dict) -> str:
+def text_markdown(run: dict, full: bool = True) -> str:
     """The text mode's section (``text.py``): accuracy and latency per
-    method, Sagitta's fusion sweep, the ingest steps, how it was run."""
+    method, Sagitta's fusion sweep (``full=False``: its best setting alone),
+    the ingest steps, how it was run."""
     env = run["env"]
     pin = env.get("pinning") or {}
     pinned = (
@@ -302,11 +309,11 @@ def text_markdown(run: dict) -> str:
         best = max(sweep, key=lambda em: em[1]["ndcg"])
         lines += [
             "",
-            f"Fusion sweep ({best[0]}; best nDCG@10: {best[1]['method']}, {best[1]['ndcg']:.4f}):",
-            "",
-            TEXT_HEAD,
-            *(text_row(e, m) for e, m in sweep),
+            f"Fusion sweep ({best[0]}; best nDCG@10: {best[1]['method']}, {best[1]['ndcg']:.4f})"
+            + (":" if full else f", {len(sweep)} settings."),
         ]
+        if full:
+            lines += ["", TEXT_HEAD, *(text_row(e, m) for e, m in sweep)]
     lines += ["", "| engine | ingest step | s | rows/s | size MB |", "|---|---|---:|---:|---:|"]
     for r in run["results"]:
         for s in r["ingest"]:
