@@ -2,7 +2,8 @@
 //! work, on the same stacks and socket options as `sagitta serve`, less
 //! the Flight port's one-send wrappers (`wire.rs` in the server, which
 //! came later): this is tonic's own floor, which the figures in
-//! BENCHMARKS.md ("The floor of a request on this host") measured.
+//! bench/results/journal-2026-11.md ("The floor of a request on this
+//! host") measured.
 //! * Flight (tonic): DoGet answers every ticket with the same 10-row
 //!   batch of `id` and `score`, the shape of a search answer.
 //! * HTTP (axum): every request's body is read and answered with the same

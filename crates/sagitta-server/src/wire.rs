@@ -7,8 +7,8 @@
 //! for 10 hits of id and score, a few KiB with payload columns) and its
 //! gRPC trailers so left in two sends: two packets, and for a client that
 //! has gone to sleep on the first, a second wake-up (14-50 µs per request
-//! from pyarrow on a 2-core VM; BENCHMARKS.md, "One send per Flight
-//! answer"). So:
+//! from pyarrow on a 2-core VM; bench/results/journal-2026-11.md, "One
+//! send per Flight answer"). So:
 //! * [`Gathered`], each accepted connection, says it has no vectored
 //!   writes, so h2 copies payloads under 1 KiB into its own buffer (16 KiB)
 //!   beside their heads instead of chaining them; small writes gather
