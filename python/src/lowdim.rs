@@ -1,14 +1,13 @@
 //! `sagitta.LowDimIndex`: the certified exact kNN index for
-//! low-dimensional data (`sagitta_index::lowdim`), with its kNN label vote.
+//! low-dimensional data (`sagitta-lowdim`), with its kNN label vote.
 
-use crate::errors::{index_err, CorruptFileError};
+use crate::errors::CorruptFileError;
 use numpy::ndarray::Array2;
 use numpy::{AllowTypeChange, IntoPyArray, PyArrayLikeDyn, PyUntypedArrayMethods};
 use pyo3::exceptions::{PyOSError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyList;
-use sagitta_index::lowdim::{LowDimIndex, LowDimScratch};
-use sagitta_index::IndexError;
+use sagitta_lowdim::{LowDimError, LowDimIndex, LowDimScratch};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -53,10 +52,24 @@ fn k_arg(k: i64) -> PyResult<usize> {
         .ok_or_else(|| PyValueError::new_err(format!("k: must be at least 1, got {k}")))
 }
 
-fn corrupt_or(e: IndexError, arg: &str) -> PyErr {
-    match e {
-        IndexError::Corrupt(_) => CorruptFileError::new_err(e.to_string()),
-        e => index_err(e, arg),
+/// Converts a low-dimensional index error: damaged bytes raise
+/// ``CorruptFileError``; bad input ``ValueError``, prefixed with the
+/// argument at fault as the other indexes' errors are.
+fn lowdim_err(e: LowDimError, arg: &str) -> PyErr {
+    let prefix = match &e {
+        LowDimError::Corrupt { .. } => return CorruptFileError::new_err(e.to_string()),
+        LowDimError::ZeroK(_) | LowDimError::KTooLarge { .. } => "k",
+        LowDimError::Empty | LowDimError::InvalidParameter { .. } | LowDimError::TooManyRows(_) => {
+            ""
+        }
+        LowDimError::Dimensions { .. }
+        | LowDimError::NotFinite { .. }
+        | LowDimError::Row { .. } => arg,
+    };
+    if prefix.is_empty() {
+        PyValueError::new_err(e.to_string())
+    } else {
+        PyValueError::new_err(format!("{prefix}: {e}"))
     }
 }
 
@@ -105,7 +118,7 @@ impl PyLowDimIndex {
         }
         let inner = py
             .detach(|| LowDimIndex::build(&rows, dim, labels.as_deref()))
-            .map_err(|e| index_err(e, "vectors"))?;
+            .map_err(|e| lowdim_err(e, "vectors"))?;
         Ok(PyLowDimIndex { inner })
     }
 
@@ -133,7 +146,7 @@ impl PyLowDimIndex {
         })?;
         let inner = py
             .detach(|| LowDimIndex::from_shared(Arc::new(map)))
-            .map_err(|e| corrupt_or(e, "path"))?;
+            .map_err(|e| lowdim_err(e.in_file(&path), "path"))?;
         Ok(PyLowDimIndex { inner })
     }
 
@@ -181,7 +194,7 @@ impl PyLowDimIndex {
             )));
         }
         let (ids, dists) = py
-            .detach(|| -> Result<(Vec<u64>, Vec<f64>), IndexError> {
+            .detach(|| -> Result<(Vec<u64>, Vec<f64>), LowDimError> {
                 let mut scratch = LowDimScratch::default();
                 let (mut ids, mut dists) = (Vec::with_capacity(n * k), Vec::with_capacity(n * k));
                 for row in q.chunks_exact(d) {
@@ -192,7 +205,7 @@ impl PyLowDimIndex {
                 }
                 Ok((ids, dists))
             })
-            .map_err(|e| index_err(e, "queries"))?;
+            .map_err(|e| lowdim_err(e, "queries"))?;
         if single {
             return Ok((
                 ids.into_pyarray(py).into_any(),
@@ -229,7 +242,7 @@ impl PyLowDimIndex {
             )));
         }
         let votes = py
-            .detach(|| -> Result<Vec<Votes>, IndexError> {
+            .detach(|| -> Result<Vec<Votes>, LowDimError> {
                 let mut scratch = LowDimScratch::default();
                 q.chunks_exact(d)
                     .map(|row| {
@@ -241,7 +254,7 @@ impl PyLowDimIndex {
                     })
                     .collect()
             })
-            .map_err(|e| index_err(e, "queries"))?;
+            .map_err(|e| lowdim_err(e, "queries"))?;
         if single {
             return Ok(PyList::new(py, &votes[0])?.into_any());
         }

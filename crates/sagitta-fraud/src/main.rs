@@ -472,7 +472,7 @@ fn check(index: &Path, data: &Path, vectors: Option<&Path>) -> Result<()> {
     );
     // The search alone over the same vectors (a second pass, timed: the
     // first warms the branch predictors, as in a running service).
-    let mut scratch = sagitta_index::lowdim::LowDimScratch::default();
+    let mut scratch = sagitta_lowdim::LowDimScratch::default();
     let mut search = Vec::with_capacity(queries.len());
     for pass in 0..2 {
         search.clear();

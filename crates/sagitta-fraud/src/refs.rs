@@ -4,7 +4,7 @@
 
 use crate::vectorize::{Norms, Rules, DIM};
 use anyhow::{bail, Context, Result};
-use sagitta_index::lowdim::{LowDimIndex, LowDimView};
+use sagitta_lowdim::{LowDimIndex, LowDimView};
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::Deserialize;
 use std::collections::HashMap;
@@ -144,7 +144,7 @@ pub fn check(dir: &Path) -> Result<()> {
         bail!("{} is not a fraud-scoring index", path.display());
     }
     read_rules(&norms_file(dir), &mcc_file(dir))?;
-    let (v, newest) = (view.format_version(), sagitta_index::lowdim::FORMAT_VERSION);
+    let (v, newest) = (view.format_version(), sagitta_lowdim::FORMAT_VERSION);
     if v < newest {
         eprintln!(
             "sagitta-fraud: {} is format version {v}; `sagitta-fraud build` writes version \

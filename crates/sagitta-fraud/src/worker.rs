@@ -9,7 +9,7 @@ use crate::http::{self, Parsed, Route};
 use crate::refs::{Mapped, FRAUD};
 use crate::vectorize;
 use anyhow::{bail, Result};
-use sagitta_index::lowdim::LowDimScratch;
+use sagitta_lowdim::LowDimScratch;
 use std::collections::HashMap;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};

@@ -85,11 +85,6 @@ pub enum IndexError {
     /// User error: metric / dtype combination or a binary code is invalid.
     #[error(transparent)]
     Kernel(#[from] KernelError),
-    /// Bytes handed to a parser (a low-dimensional index file) are not a
-    /// valid index: wrong magic, unsupported version, checksum mismatch or
-    /// an inconsistent structure. Nothing was read past the check.
-    #[error("corrupt index bytes: {0}")]
-    Corrupt(String),
     /// User error: row `row` of a batch was refused; nothing in the batch
     /// was applied.
     #[error("row {row}: {source}")]

@@ -16,11 +16,8 @@
 //! reuse it unchanged, and one planner ([`plan`]) decides for both how a
 //! search runs. Filters arrive as a [`Bitset`] of allowed slots.
 //!
-//! * **Low-dimensional exact kNN** ([`lowdim`]): a kd-tree searched
-//!   branch and bound over exact arithmetic, certified top-k and a kNN
-//!   label vote, searched in place over its (memory-mapped) bytes.
-//!
 //! This crate depends only on `sagitta-kernels`; it knows nothing of files.
+//! (The low-dimensional exact kNN is its own crate, `sagitta-lowdim`.)
 
 mod bitset;
 mod error;
@@ -29,7 +26,6 @@ mod graph;
 mod index;
 pub mod ivf;
 pub mod kmeans;
-pub mod lowdim;
 pub mod plan;
 pub mod rotation;
 mod scratch;

@@ -117,7 +117,7 @@ pub fn run_classify(e: &Entry, req: ClassifyRequest) -> ApiResult<ClassifyRespon
         })
         .collect();
     let n = neighbors.len().max(1) as f64;
-    let votes = sagitta_index::lowdim::tally(texts)
+    let votes = sagitta_lowdim::tally(texts)
         .into_iter()
         .map(|(t, count)| LabelVote {
             label: values.remove(&t).unwrap_or(Json::Null),

@@ -6,7 +6,7 @@ use super::format::{
 };
 use super::scan::Coord;
 use super::{box_dim, leaf_ok, LEAF, MAX_DIM};
-use crate::{IndexError, Result};
+use crate::{LowDimError, Result};
 use std::sync::Arc;
 
 /// Finest decimal grid tried: 10^-4.
@@ -75,36 +75,36 @@ impl LowDimIndex {
         leaf: usize,
     ) -> Result<LowDimIndex> {
         if !leaf_ok(leaf) {
-            return Err(IndexError::InvalidParameter {
+            return Err(LowDimError::InvalidParameter {
                 name: "leaf",
                 value: leaf.to_string(),
                 reason: "rows per leaf must be a multiple of 16 from 16 to 256",
             });
         }
         if dim == 0 || dim > MAX_DIM {
-            return Err(IndexError::InvalidParameter {
+            return Err(LowDimError::InvalidParameter {
                 name: "dim",
                 value: dim.to_string(),
                 reason: "a low-dimensional index takes 1 to 32 dimensions",
             });
         }
         if rows.is_empty() {
-            return Err(IndexError::Empty);
+            return Err(LowDimError::Empty);
         }
         if !rows.len().is_multiple_of(dim) {
-            return Err(IndexError::Dimensions {
+            return Err(LowDimError::Dimensions {
                 expected: dim,
                 got: rows.len() % dim,
             });
         }
         let n = rows.len() / dim;
         if n >= u32::MAX as usize {
-            return Err(IndexError::Full(n));
+            return Err(LowDimError::TooManyRows(n));
         }
         if let Some(i) = rows.iter().position(|x| !x.is_finite()) {
-            return Err(IndexError::at_row(
+            return Err(LowDimError::at_row(
                 i / dim,
-                IndexError::NotFinite {
+                LowDimError::NotFinite {
                     index: i % dim,
                     value: rows[i],
                 },
@@ -112,7 +112,7 @@ impl LowDimIndex {
         }
         if let Some(l) = labels {
             if l.len() != n {
-                return Err(IndexError::InvalidParameter {
+                return Err(LowDimError::InvalidParameter {
                     name: "labels",
                     value: l.len().to_string(),
                     reason: "one label per row is needed",

@@ -2,7 +2,7 @@
 //! `f64` oracle, on raw little-endian files:
 //!
 //! ```text
-//! cargo run --release -p sagitta-index --example lowdim_check -- \
+//! cargo run --release -p sagitta-lowdim --example lowdim_check -- \
 //!     REFS.f32 LABELS.u16 DIM QUERIES.f32|loo:N [EXPECTED.f64] [--no-oracle] [--index PATH] [--passes N] [--leaf N] [--hot]
 //! ```
 //!
@@ -15,7 +15,7 @@
 #![allow(clippy::unwrap_used)]
 
 use rayon::prelude::*;
-use sagitta_index::lowdim::{LowDimIndex, LowDimScratch};
+use sagitta_lowdim::{LowDimIndex, LowDimScratch};
 use std::time::Instant;
 
 const K: usize = 5;
@@ -172,9 +172,7 @@ fn main() {
             let leaf = args
                 .iter()
                 .position(|a| a == "--leaf")
-                .map_or(sagitta_index::lowdim::LEAF, |i| {
-                    args[i + 1].parse().unwrap()
-                });
+                .map_or(sagitta_lowdim::LEAF, |i| args[i + 1].parse().unwrap());
             let index = LowDimIndex::build_with_leaf(&refs, dim, Some(&labels), leaf).unwrap();
             if let Some(p) = &saved {
                 std::fs::write(p, index.as_bytes()).unwrap();

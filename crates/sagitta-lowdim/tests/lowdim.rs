@@ -1,4 +1,4 @@
-//! The low-dimensional exact index (`sagitta_index::lowdim`) against a
+//! The low-dimensional exact index (`sagitta-lowdim`) against a
 //! brute-force oracle written here: exact ids and distances on decimal
 //! grids and on plain `f32` rows, every query path (on the grid, off it,
 //! outside the data), the kNN vote, typed errors for bad input, and the
@@ -8,8 +8,8 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
 
 use proptest::prelude::*;
-use sagitta_index::lowdim::{LowDimIndex, LowDimScratch, LowDimView, LEAF, MAGIC, MAX_DIM};
-use sagitta_index::IndexError;
+use sagitta_lowdim::LowDimError;
+use sagitta_lowdim::{LowDimIndex, LowDimScratch, LowDimView, LEAF, MAGIC, MAX_DIM};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -806,7 +806,7 @@ fn classify_without_labels_is_an_error() {
     let mut s = LowDimScratch::default();
     assert!(matches!(
         idx.view().classify(&[0.5], 1, &mut s),
-        Err(IndexError::InvalidParameter { name: "labels", .. })
+        Err(LowDimError::InvalidParameter { name: "labels", .. })
     ));
 }
 
@@ -819,35 +819,35 @@ fn bad_build_input_gives_typed_errors() {
     let b = LowDimIndex::build;
     assert!(matches!(
         b(&[0.0; 4], 0, None),
-        Err(IndexError::InvalidParameter { name: "dim", .. })
+        Err(LowDimError::InvalidParameter { name: "dim", .. })
     ));
     assert!(matches!(
         b(&[0.0; 33], 33, None),
-        Err(IndexError::InvalidParameter { name: "dim", .. })
+        Err(LowDimError::InvalidParameter { name: "dim", .. })
     ));
     assert!(matches!(
         b(&[0.0; 7], 3, None),
-        Err(IndexError::Dimensions {
+        Err(LowDimError::Dimensions {
             expected: 3,
             got: 1
         })
     ));
-    assert!(matches!(b(&[], 3, None), Err(IndexError::Empty)));
+    assert!(matches!(b(&[], 3, None), Err(LowDimError::Empty)));
     for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
         match b(&[0.0, 0.0, 0.0, 0.0, bad, 0.0], 3, None) {
-            Err(IndexError::Row { row: 1, source }) => {
-                assert!(matches!(*source, IndexError::NotFinite { index: 1, .. }));
+            Err(LowDimError::Row { row: 1, source }) => {
+                assert!(matches!(*source, LowDimError::NotFinite { index: 1, .. }));
             }
             other => panic!("{bad}: {other:?}"),
         }
     }
     assert!(matches!(
         b(&[0.0; 6], 3, Some(&[1][..])),
-        Err(IndexError::InvalidParameter { name: "labels", .. })
+        Err(LowDimError::InvalidParameter { name: "labels", .. })
     ));
     assert!(matches!(
         b(&[0.0; 6], 3, Some(&[1, 2, 3][..])),
-        Err(IndexError::InvalidParameter { name: "labels", .. })
+        Err(LowDimError::InvalidParameter { name: "labels", .. })
     ));
     // The limits themselves are fine.
     assert!(b(&[0.0; 32], 32, None).is_ok());
@@ -884,7 +884,7 @@ fn bad_leaf_sizes_give_typed_errors() {
     let rows: Vec<f32> = (0..100).map(|i| i as f32).collect();
     for leaf in [0, 1, 8, 24, 100, 272, 1 << 20] {
         match LowDimIndex::build_with_leaf(&rows, 2, None, leaf) {
-            Err(IndexError::InvalidParameter { name: "leaf", .. }) => {}
+            Err(LowDimError::InvalidParameter { name: "leaf", .. }) => {}
             other => panic!("leaf {leaf}: {other:?}"),
         }
     }
@@ -898,38 +898,38 @@ fn bad_queries_give_typed_errors() {
     for q in [&[][..], &[0.0, 0.0][..], &[0.0; 4][..]] {
         assert!(matches!(
             v.search(q, 1, &mut s),
-            Err(IndexError::Dimensions { expected: 3, got }) if got == q.len()
+            Err(LowDimError::Dimensions { expected: 3, got }) if got == q.len()
         ));
         assert!(matches!(
             v.classify(q, 1, &mut s),
-            Err(IndexError::Dimensions { .. })
+            Err(LowDimError::Dimensions { .. })
         ));
     }
     for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
         assert!(matches!(
             v.search(&[0.0, 0.0, bad], 1, &mut s),
-            Err(IndexError::NotFinite { index: 2, .. })
+            Err(LowDimError::NotFinite { index: 2, .. })
         ));
         assert!(matches!(
             v.classify(&[bad, 0.0, 0.0], 1, &mut s),
-            Err(IndexError::NotFinite { index: 0, .. })
+            Err(LowDimError::NotFinite { index: 0, .. })
         ));
     }
     assert!(matches!(
         v.search(&[0.0; 3], 0, &mut s),
-        Err(IndexError::ZeroK(0))
+        Err(LowDimError::ZeroK(0))
     ));
     assert!(matches!(
         v.search(&[0.0; 3], 3, &mut s),
-        Err(IndexError::KTooLarge { k: 3, len: 2 })
+        Err(LowDimError::KTooLarge { k: 3, len: 2 })
     ));
     assert!(matches!(
         v.classify(&[0.0; 3], 0, &mut s),
-        Err(IndexError::ZeroK(0))
+        Err(LowDimError::ZeroK(0))
     ));
     assert!(matches!(
         v.classify(&[0.0; 3], usize::MAX, &mut s),
-        Err(IndexError::KTooLarge { .. })
+        Err(LowDimError::KTooLarge { .. })
     ));
     // The scratch still works after errors.
     assert_eq!(v.search(&[0.0; 3], 2, &mut s).unwrap().len(), 2);
@@ -1122,7 +1122,7 @@ fn unaligned_buffers_are_refused() {
                     assert_eq!(shift % 4, 0, "shift {shift} parsed");
                     assert_eq!(answers(&view), want);
                 }
-                Err(IndexError::Corrupt(_)) => assert_ne!(shift, 0),
+                Err(LowDimError::Corrupt { .. }) => assert_ne!(shift, 0),
                 Err(e) => panic!("shift {shift}: {e:?}"),
             }
             let shared = LowDimIndex::from_shared(Arc::new(Shifted::new(idx.as_bytes(), shift)));
@@ -1131,7 +1131,7 @@ fn unaligned_buffers_are_refused() {
                     assert_eq!(shift % 4, 0);
                     assert_eq!(answers(&i.view()), want);
                 }
-                Err(IndexError::Corrupt(_)) => assert_ne!(shift, 0),
+                Err(LowDimError::Corrupt { .. }) => assert_ne!(shift, 0),
                 Err(e) => panic!("shift {shift}: {e:?}"),
             }
             // from_bytes copies into an aligned buffer: any shift reads.
@@ -1171,7 +1171,7 @@ fn parse_damaged(bytes: &[u8]) -> bool {
             exercise(&owned.view());
             true
         }
-        (Err(IndexError::Corrupt(_)), Err(IndexError::Corrupt(_))) => false,
+        (Err(LowDimError::Corrupt { .. }), Err(LowDimError::Corrupt { .. })) => false,
         (a, b) => panic!("parse gave {a:?}, from_bytes gave {b:?}"),
     }
 }
@@ -1289,6 +1289,65 @@ proptest! {
             prop_assert!(parsed);
         }
     }
+}
+
+/// A corrupt error names the byte it found wrong: the header field, the
+/// node or the id; and, once the caller names it, the file.
+#[test]
+fn corrupt_errors_name_the_offset() {
+    let idx = grid_index(400, 3, 54, true);
+    let orig = idx.as_bytes().to_vec();
+    let offset = |b: &[u8]| match LowDimView::parse(Shifted::new(b, 0).as_ref()) {
+        Err(LowDimError::Corrupt { offset, .. }) => offset,
+        other => panic!("{other:?}"),
+    };
+    let damaged = |at: usize, v: u32, sealed: bool| {
+        let mut b = orig.clone();
+        wr32(&mut b, at, v);
+        if sealed {
+            reseal(&mut b);
+        }
+        b
+    };
+    assert_eq!(offset(&damaged(0, 0, false)), 0, "magic");
+    assert_eq!(offset(&damaged(8, 99, false)), 8, "version");
+    assert_eq!(offset(&damaged(16, 4, false)), 60, "header checksum");
+    assert_eq!(offset(&damaged(16, 0, true)), 16, "dim");
+    assert_eq!(offset(&damaged(20, 17, true)), 20, "leaf");
+    let l = layout(&orig);
+    let body = l.ids_at + 4;
+    let mut b = orig.clone();
+    b[body] ^= 1;
+    assert_eq!(offset(&b), 56, "body checksum");
+    assert_eq!(
+        offset(&damaged(l.ids_at + 8, l.rows as u32, true)),
+        (l.ids_at + 8) as u64,
+        "an id past the rows"
+    );
+    assert_eq!(
+        offset(&damaged(64, 0, true)),
+        64,
+        "the root points to itself"
+    );
+    assert_eq!(offset(&orig[..40]), 40, "cut in the header");
+
+    let e = LowDimIndex::from_bytes(&damaged(0, 0, false))
+        .unwrap_err()
+        .in_file(std::path::Path::new("refs/index.sgld"));
+    assert!(matches!(
+        &e,
+        LowDimError::Corrupt { file: Some(f), offset: 0, .. } if f.ends_with("index.sgld")
+    ));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("refs/index.sgld") && msg.contains("bad magic"),
+        "{msg}"
+    );
+    // Other errors pass through `in_file` as they are.
+    assert_eq!(
+        LowDimError::ZeroK(0).in_file(std::path::Path::new("x")),
+        LowDimError::ZeroK(0)
+    );
 }
 
 /// Structural damage with both checksums recomputed: each is `Corrupt`.
@@ -1516,12 +1575,23 @@ fn crafted_structural_damage_is_corrupt() {
             reseal(&mut b);
             let copy = Shifted::new(&b, 0);
             match LowDimView::parse(copy.as_ref()) {
-                Err(IndexError::Corrupt(msg)) => assert!(!msg.is_empty()),
+                Err(LowDimError::Corrupt {
+                    file,
+                    offset,
+                    reason,
+                }) => {
+                    assert!(!reason.is_empty());
+                    assert_eq!(file, None);
+                    assert!(offset as usize <= b.len(), "{what}: offset {offset}");
+                }
                 Ok(_) => panic!("{what}: parsed"),
                 Err(e) => panic!("{what}: {e:?}"),
             }
             assert!(
-                matches!(LowDimIndex::from_bytes(&b), Err(IndexError::Corrupt(_))),
+                matches!(
+                    LowDimIndex::from_bytes(&b),
+                    Err(LowDimError::Corrupt { .. })
+                ),
                 "{what}"
             );
         }
@@ -1618,7 +1688,7 @@ fn write_frozen_files() {
     use std::io::Write;
     let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data");
     std::fs::create_dir_all(dir).unwrap();
-    let v = sagitta_index::lowdim::FORMAT_VERSION;
+    let v = sagitta_lowdim::FORMAT_VERSION;
     let (rows, labels) = frozen_grid_data();
     let grid = LowDimIndex::build(&rows, 5, Some(&labels)).unwrap();
     let f32s = LowDimIndex::build(&frozen_f32_data(), 3, None).unwrap();

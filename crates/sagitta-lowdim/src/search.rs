@@ -4,7 +4,7 @@ use super::build::grid_code;
 use super::format::{Coords, LowDimView, LEAF_BIT};
 use super::scan::{self, Coord, IntQuery, Mask, Simd};
 use super::{box_dim, LabelShare, LowDimHit, LowDimScratch, SearchStats, MAX_DIM, MAX_LEAF};
-use crate::{IndexError, Result};
+use crate::{LowDimError, Result};
 use std::cmp::Reverse;
 
 /// A candidate: distance (the walk's key; its `f64` bits once the walk
@@ -28,22 +28,22 @@ impl LowDimView<'_> {
         scratch: &'s mut LowDimScratch,
     ) -> Result<&'s [LowDimHit]> {
         if query.len() != self.dim {
-            return Err(IndexError::Dimensions {
+            return Err(LowDimError::Dimensions {
                 expected: self.dim,
                 got: query.len(),
             });
         }
         if let Some(i) = query.iter().position(|x| !x.is_finite()) {
-            return Err(IndexError::NotFinite {
+            return Err(LowDimError::NotFinite {
                 index: i,
                 value: query[i],
             });
         }
         if k == 0 {
-            return Err(IndexError::ZeroK(k));
+            return Err(LowDimError::ZeroK(k));
         }
         if k > self.rows {
-            return Err(IndexError::KTooLarge { k, len: self.rows });
+            return Err(LowDimError::KTooLarge { k, len: self.rows });
         }
         let mut q = [0f64; MAX_DIM];
         let q = &mut q[..self.dim];
@@ -103,7 +103,7 @@ impl LowDimView<'_> {
         scratch: &'s mut LowDimScratch,
     ) -> Result<&'s [LabelShare]> {
         if self.labels.is_none() {
-            return Err(IndexError::InvalidParameter {
+            return Err(LowDimError::InvalidParameter {
                 name: "labels",
                 value: "none".into(),
                 reason: "the index was built without labels",
@@ -645,7 +645,7 @@ impl Arith for U32Arith<'_> {
         let blk = &self.coords[block * self.block..(block + 1) * self.block];
         for pair in blk.chunks(2 * self.leaf).take(self.stored_pairs(node)) {
             for line in pair[..2 * rows].chunks(32) {
-                crate::prefetch(line.as_ptr().cast());
+                sagitta_kernels::prefetch(line.as_ptr().cast());
             }
         }
     }

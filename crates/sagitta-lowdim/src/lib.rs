@@ -1,5 +1,18 @@
+//! # sagitta-lowdim
+//!
 //! Certified exact k-nearest-neighbour search for low-dimensional data
-//! (1 to [`MAX_DIM`] dimensions, squared Euclidean distance).
+//! (1 to [`MAX_DIM`] dimensions, squared Euclidean distance), and the kNN
+//! label vote built on it: the index of the fraud-scoring service
+//! (`sagitta-fraud`) and of `sagitta.LowDimIndex`.
+//!
+//! This crate owns the index's build, its file format (versions 1 and 2,
+//! docs/FORMAT.md, "Low-dimensional index"), its search and its `vpmaddwd`
+//! leaf and box kernels. It imports only `sagitta-kernels` among Sagitta's
+//! crates, and from it only the instruction-set choice ([`sagitta_kernels::isa`],
+//! so `SAGITTA_ISA` caps these kernels too: one CPU detection for the
+//! engine) and the prefetch hint. It must not import `sagitta-index`,
+//! `sagitta-store` or anything above them; it knows nothing of files
+//! beyond their bytes (callers read or memory-map them).
 //!
 //! The index is a kd-tree over the rows with a tight bounding box per
 //! node, searched branch and bound: a subtree is skipped only when the
@@ -22,17 +35,20 @@
 //! The index lives in one byte buffer ([`LowDimIndex::as_bytes`]) that is
 //! searched in place: write it to a file, memory-map it and
 //! [`LowDimView::parse`] it, with no copy. The format is versioned and
-//! checksummed (docs/FORMAT.md, "Low-dimensional index").
+//! checksummed; damaged bytes give [`LowDimError::Corrupt`] with the
+//! offset found wrong.
 //!
 //! An optional label per row ([`LowDimHit::label`]) turns a search into a
 //! kNN vote ([`LowDimView::classify`]).
 
 mod build;
+mod error;
 mod format;
 mod scan;
 mod search;
 
 pub use build::LowDimIndex;
+pub use error::{LowDimError, Result};
 pub use format::{LowDimView, FORMAT_VERSION, MAGIC};
 
 /// Most dimensions a low-dimensional index takes.

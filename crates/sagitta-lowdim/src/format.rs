@@ -23,7 +23,7 @@
 //! ```
 
 use super::{box_dim, leaf_ok, MAX_DIM};
-use crate::{IndexError, Result};
+use crate::{LowDimError, Result};
 
 /// The first eight bytes of every low-dimensional index.
 pub const MAGIC: &[u8; 8] = b"SGLOWDIM";
@@ -115,8 +115,8 @@ pub struct LowDimView<'a> {
     pub(crate) version: u32,
 }
 
-fn corrupt(what: impl Into<String>) -> IndexError {
-    IndexError::Corrupt(what.into())
+fn corrupt(offset: usize, what: impl Into<String>) -> LowDimError {
+    LowDimError::corrupt(offset, what)
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {
@@ -140,6 +140,7 @@ fn cast<T: Plain>(bytes: &[u8], (start, len): (usize, usize)) -> Result<&[T]> {
     let (pre, mid, post) = unsafe { raw.align_to::<T>() };
     if !pre.is_empty() || !post.is_empty() {
         return Err(corrupt(
+            start,
             "buffer is not 8-byte aligned (memory-map the file, or use LowDimIndex::from_bytes)",
         ));
     }
@@ -158,7 +159,7 @@ impl<'a> LowDimView<'a> {
     /// checksums, every count and offset, and the tree's structure (every
     /// node reached exactly once, every leaf inside the rows, every id a
     /// row, each row held once). Damaged bytes give
-    /// [`IndexError::Corrupt`], never a panic or an out-of-bounds read
+    /// [`LowDimError::Corrupt`], never a panic or an out-of-bounds read
     /// later. `bytes` must be 8-byte aligned (a memory map is).
     pub fn parse(bytes: &'a [u8]) -> Result<LowDimView<'a>> {
         Self::parse_inner(bytes, true)
@@ -172,25 +173,28 @@ impl<'a> LowDimView<'a> {
 
     fn parse_inner(bytes: &'a [u8], full: bool) -> Result<LowDimView<'a>> {
         if cfg!(target_endian = "big") {
-            return Err(corrupt("little-endian index on a big-endian machine"));
+            return Err(corrupt(0, "little-endian index on a big-endian machine"));
         }
         if bytes.len() < HEADER {
-            return Err(corrupt(format!(
-                "{} bytes, shorter than the header",
-                bytes.len()
-            )));
+            return Err(corrupt(
+                bytes.len(),
+                format!("{} bytes, shorter than the header", bytes.len()),
+            ));
         }
         if &bytes[..8] != MAGIC {
-            return Err(corrupt("not a low-dimensional index (bad magic)"));
+            return Err(corrupt(0, "not a low-dimensional index (bad magic)"));
         }
         let version = u32_at(bytes, 8);
         if !(OLDEST_VERSION..=FORMAT_VERSION).contains(&version) {
-            return Err(corrupt(format!(
+            return Err(corrupt(
+                8,
+                format!(
                 "format version {version}, this build reads {OLDEST_VERSION} to {FORMAT_VERSION}"
-            )));
+            ),
+            ));
         }
         if crc32c::crc32c(&bytes[..60]) != u32_at(bytes, 60) {
-            return Err(corrupt("header checksum mismatch"));
+            return Err(corrupt(60, "header checksum mismatch"));
         }
         let kind = u32_at(bytes, 12) & 0xffff;
         let flags = u32_at(bytes, 12) >> 16;
@@ -202,41 +206,51 @@ impl<'a> LowDimView<'a> {
         let scale = f64::from_bits(u64_at(bytes, 40));
         let body_len = u64_at(bytes, 48);
         if kind != KIND_GRID && kind != KIND_F32 {
-            return Err(corrupt(format!("unknown coordinate kind {kind}")));
+            return Err(corrupt(12, format!("unknown coordinate kind {kind}")));
         }
         if dim == 0 || dim > MAX_DIM || !leaf_ok(leaf) || flags & !FLAG_LABELS != 0 {
-            return Err(corrupt(format!(
-                "bad header: dim {dim}, leaf {leaf}, flags {flags:#x}"
-            )));
+            let at = if dim == 0 || dim > MAX_DIM {
+                16
+            } else if !leaf_ok(leaf) {
+                20
+            } else {
+                12
+            };
+            return Err(corrupt(
+                at,
+                format!("bad header: dim {dim}, leaf {leaf}, flags {flags:#x}"),
+            ));
         }
         if rows == 0 || rows >= u64::from(u32::MAX) {
-            return Err(corrupt(format!("bad row count {rows}")));
+            return Err(corrupt(24, format!("bad row count {rows}")));
         }
         let rows = rows as usize;
         if blocks < rows.div_ceil(leaf) || blocks > rows || nodes != 2 * blocks - 1 {
-            return Err(corrupt(format!("{nodes} nodes for {blocks} leaves")));
+            return Err(corrupt(32, format!("{nodes} nodes for {blocks} leaves")));
         }
         if !(scale.is_finite() && scale > 0.0) {
-            return Err(corrupt(format!("bad scale {scale}")));
+            return Err(corrupt(40, format!("bad scale {scale}")));
         }
         let labels = flags & FLAG_LABELS != 0;
         let layout = Layout::of(kind, dim, leaf, blocks, nodes, labels)
-            .ok_or_else(|| corrupt("sizes overflow"))?;
+            .ok_or_else(|| corrupt(32, "sizes overflow"))?;
         if body_len != (layout.end - HEADER) as u64 {
-            return Err(corrupt(format!(
-                "body is {body_len} bytes, the counts need {}",
-                layout.end - HEADER
-            )));
+            return Err(corrupt(
+                48,
+                format!(
+                    "body is {body_len} bytes, the counts need {}",
+                    layout.end - HEADER
+                ),
+            ));
         }
         if bytes.len() < layout.end {
-            return Err(corrupt(format!(
-                "truncated: {} bytes, {} expected",
+            return Err(corrupt(
                 bytes.len(),
-                layout.end
-            )));
+                format!("truncated: {} bytes, {} expected", bytes.len(), layout.end),
+            ));
         }
         if full && crc32c::crc32c(&bytes[HEADER..layout.end]) != u32_at(bytes, 56) {
-            return Err(corrupt("body checksum mismatch"));
+            return Err(corrupt(56, "body checksum mismatch"));
         }
         let node_words: &[u32] = cast(bytes, layout.nodes)?;
         let coords = if kind == KIND_GRID {
@@ -257,11 +271,14 @@ impl<'a> LowDimView<'a> {
             None
         };
         if full {
-            check_tree(node_words, rows, blocks, leaf)?;
-            if let Some(bad) = ids.iter().find(|&&id| id as usize >= rows) {
-                return Err(corrupt(format!("row id {bad} out of {rows} rows")));
+            check_tree(node_words, layout.nodes.0, rows, blocks, leaf)?;
+            if let Some(at) = ids.iter().position(|&id| id as usize >= rows) {
+                return Err(corrupt(
+                    layout.ids.0 + 4 * at,
+                    format!("row id {} out of {rows} rows", ids[at]),
+                ));
             }
-            check_rows_once(node_words, ids, rows, leaf)?;
+            check_rows_once(node_words, ids, layout.ids.0, rows, leaf)?;
         }
         Ok(LowDimView {
             dim,
@@ -326,16 +343,24 @@ impl<'a> LowDimView<'a> {
 /// Each row is held by exactly one used slot of a leaf (with the counts
 /// adding up to the rows, as [`check_tree`] checked, and every id a row):
 /// so a search never returns a row twice nor misses one.
-fn check_rows_once(nodes: &[u32], ids: &[u32], rows: usize, leaf: usize) -> Result<()> {
+/// `ids_at` is the id array's offset in the bytes.
+fn check_rows_once(
+    nodes: &[u32],
+    ids: &[u32],
+    ids_at: usize,
+    rows: usize,
+    leaf: usize,
+) -> Result<()> {
     let mut held = vec![false; rows];
     for node in nodes.chunks_exact(2) {
         if node[1] & LEAF_BIT != 0 {
             let start = node[0] as usize * leaf;
             let count = (node[1] & !LEAF_BIT) as usize;
-            for &id in &ids[start..start + count] {
+            for (slot, &id) in ids[start..start + count].iter().enumerate() {
                 let h = &mut held[id as usize];
                 if *h {
-                    return Err(corrupt(format!("row {id} is held twice")));
+                    let at = ids_at + 4 * (start + slot);
+                    return Err(corrupt(at, format!("row {id} is held twice")));
                 }
                 *h = true;
             }
@@ -348,36 +373,53 @@ fn check_rows_once(nodes: &[u32], ids: &[u32], rows: usize, leaf: usize) -> Resu
 /// their parent, each leaf owns the next block in order, and the leaves
 /// hold every row once: so a search terminates, reads only in bounds, and
 /// sees each row once.
-fn check_tree(nodes: &[u32], rows: usize, blocks: usize, leaf: usize) -> Result<()> {
+/// `nodes_at` is the node array's offset in the bytes.
+fn check_tree(
+    nodes: &[u32],
+    nodes_at: usize,
+    rows: usize,
+    blocks: usize,
+    leaf: usize,
+) -> Result<()> {
     let n = nodes.len() / 2;
     let mut seen = vec![false; n];
     seen[0] = true;
     let (mut covered, mut leaves) = (0usize, 0usize);
     for i in 0..n {
         if !seen[i] {
-            return Err(corrupt(format!("node {i} is not reached from the root")));
+            return Err(corrupt(
+                nodes_at + 8 * i,
+                format!("node {i} is not reached from the root"),
+            ));
         }
         let (a, b) = (nodes[2 * i], nodes[2 * i + 1]);
         if b & LEAF_BIT != 0 {
             let (block, count) = (a as usize, (b & !LEAF_BIT) as usize);
             if block != leaves || count == 0 || count > leaf {
-                return Err(corrupt(format!("leaf {i}: block {block}, {count} rows")));
+                return Err(corrupt(
+                    nodes_at + 8 * i,
+                    format!("leaf {i}: block {block}, {count} rows"),
+                ));
             }
             leaves += 1;
             covered += count;
         } else {
             for c in [a as usize, b as usize] {
                 if c <= i || c >= n || seen[c] {
-                    return Err(corrupt(format!("node {i} has a bad child {c}")));
+                    return Err(corrupt(
+                        nodes_at + 8 * i,
+                        format!("node {i} has a bad child {c}"),
+                    ));
                 }
                 seen[c] = true;
             }
         }
     }
     if covered != rows || leaves != blocks {
-        return Err(corrupt(format!(
-            "{leaves} leaves hold {covered} rows, the header says {blocks} and {rows}"
-        )));
+        return Err(corrupt(
+            24,
+            format!("{leaves} leaves hold {covered} rows, the header says {blocks} and {rows}"),
+        ));
     }
     Ok(())
 }

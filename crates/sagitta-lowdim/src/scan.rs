@@ -12,6 +12,7 @@
 //! A block holds `leaf` rows (a multiple of 16, the index's leaf size).
 
 use super::box_dim;
+use sagitta_kernels::Isa;
 
 /// A stored coordinate: an `i16` grid code or an `f32` value.
 pub(crate) trait Coord: Copy + Default + Send + Sync + 'static {
@@ -254,7 +255,7 @@ pub(crate) fn box_u32_scalar(corners: &[i16], q: &IntQuery) -> u32 {
 pub(crate) mod avx512 {
     //! The `u32` kernels with AVX-512BW.
     use super::{set_chunk, IntQuery, Mask};
-    use crate::lowdim::MAX_LEAF;
+    use crate::MAX_LEAF;
     use std::arch::x86_64::*;
 
     /// Squared distances of the first `out.len()` rows (a multiple of 16:
@@ -333,7 +334,7 @@ pub(crate) mod avx2 {
     //! The `u32` kernels with AVX2: the same arithmetic as the scalar
     //! ones, 8 rows per `vpmaddwd`.
     use super::{set_chunk, IntQuery, Mask};
-    use crate::lowdim::MAX_LEAF;
+    use crate::MAX_LEAF;
     use std::arch::x86_64::*;
 
     /// Squared distances of the first `out.len()` rows (a multiple of 16)
@@ -476,39 +477,35 @@ pub(crate) mod avx2 {
     }
 }
 
-/// The SIMD kernels this CPU runs, checked once.
+/// The SIMD kernels a search runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Simd {
+    /// AVX-512 F + BW: the kernels in `avx512`.
     Avx512,
+    /// AVX2: the kernels in `avx2`.
     Avx2,
     Scalar,
 }
 
-/// The `u32` kernels this CPU runs, checked once.
+/// The `u32` kernels for the instruction set `sagitta-kernels` chose for
+/// this process (once, capped by `SAGITTA_ISA`): the engine has one CPU
+/// detection. Its AVX-512 choice implies AVX-512 F and BW, its AVX2
+/// choice AVX2, as the kernels here require.
 pub(crate) fn simd() -> Simd {
-    static HAS: std::sync::LazyLock<Simd> = std::sync::LazyLock::new(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx512f")
-                && std::arch::is_x86_feature_detected!("avx512bw")
-            {
-                return Simd::Avx512;
-            }
-            if std::arch::is_x86_feature_detected!("avx2") {
-                return Simd::Avx2;
-            }
-        }
-        Simd::Scalar
-    });
-    *HAS
+    match sagitta_kernels::isa() {
+        Isa::Avx512 => Simd::Avx512,
+        Isa::Avx2 => Simd::Avx2,
+        Isa::Neon | Isa::Scalar => Simd::Scalar,
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    //! The SIMD kernels this CPU runs give the scalar kernels' integers
-    //! (the search tests then reach only one of them per machine).
+    //! Every SIMD kernel this CPU can run (whatever `SAGITTA_ISA` chose)
+    //! gives the scalar kernels' integers (the search tests then reach only
+    //! the chosen one).
     use super::*;
-    use crate::lowdim::MAX_LEAF;
+    use crate::MAX_LEAF;
 
     /// SplitMix64.
     fn next(s: &mut u64) -> u64 {
@@ -600,8 +597,8 @@ mod tests {
                         #[cfg(target_arch = "x86_64")]
                         {
                             let mut got = vec![0u32; rows];
-                            if simd() != Simd::Scalar {
-                                // SAFETY: AVX2 is present (AVX-512 implies it).
+                            if Isa::Avx2.is_available() {
+                                // SAFETY: AVX2 is present.
                                 let m = unsafe {
                                     avx2::leaf(&block, &q.pairs[..q.npairs], leaf, &mut got, worst)
                                 };
@@ -620,7 +617,7 @@ mod tests {
                                     assert_eq!([x, y], want_box[..], "avx2 bound2, dim {dim}");
                                 }
                             }
-                            if simd() == Simd::Avx512 {
+                            if Isa::Avx512.is_available() {
                                 got.fill(0);
                                 // SAFETY: AVX-512F/BW are present.
                                 let m = unsafe {
