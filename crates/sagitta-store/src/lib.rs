@@ -15,6 +15,7 @@ compile_error!(
 
 pub mod bloom;
 pub mod collection;
+mod durable;
 mod envelope;
 mod error;
 mod fault;

@@ -220,7 +220,7 @@ impl Wal {
             debug_assert_eq!(h.len() as u64, HEADER_LEN);
             fault::write_all(&mut file, &h, &path)?;
             fault::sync_all(&file, &path)?;
-            crate::segment::sync_dir(&path)?;
+            crate::durable::sync_dir(&path)?;
             Ok(file)
         })();
         match r {

@@ -586,7 +586,9 @@ fn frozen_v3_payload_fixture_reads_back() {
             .map(|&k| Some(&rows[(k - 1000) as usize][..]))
             .collect();
         let batch = sagitta_store::payload::to_record_batch(&schema, by_slot.into_iter()).unwrap();
-        Segment::write_with_payload(&index, Some((&schema, &batch)), &[], &payload_fixture())
+        sagitta_store::segment::SegmentWriter::new(&index)
+            .payload(&schema, &batch)
+            .write(&payload_fixture())
             .unwrap();
     }
     let seg = Segment::open(&payload_fixture()).unwrap();

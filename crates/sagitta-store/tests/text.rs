@@ -452,13 +452,11 @@ fn frozen_v4_text_fixture_reads_back() {
         let batch =
             sagitta_store::payload::to_record_batch(&schema, rows.iter().map(|r| Some(&r[..])))
                 .unwrap();
-        sagitta_store::Segment::write_with_payload(
-            &idx,
-            Some((&schema, &batch)),
-            &spec,
-            &text_fixture(),
-        )
-        .unwrap();
+        sagitta_store::segment::SegmentWriter::new(&idx)
+            .payload(&schema, &batch)
+            .text(&spec)
+            .write(&text_fixture())
+            .unwrap();
     }
     let seg = sagitta_store::Segment::open(&text_fixture()).unwrap();
     assert_eq!(seg.info().version, 4);
@@ -541,8 +539,13 @@ fn text_section_from_a_part_index_equals_a_fresh_analysis() {
     let dir = tempfile::tempdir().unwrap();
     let write = |analysed: Option<&MemText>, name: &str| {
         let path = dir.path().join(name);
-        let payload = Some((&schema, &batch));
-        sagitta_store::Segment::write_with_text(&idx, payload, &spec, analysed, &path).unwrap();
+        let mut w = sagitta_store::segment::SegmentWriter::new(&idx)
+            .payload(&schema, &batch)
+            .text(&spec);
+        if let Some(mem) = analysed {
+            w = w.analysed(mem);
+        }
+        w.write(&path).unwrap();
         path
     };
     let fresh = write(None, "a.sgt");

@@ -8,9 +8,10 @@ use super::files::{self, segment_file, SegmentEntry};
 use super::part::{Body, Dead, Part};
 use super::{Inner, State, Writer, MAX_FROZEN};
 use crate::bloom::Bloom;
+use crate::durable::{sync_dir, write_durably};
 use crate::error::Result;
 use crate::payload::{self, Row, Schema};
-use crate::segment::{sync_dir, write_durably, Segment};
+use crate::segment::{Segment, SegmentWriter};
 use crate::wal::{self, Wal};
 use sagitta_index::{GraphView, Index, IndexRead};
 use std::collections::HashSet;
@@ -157,13 +158,15 @@ impl Inner {
             // The part's text index has every slot's documents: the
             // segment keeps the live ones, analysed once, at write time.
             let analysed = rows.text.as_ref().map(|(mem, _)| mem.read());
-            Segment::write_with_text(
-                index,
-                batch.as_ref().map(|(s, b)| (s, b)),
-                &self.config.text_fields(),
-                analysed.as_deref(),
-                &path,
-            )?;
+            let specs = self.config.text_fields();
+            let mut w = SegmentWriter::new(index).text(&specs);
+            if let Some((schema, b)) = &batch {
+                w = w.payload(schema, b);
+            }
+            if let Some(mem) = analysed.as_deref() {
+                w = w.analysed(mem);
+            }
+            w.write(&path)?;
             drop(analysed);
             let seg = open_written(&path)?;
             // The file has the frozen part's slots: its dead set carries

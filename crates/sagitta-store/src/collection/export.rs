@@ -84,7 +84,7 @@ impl Collection {
             let p = dir.join(name);
             std::fs::metadata(&p).map_err(io("stat", &p))?;
         }
-        crate::segment::write_durably(&dir.join(MANIFEST), manifest)
+        crate::durable::write_durably(&dir.join(MANIFEST), manifest)
     }
 }
 

@@ -4,11 +4,11 @@
 
 use super::config::ConfigFile;
 use super::part::Part;
+use crate::durable::write_durably;
 use crate::envelope::{self, TOMBSTONES};
 use crate::error::{io, Result, StoreError};
 use crate::fault;
 use crate::payload::{Field, FieldType, Schema};
-use crate::segment::write_durably;
 use crate::wal;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -94,7 +94,7 @@ impl Manifest {
     /// Writes the manifest durably (tmp, fsync, rename, fsync dir).
     pub fn write(&self, dir: &Path) -> Result<()> {
         self.publish(dir)?;
-        crate::segment::sync_dir(&dir.join(MANIFEST))
+        crate::durable::sync_dir(&dir.join(MANIFEST))
     }
 
     /// Puts the manifest in place (tmp, fsync, rename): the commit point
@@ -107,7 +107,7 @@ impl Manifest {
         body.push(b'\n');
         let crc = crc32c::crc32c(&body);
         body.extend_from_slice(format!("crc32c:{crc:08x}\n").as_bytes());
-        crate::segment::replace(&path, &body)
+        crate::durable::replace(&path, &body)
     }
 
     pub fn read(dir: &Path) -> Result<Manifest> {

@@ -20,7 +20,7 @@ use super::files::segment_file;
 use super::part::{Body, Dead, Part};
 use super::{Inner, State};
 use crate::error::{Result, StoreError};
-use crate::segment::Segment;
+use crate::segment::SegmentWriter;
 use parking_lot::{Condvar, Mutex};
 use sagitta_index::{GraphView, Index, IndexKind, IndexRead};
 use std::cell::RefCell;
@@ -920,7 +920,10 @@ fn write(
         return Err(e);
     }
     let specs = c.config.text_fields();
-    let payload = batch.as_ref().map(|(s, b)| (s, b));
+    let mut w = SegmentWriter::new(index).text(&specs);
+    if let Some((schema, b)) = &batch {
+        w = w.payload(schema, b);
+    }
     if full {
         // Each slot's row as its input keeps it: a built input's full row,
         // an unbuilt one's stored row (the collection's f32 space).
@@ -942,19 +945,17 @@ fn write(
             }),
             None => Ok(()),
         };
-        let section = merged_text(index, inputs, &from, &specs);
-        Segment::write_with_full_rows(index, payload, &specs, section, &rows, &path)?;
+        if let Some(section) = merged_text(index, inputs, &from, &specs) {
+            w = w.text_section(section);
+        }
+        w.full_rows(&rows).write(&path)?;
         let seg = super::commit::open_written(&path)?;
         return Ok(Arc::new(Part::new(id, Body::Sealed { file, seg })));
     }
-    match merged_text(index, inputs, &from, &specs) {
-        Some(section) => {
-            Segment::write_with_text_section(index, payload, &specs, section, &path)?;
-        }
-        None => {
-            Segment::write_with_payload(index, payload, &specs, &path)?;
-        }
+    if let Some(section) = merged_text(index, inputs, &from, &specs) {
+        w = w.text_section(section);
     }
+    w.write(&path)?;
     let seg = super::commit::open_written(&path)?;
     Ok(Arc::new(Part::new(id, Body::Sealed { file, seg })))
 }
