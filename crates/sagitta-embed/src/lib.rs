@@ -80,6 +80,16 @@ pub fn model_dir(name: &str) -> PathBuf {
     root.join(name)
 }
 
+/// The dimensions of the embeddings model `name` gives, known without
+/// loading it (384 for [`DEFAULT_MODEL`]); [`EmbedError::UnknownModel`]
+/// for a model this crate does not know.
+pub fn dims_of(name: &str) -> Result<usize, EmbedError> {
+    match name {
+        DEFAULT_MODEL => Ok(Config::MINILM_L6.hidden),
+        _ => Err(EmbedError::UnknownModel(name.to_string())),
+    }
+}
+
 /// Why a model could not be opened or a text not embedded.
 #[derive(Debug, thiserror::Error)]
 pub enum EmbedError {

@@ -73,10 +73,11 @@ pub enum StoreError {
     /// long, no searchable terms, no text fields, bad fusion settings).
     #[error("invalid text query: {0}")]
     InvalidText(String),
-    /// Environment error: the collection's embedding model is missing or
-    /// unreadable, or embedding failed.
+    /// The collection's embedding model cannot be used: this build has
+    /// none, the collection has none, or the model is missing, unreadable
+    /// or failed (see [`ModelError`](crate::ModelError)).
     #[error("embedding model: {0}")]
-    Model(String),
+    Model(crate::embedder::ModelError),
     /// User error from the index layer (bad query, bad k, ...).
     #[error(transparent)]
     Index(#[from] IndexError),

@@ -16,6 +16,7 @@ compile_error!(
 pub mod bloom;
 pub mod collection;
 mod durable;
+pub mod embedder;
 mod envelope;
 mod error;
 mod fault;
@@ -36,6 +37,7 @@ pub use collection::{
     CollectionStats, Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent,
     PartSummary, Scan, ScanBatch, TextHit, TextSearch,
 };
+pub use embedder::{Embedder, ModelError};
 pub use error::{Result, StoreError};
 /// Fault injection into the store's file-system calls (tests only: cargo
 /// feature `failpoints`; see the `fault` module's docs).
