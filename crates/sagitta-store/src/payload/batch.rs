@@ -209,9 +209,6 @@ pub fn write_ipc(batch: &RecordBatch, out: impl std::io::Write) -> Result<(), Pa
     w.finish().map_err(|e| malformed(e.to_string()))
 }
 
-/// Appends the self-describing encoding of `row` (non-null values only):
-/// `count u16`, then per value `name_len u16 | name | type u8 | value`
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

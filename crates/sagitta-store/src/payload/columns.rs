@@ -7,6 +7,7 @@ use super::error::{malformed, PayloadError};
 use super::schema::{Field, FieldType, Schema};
 use super::value::{Row, Value};
 
+/// Payload columns for a batch of rows, as written by a user: column
 /// names and types plus one value per row per column.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Payload {

@@ -94,6 +94,7 @@ impl FieldType {
     }
 }
 
+/// A named, typed column of the schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Field {
     /// Column name (1..=255 bytes of UTF-8).

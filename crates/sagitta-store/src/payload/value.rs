@@ -26,7 +26,6 @@ impl Value {
     }
 }
 
-/// A named, typed column of the schema.
-
+/// Payload values of one row, by schema position; a row shorter than the
 /// schema reads the missing trailing fields as null.
 pub type Row = Box<[Value]>;

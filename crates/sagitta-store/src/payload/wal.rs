@@ -10,7 +10,6 @@ use super::value::Value;
 pub const MAX_ROW_BYTES: usize = 1 << 20;
 
 /// The field type of a WAL type tag (the `repr(u8)` of [`FieldType`]).
-
 fn field_type_of_tag(t: u8) -> Option<FieldType> {
     Some(match t {
         1 => FieldType::Int64,
@@ -23,6 +22,9 @@ fn field_type_of_tag(t: u8) -> Option<FieldType> {
     })
 }
 
+/// Appends the self-describing encoding of `row` (non-null values only):
+/// `count u16`, then per value `name_len u16 | name | type u8 | value`
+/// where value is i64 / f64 / u8 for int64, timestamp / float64 / bool,
 /// `len u32 | bytes` for a string, `count u32 | (len u32 | bytes)*` for
 /// tags.
 pub fn encode_row(out: &mut Vec<u8>, schema: &Schema, row: &[Value]) {
