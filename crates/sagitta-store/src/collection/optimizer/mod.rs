@@ -1,0 +1,232 @@
+//! The background optimizer: a pure policy ([`plan`]) that picks the next
+//! task from the segment list, and its execution on two threads:
+//!
+//! * **flush** (`sagitta-flush`): writes frozen mutable parts to Flat
+//!   segment files as soon as they appear (cheap: a copy), which bounds
+//!   memory and the log replayed after a crash; freezes an idle mutable
+//!   part.
+//! * **optimize** (`sagitta-optimize`): runs one [`Plan`] at a time: builds
+//!   the index of Flat segments (importing the largest built graph with
+//!   room, so only new rows are linked), merges small segments, rewrites
+//!   segments with many dead rows. Builds run on a niced rayon pool and
+//!   check for shutdown between chunks of rows.
+//!
+//! Results are written as new segment files and committed under the
+//! writer lock; deletes that happened meanwhile are carried over to the
+//! new segment's dead set.
+//!
+//! Files: `policy.rs` the pure policy (what to do next, when), `threads.rs`
+//! the loops, `pools.rs` the build pools and thread priorities, `run.rs`
+//! the execution of one task; this file holds the state the collection
+//! and its threads share and the wait for the optimizer to settle.
+
+mod policy;
+mod pools;
+mod run;
+mod threads;
+
+// Named by the docs here and in `collection/mod.rs` (`optimizer::plan`).
+#[allow(unused_imports)]
+pub(crate) use policy::{plan, Plan};
+
+use super::Inner;
+use crate::error::{Result, StoreError};
+use parking_lot::{Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Wait after a failed task before trying again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// What the optimizer is doing and has done.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OptimizerStats {
+    /// The task in progress: `build`, `merge` or `compact`, `None` when idle.
+    pub task: Option<String>,
+    /// Rows of the task in progress inserted so far.
+    pub task_rows_done: u64,
+    /// Rows the task in progress inserts.
+    pub task_rows_total: u64,
+    /// Tasks finished since open.
+    pub tasks_done: u64,
+    /// Frozen parts flushed to segment files since open.
+    pub flushes: u64,
+    /// Rows flushed since open.
+    pub rows_flushed: u64,
+    /// Rows inserted into built indexes since open.
+    pub rows_indexed: u64,
+    /// Failed flushes and tasks since open.
+    pub errors: u64,
+    /// The last failure.
+    pub last_error: Option<String>,
+    /// Whether the last look found nothing to do.
+    pub idle: bool,
+    /// A task the last look put off until writes pause (`build` or
+    /// `merge`): it runs on its own once the collection is quiet long
+    /// enough, or at once on `optimize()`.
+    pub deferred: Option<String>,
+}
+
+/// State shared by the collection and its background threads.
+#[derive(Debug, Default)]
+pub(crate) struct Shared {
+    status: Mutex<Status>,
+    cv: Condvar,
+    /// Set at shutdown; checked between chunks of a build.
+    stop: AtomicBool,
+    /// Serialises flushes (the flush thread, `seal`, `close`).
+    pub flush_lock: Mutex<()>,
+}
+
+#[derive(Debug, Default)]
+struct Status {
+    stats: OptimizerStats,
+    /// Bumped by every wake-up call.
+    wakes: u64,
+    /// Looks at the part list the optimize thread has begun.
+    checks: u64,
+    /// The last look that found nothing to do and no frozen part.
+    settled_at: u64,
+    /// Rewrite any segment with a dead row (`compact()`).
+    force: bool,
+    /// Callers inside `optimize()` / `compact()` (no deferring then).
+    waiters: usize,
+}
+
+impl Shared {
+    /// Wakes the background threads (new frozen part, commit, request).
+    pub fn wake(&self) {
+        self.status.lock().wakes += 1;
+        self.cv.notify_all();
+    }
+
+    pub fn flushed(&self, rows: u64) {
+        let mut s = self.status.lock();
+        s.stats.flushes += 1;
+        s.stats.rows_flushed += rows;
+        s.wakes += 1;
+        drop(s);
+        self.cv.notify_all();
+    }
+
+    pub fn stats(&self) -> OptimizerStats {
+        self.status.lock().stats.clone()
+    }
+
+    pub(super) fn failed(&self, e: &StoreError) {
+        let mut s = self.status.lock();
+        s.stats.errors += 1;
+        s.stats.last_error = Some(e.to_string());
+        s.stats.task = None;
+        drop(s);
+        self.cv.notify_all();
+    }
+
+    fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// Waits until woken (or `timeout`), unless a wake-up came since `seen`.
+    fn wait(&self, seen: &mut u64, timeout: Duration) {
+        let mut s = self.status.lock();
+        if s.wakes == *seen && !self.stopping() {
+            self.cv.wait_for(&mut s, timeout);
+        }
+        *seen = s.wakes;
+    }
+
+    /// A caller waits in `optimize()` / `compact()`.
+    fn waited_for(&self) -> bool {
+        self.status.lock().waiters > 0
+    }
+
+    fn progress(&self, done: u64) {
+        let mut s = self.status.lock();
+        s.stats.task_rows_done = done;
+    }
+}
+
+/// The background threads of a writer.
+#[derive(Debug)]
+pub(crate) struct Background {
+    inner: Arc<Inner>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(inner: &Arc<Inner>) -> Background {
+        let mut threads = Vec::new();
+        let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name.into()).spawn(f).ok()
+        };
+        let c = inner.clone();
+        threads.extend(spawn(
+            "sagitta-flush",
+            Box::new(move || threads::flush_loop(&c)),
+        ));
+        let c = inner.clone();
+        threads.extend(spawn(
+            "sagitta-optimize",
+            Box::new(move || threads::optimize_loop(&c)),
+        ));
+        if let super::Durability::IntervalMs(ms) = inner.config.durability {
+            let c = inner.clone();
+            threads.extend(spawn(
+                "sagitta-wal-sync",
+                Box::new(move || threads::sync_loop(&c, Duration::from_millis(ms))),
+            ));
+        }
+        Background {
+            inner: inner.clone(),
+            threads,
+        }
+    }
+
+    /// Stops and joins the threads (a build in progress is abandoned at
+    /// its next chunk).
+    pub fn stop(self) {
+        self.inner.opt.stop.store(true, Ordering::Release);
+        self.inner.opt.wake();
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Inner {
+    /// Waits until a look at the part list begun after this call found
+    /// nothing to do (no frozen part, no task). With
+    /// `force`, segments with any dead row count as work.
+    pub(super) fn wait_settled(&self, force: bool) -> Result<()> {
+        let mut s = self.opt.status.lock();
+        if force {
+            s.force = true;
+        }
+        s.waiters += 1;
+        let r = self.wait_settled_locked(&mut s);
+        s.waiters -= 1;
+        r
+    }
+
+    fn wait_settled_locked(&self, s: &mut parking_lot::MutexGuard<'_, Status>) -> Result<()> {
+        let errors = s.stats.errors;
+        let asked = s.checks;
+        s.wakes += 1;
+        self.opt.cv.notify_all();
+        loop {
+            if s.stats.errors > errors {
+                let e = s.stats.last_error.clone().unwrap_or_default();
+                return Err(StoreError::Optimizer(e));
+            }
+            // A look begun after the request found nothing to do.
+            if s.settled_at > asked || self.opt.stopping() {
+                return Ok(());
+            }
+            if self.opt.cv.wait_for(s, Duration::from_secs(1)).timed_out() {
+                s.wakes += 1;
+                self.opt.cv.notify_all();
+            }
+        }
+    }
+}
