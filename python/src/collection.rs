@@ -16,8 +16,8 @@ use sagitta_index::{IndexError, Space};
 use sagitta_store::filter::Bound as FilterBound;
 use sagitta_store::payload;
 use sagitta_store::{
-    codes_named, AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Durability, Filter,
-    Id, IdColumn, IdType, IdWrite, OpenMode, Payload, StoreError, TextFieldSpec,
+    Answer, Collection, CollectionOptions, CollectionSearch, Filter, Id, IdColumn, IdType, IdWrite,
+    OpenMode, Payload, Query, StoreError, TextFieldOption,
 };
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -168,39 +168,48 @@ impl PyCollection {
         bm25_b: Option<f64>,
         index_threshold: Option<u64>,
     ) -> PyResult<Self> {
-        let ivf = ivf_args(bits, partitions, nprobe, refine, None)?;
-        let (space, kind_v, hnsw) = index_args(
-            ndim,
-            metric,
-            dtype,
-            kind,
-            connectivity,
-            expansion_add,
-            expansion_search,
-        )?;
-        let durability_v = Durability::parse(durability).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "durability: unknown policy '{durability}' (expected 'batch', 'off' or milliseconds like '100ms')"
-            ))
+        // Translated into the store's options (usearch's names to the
+        // store's, Python ints to unsigned ones); the store parses and
+        // validates them (CollectionOptions::to_config), the same as for
+        // the server.
+        let count = |v: i64| usize::try_from(v).unwrap_or(0);
+        let options = CollectionOptions {
+            dims: usize::try_from(ndim).map_err(|_| {
+                PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}"))
+            })?,
+            metric: Some(metric.into()),
+            dtype: dtype.map(Into::into),
+            kind: Some(kind.into()),
+            m: Some(count(connectivity)),
+            ef_construction: Some(count(expansion_add)),
+            ef_search: Some(count(expansion_search)),
+            ivf_bits: Some(u8::try_from(bits).unwrap_or(0)),
+            ivf_partitions: partitions.map(count),
+            ivf_nprobe: Some(count(nprobe)),
+            ivf_refine: refine
+                .map(|r| {
+                    usize::try_from(r).map_err(|_| {
+                        PyValueError::new_err(format!("refine: must be >= 0, got {r}"))
+                    })
+                })
+                .transpose()?,
+            codes: codes.map(Into::into),
+            segment_size: Some(segment_size),
+            max_segment_size: Some(max_segment_size),
+            durability: Some(durability.into()),
+            key_bits: Some(key_bits),
+            text_fields: text_fields_arg(text_fields)?,
+            embed_model,
+            bm25_k1: bm25_k1.map(|k1| k1 as f32),
+            bm25_b: bm25_b.map(|b| b as f32),
+            index_threshold,
+            ..CollectionOptions::default()
+        };
+        let param = |e| param_err(e, connectivity, expansion_add, expansion_search);
+        let cfg = options.to_config().map_err(|e| match e {
+            StoreError::Index(e @ IndexError::InvalidParameter { .. }) => param(e),
+            e => store_err(e),
         })?;
-        let mut cfg = CollectionConfig::new(space);
-        cfg.kind = kind_v;
-        cfg.segment_size = segment_size;
-        cfg.max_segment_size = max_segment_size.max(segment_size);
-        cfg.durability = durability_v;
-        let mut cfg = cfg.with_key_bits(key_bits);
-        cfg.hnsw = hnsw;
-        cfg.ivf = ivf;
-        cfg.codes = codes_named(codes, &space).map_err(store_err)?;
-        cfg.text = text_fields_arg(text_fields)?;
-        cfg.embed_model = embed_model;
-        if let Some(k1) = bm25_k1 {
-            cfg.bm25.k1 = k1 as f32;
-        }
-        if let Some(b) = bm25_b {
-            cfg.bm25.b = b as f32;
-        }
-        cfg.index_threshold = index_threshold;
         let c = py
             .detach(|| Collection::create(&path, cfg))
             .map_err(|e| match e {
@@ -488,9 +497,12 @@ impl PyCollection {
             .ok()
             .filter(|&k| k > 0)
             .ok_or_else(|| PyValueError::new_err(format!("k: must be at least 1, got {k}")))?;
+        // Translated into the store's Query (Python ints to unsigned
+        // ones); the store checks it: k's limit, the knobs, text-only
+        // settings without a text, a NaN radius.
+        let fusion = text::fusion_arg(fusion, alpha, rrf_k)?;
+        let depth = depth.map(|d| positive("depth", d)).transpose()?;
         if let Some(text) = text {
-            let fusion = text::fusion_arg(fusion, alpha, rrf_k)?;
-            let depth = depth.map(|d| positive("depth", d)).transpose()?;
             let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
             let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
             if wide(&c) {
@@ -506,7 +518,7 @@ impl PyCollection {
                 exact,
                 filter: allowed.as_ref().map(|a| a.keys.as_slice()),
                 predicate: predicate.as_ref(),
-                radius: None,
+                radius: radius.map(|r| r as f32),
                 nprobe,
                 refine,
             };
@@ -521,14 +533,6 @@ impl PyCollection {
                 }
             };
             return Ok(r.into_any());
-        }
-        if fusion.is_some() || alpha.is_some() || rrf_k.is_some() || depth.is_some() {
-            return Err(PyValueError::new_err(
-                "fusion, alpha, rrf_k and depth apply to text searches (give text=...)",
-            ));
-        }
-        if radius.is_some_and(f64::is_nan) {
-            return Err(PyValueError::new_err("radius: must be a number, got nan"));
         }
         let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
         let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
@@ -551,13 +555,19 @@ impl PyCollection {
             nprobe,
             refine,
         };
-        let run = || c.search(&refs, k, &opts);
+        let q = Query {
+            fusion,
+            depth,
+            opts,
+            ..Query::dense(refs, k)
+        };
+        let run = || match c.query(&q)? {
+            Answer::Dense(found) => Ok(found),
+            Answer::Fused(_) => Err(StoreError::InvalidQuery("not a dense query".into())),
+        };
         let found = py
             .detach(|| {
-                if n == 0 {
-                    sagitta_index::check_k(k, c.len())?;
-                    Ok(Vec::new())
-                } else if threads == 0 {
+                if threads == 0 {
                     run()
                 } else {
                     match pool(threads) {
@@ -982,40 +992,35 @@ fn bind_where(
 
 /// `text_fields=`: a list of names (English analyzer) or a dict of name →
 /// analyzer.
-fn text_fields_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<TextFieldSpec>> {
+fn text_fields_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<TextFieldOption>> {
     let Some(v) = v.filter(|v| !v.is_none()) else {
         return Ok(Vec::new());
     };
-    let pairs: Vec<(String, String)> = if let Ok(d) = v.cast::<PyDict>() {
-        d.iter()
-            .map(|(k, a)| Ok((k.extract()?, a.extract()?)))
-            .collect::<PyResult<_>>()?
-    } else if v.extract::<String>().is_ok() {
+    if let Ok(d) = v.cast::<PyDict>() {
+        return d
+            .iter()
+            .map(|(k, a)| {
+                Ok(TextFieldOption {
+                    name: k.extract()?,
+                    analyzer: Some(a.extract()?),
+                })
+            })
+            .collect();
+    }
+    if v.extract::<String>().is_ok() {
         return Err(PyValueError::new_err(
             "text_fields: expected a list of column names or a dict {name: analyzer}, not a string",
         ));
-    } else {
-        v.extract::<Vec<String>>()
-            .map_err(|_| {
-                PyValueError::new_err(
-                    "text_fields: expected a list of column names or a dict {name: analyzer}",
-                )
-            })?
-            .into_iter()
-            .map(|n| (n, "en".to_string()))
-            .collect()
-    };
-    pairs
+    }
+    Ok(v.extract::<Vec<String>>()
+        .map_err(|_| {
+            PyValueError::new_err(
+                "text_fields: expected a list of column names or a dict {name: analyzer}",
+            )
+        })?
         .into_iter()
-        .map(|(name, a)| {
-            let analyzer = AnalyzerKind::parse(&a).ok_or_else(|| {
-                PyValueError::new_err(format!(
-                    "text_fields: {name:?}: unknown analyzer {a:?} (expected 'en' or 'simple')"
-                ))
-            })?;
-            Ok(TextFieldSpec::new(name, analyzer))
-        })
-        .collect()
+        .map(TextFieldOption::named)
+        .collect())
 }
 
 /// `columns=`: `True` for all, a list of names, `False` / `None` for none.

@@ -44,7 +44,7 @@ pyo3::create_exception!(
 /// (`"vectors"`, `"queries"`), used for errors about vector contents.
 pub fn index_err(e: IndexError, arg: &str) -> PyErr {
     let prefix = match &e {
-        IndexError::ZeroK(_) | IndexError::KTooLarge { .. } => "k",
+        IndexError::ZeroK(_) => "k",
         IndexError::DuplicateKey(_) => "keys",
         IndexError::Row { source, .. } if matches!(**source, IndexError::DuplicateKey(_)) => "keys",
         IndexError::Empty | IndexError::InvalidParameter { .. } | IndexError::Full(_) => "",
@@ -78,7 +78,9 @@ pub fn store_err(e: StoreError) -> PyErr {
         e @ StoreError::AlreadyExists { .. } => PyFileExistsError::new_err(e.to_string()),
         e @ StoreError::NotACollection { .. } => PyFileNotFoundError::new_err(e.to_string()),
         StoreError::Config(msg) => PyValueError::new_err(msg),
-        e @ StoreError::InvalidText(_) => PyValueError::new_err(e.to_string()),
+        e @ (StoreError::InvalidText(_) | StoreError::InvalidQuery(_)) => {
+            PyValueError::new_err(e.to_string())
+        }
         e @ StoreError::Model(_) => PyOSError::new_err(e.to_string()),
         e @ StoreError::Optimizer(_) => PyOSError::new_err(e.to_string()),
         StoreError::Payload(e) => PayloadError::new_err(e.to_string()),

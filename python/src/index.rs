@@ -701,8 +701,10 @@ impl PyIndex {
     /// Finds the ``k`` nearest neighbours of each query.
     ///
     /// queries: one vector (1-D) or a 2-D array (same input forms as
-    /// :meth:`add`). k: neighbours per query, at least 1 and at most
-    /// ``len(index)``. filter: an array-like of keys; only those keys may
+    /// :meth:`add`). k: neighbours per query, 1 to 10000; past
+    /// ``len(index)`` the result holds every vector (``counts`` says how
+    /// many), and an empty index answers none (the one rule of every
+    /// search, index or collection). filter: an array-like of keys; only those keys may
     /// be returned (keys not in the index are ignored). radius: only
     /// matches with distance <= radius are returned. exact: scan every
     /// vector instead of walking the graph. expansion: beam width for this
@@ -761,9 +763,7 @@ impl PyIndex {
                 let one =
                     |i: usize, q: VectorRef<'_>, ko: &mut [u64], dout: &mut [f32], c: &mut i64| {
                         let found = r.search(q, k, &opts).map_err(|e| match e {
-                            e @ (IndexError::ZeroK(_)
-                            | IndexError::KTooLarge { .. }
-                            | IndexError::Empty) => e,
+                            e @ (IndexError::ZeroK(_) | IndexError::Empty) => e,
                             e if single => e,
                             e => IndexError::at_row(i, e),
                         })?;

@@ -7,7 +7,7 @@ use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sagitta_index::IndexError;
-use sagitta_store::{Collection, CollectionSearch, Fusion, StoreError, TextSearch};
+use sagitta_store::{Collection, CollectionSearch, Fusion, Query, StoreError};
 
 /// The result of a text or hybrid search: 1-D arrays, best first.
 ///
@@ -87,15 +87,13 @@ pub fn search(
         Some(r) => r.refs().first().copied(),
         None => None,
     };
-    let s = TextSearch {
-        text,
-        vector,
-        k,
+    let q = Query {
         fusion,
         depth,
         opts,
+        ..Query::text(text, vector, k)
     };
-    let hits = py.detach(|| c.search_text(&s)).map_err(|e| match e {
+    let hits = py.detach(|| c.search_text(&q)).map_err(|e| match e {
         StoreError::Index(IndexError::Row { source, .. }) => index_err(*source, "queries"),
         StoreError::Index(e) => index_err(e, "queries"),
         e => store_err(e),

@@ -95,16 +95,22 @@ def test_k_too_small(index, k):
         index.search(np.zeros(8), k)
 
 
-def test_k_larger_than_index(index):
-    with pytest.raises(ValueError, match=r"k: k = 101 exceeds the 100 vectors"):
-        index.search(np.zeros(8), 101)
-    with pytest.raises(ValueError, match=r"k: k = 1000000000000 exceeds"):
+def test_k_larger_than_index_returns_every_vector(index):
+    # The one k rule (index, segment and collection alike): past the rows
+    # there are, every row; past 10000, refused.
+    r = index.search(np.zeros(8), 101)
+    assert r.counts == 100
+    assert sorted(r.keys[:100].tolist()) == list(range(100))
+    assert r.keys.shape == (101,) and r.keys[100] == sagitta.NO_KEY
+    with pytest.raises(ValueError, match=r"k.*10000"):
         index.search(np.zeros(8), 10**12)
+    with pytest.raises(ValueError, match=r"k.*10000"):
+        index.search(np.zeros(8), 10_001)
 
 
-def test_empty_index_search():
-    with pytest.raises(ValueError, match="empty"):
-        sagitta.Index(4).search(np.ones(4), 1)
+def test_empty_index_search_answers_no_rows():
+    r = sagitta.Index(4).search(np.ones(4), 1)
+    assert r.counts == 0 and r.keys[0] == sagitta.NO_KEY
 
 
 def test_other_bad_arguments(index):

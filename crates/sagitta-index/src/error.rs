@@ -40,15 +40,7 @@ pub enum IndexError {
     /// User error: `k` must be at least 1.
     #[error("k must be at least 1, got {0}")]
     ZeroK(usize),
-    /// User error: more neighbours asked for than vectors exist.
-    #[error("k = {k} exceeds the {len} vectors in the index")]
-    KTooLarge {
-        /// The k asked for.
-        k: usize,
-        /// Live vectors in the index.
-        len: usize,
-    },
-    /// User error: searching an index that holds no vectors.
+    /// User error: training or using an IVF model with no vectors.
     #[error("the index is empty")]
     Empty,
     /// User error: a parameter is outside its valid range.

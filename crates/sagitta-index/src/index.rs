@@ -1082,7 +1082,11 @@ impl Index {
             out.extend_from_slice(&r);
             return Ok(());
         }
-        self.check_k(k)?;
+        let k = self.check_k(k)?;
+        if k == 0 {
+            out.clear();
+            return Ok(());
+        }
         let Some(state) = self.ivf.as_ref() else {
             return Err(IndexError::Empty);
         };
@@ -1652,8 +1656,10 @@ impl Index {
         with_threads(threads, run)
     }
 
-    fn check_k(&self, k: usize) -> Result<()> {
-        check_k(k, self.len())
+    /// `k` under the one rule ([`crate::limits::check_k`]): 0 when the
+    /// index holds no live row.
+    fn check_k(&self, k: usize) -> Result<usize> {
+        crate::limits::check_k(k, self.len())
     }
 }
 
@@ -1679,22 +1685,6 @@ fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> Result<R> + Send) -
             reason: "could not start a thread pool",
         }
     })?
-}
-
-/// Validates `k` for an index holding `len` live vectors: the one place
-/// that decides [`IndexError::ZeroK`], [`IndexError::Empty`] and
-/// [`IndexError::KTooLarge`].
-pub fn check_k(k: usize, len: usize) -> Result<()> {
-    if k == 0 {
-        return Err(IndexError::ZeroK(k));
-    }
-    if len == 0 {
-        return Err(IndexError::Empty);
-    }
-    if k > len {
-        return Err(IndexError::KTooLarge { k, len });
-    }
-    Ok(())
 }
 
 impl IndexRead for Index {
@@ -1747,7 +1737,10 @@ impl IndexRead for Index {
         k: usize,
         opts: &SearchOptions<'_>,
     ) -> Result<Vec<Neighbor>> {
-        self.check_k(k)?;
+        let k = self.check_k(k)?;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
         let guard = self.store.read();
         let view = Graph {
             store: &guard,

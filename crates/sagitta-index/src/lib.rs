@@ -26,6 +26,7 @@ mod graph;
 mod index;
 pub mod ivf;
 pub mod kmeans;
+pub mod limits;
 pub mod plan;
 pub mod rotation;
 mod scratch;
@@ -38,10 +39,11 @@ mod view;
 pub use bitset::{AtomicBitset, Bitset};
 pub use error::{IndexError, Result};
 pub use index::{
-    check_k, HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite, IvfExport,
-    IvfListData, SearchOptions, MAX_LEVEL, MAX_SLOTS,
+    HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite, IvfExport, IvfListData,
+    SearchOptions, MAX_LEVEL, MAX_SLOTS,
 };
 pub use ivf::{IvfModel, IvfParams};
+pub use limits::{check_k, check_knobs, MAX_BEAM, MAX_K};
 pub use plan::{prefer_exact_scan, prefer_filter_scan, Plan, Target};
 pub use sagitta_kernels::{prefetch, DType, Metric};
 pub use space::{Space, VectorRef, VECTOR_ALIGN};

@@ -297,10 +297,8 @@ fn bad_inputs_get_typed_errors() {
     let space = Space::new(4, Metric::L2, DType::F32).unwrap();
     let idx = Index::hnsw(space, HnswParams::default()).unwrap();
     let o = SearchOptions::default();
-    assert_eq!(
-        idx.search(VectorRef::F32(&[0.0; 4]), 1, &o),
-        Err(IndexError::Empty)
-    );
+    // An empty index answers no rows (the one k rule, `limits::check_k`).
+    assert_eq!(idx.search(VectorRef::F32(&[0.0; 4]), 1, &o), Ok(Vec::new()));
     assert_eq!(
         idx.add(1, VectorRef::F32(&[0.0; 3])),
         Err(IndexError::Dimensions {
@@ -325,10 +323,16 @@ fn bad_inputs_get_typed_errors() {
         idx.search(VectorRef::F32(&[0.0; 4]), 0, &o),
         Err(IndexError::ZeroK(0))
     );
+    // k past the live rows returns every row; past MAX_K it is refused.
     assert_eq!(
-        idx.search(VectorRef::F32(&[0.0; 4]), 2, &o),
-        Err(IndexError::KTooLarge { k: 2, len: 1 })
+        idx.search(VectorRef::F32(&[0.0; 4]), 2, &o)
+            .map(|r| r.len()),
+        Ok(1)
     );
+    assert!(matches!(
+        idx.search(VectorRef::F32(&[0.0; 4]), sagitta_index::MAX_K + 1, &o),
+        Err(IndexError::InvalidParameter { name: "k", .. })
+    ));
     assert!(matches!(
         idx.search(VectorRef::F32(&[0.0; 5]), 1, &o),
         Err(IndexError::Dimensions {

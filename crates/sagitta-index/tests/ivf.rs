@@ -355,10 +355,11 @@ fn bad_parameters_and_inputs_get_typed_errors() {
         .unwrap_err();
     assert!(matches!(e, IndexError::Row { row: 1, .. }), "{e:?}");
     assert!(!idx.is_trained() && idx.is_empty());
-    assert!(matches!(
+    // Empty: no rows, not an error (the one k rule, `limits::check_k`).
+    assert_eq!(
         idx.search(VectorRef::F32(&good), 1, &SearchOptions::default()),
-        Err(IndexError::Empty)
-    ));
+        Ok(Vec::new())
+    );
     let e = idx.train(&[1.0; 5], &mut |_| {}).unwrap_err();
     assert!(matches!(e, IndexError::Dimensions { .. }));
     idx.add(1, VectorRef::F32(&good)).unwrap();
@@ -370,9 +371,17 @@ fn bad_parameters_and_inputs_get_typed_errors() {
         idx.search(VectorRef::F32(&good), 0, &SearchOptions::default()),
         Err(IndexError::ZeroK(0))
     ));
-    assert!(matches!(
-        idx.search(VectorRef::F32(&good), 2, &SearchOptions::default()),
-        Err(IndexError::KTooLarge { .. })
-    ));
+    // k past the rows there are: every row.
+    let all = idx
+        .search(VectorRef::F32(&good), 2, &SearchOptions::default())
+        .unwrap();
+    assert_eq!(all.iter().map(|n| n.key).collect::<Vec<_>>(), [1]);
+    assert!(idx
+        .search(
+            VectorRef::F32(&good),
+            sagitta_index::MAX_K + 1,
+            &SearchOptions::default()
+        )
+        .is_err());
     assert_eq!(idx.kind(), IndexKind::IvfRq);
 }

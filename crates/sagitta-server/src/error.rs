@@ -117,6 +117,7 @@ impl ApiError {
                 | StoreError::Payload(_)
                 | StoreError::Config(_)
                 | StoreError::InvalidText(_)
+                | StoreError::InvalidQuery(_)
                 | StoreError::InvalidId { .. }
                 | StoreError::DuplicateId { .. } => Class::Invalid,
                 StoreError::ReadOnly { .. }

@@ -24,6 +24,7 @@ use arrow_ipc::writer::IpcWriteOptions;
 use bytes::Bytes;
 use futures::stream::{self, BoxStream};
 use futures::{FutureExt, SinkExt, StreamExt, TryStreamExt};
+use sagitta_store::{Answer, Query};
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use std::collections::HashSet;
@@ -1078,32 +1079,55 @@ fn search_batch(
         exact: s.exact,
     };
     let with_vectors = wants_vectors(&s.include_vectors);
-    let Some(text) = s.text_query.as_deref().filter(|t| !t.trim().is_empty()) else {
-        let q = ops::json_vector(&space, vector, 0)?;
-        let hits = ops::search(&e.coll, &[q], s.k, &knobs, pred.as_ref())?
-            .pop()
-            .unwrap_or_default();
-        let keys: Vec<u64> = hits.iter().map(|h| h.0).collect();
-        let scores: Vec<f32> = hits.iter().map(|h| h.1).collect();
-        return convert::hits_batch(&e.coll, &keys, scores, Vec::new(), with_vectors);
+    let text = text_of(s);
+    let v = match text {
+        Some(_) if vector.is_empty() => None,
+        _ => Some(ops::json_vector(&space, vector, 0)?),
     };
-    let q = if vector.is_empty() {
-        None
-    } else {
-        Some(ops::json_vector(&space, vector, 0)?)
-    };
-    let fusion = text::fusion_of(s.fusion.as_deref(), s.alpha, None)?;
-    let hits = text::search(
-        &e.coll,
-        text,
-        q.as_ref(),
-        s.k,
-        fusion,
-        s.depth,
-        &knobs,
-        pred.as_ref(),
-    )?;
-    convert::text_hits_batch(&e.coll, &hits, with_vectors)
+    let q = query_of(s, text, v.as_ref(), &knobs, pred.as_ref())?;
+    match ops::query(&e.coll, &q)? {
+        Answer::Dense(mut d) => {
+            let hits = d.pop().unwrap_or_default();
+            let keys: Vec<u64> = hits.iter().map(|h| h.key).collect();
+            let scores: Vec<f32> = hits.iter().map(|h| h.distance).collect();
+            convert::hits_batch(&e.coll, &keys, scores, Vec::new(), with_vectors)
+        }
+        Answer::Fused(hits) => convert::text_hits_batch(&e.coll, &hits, with_vectors),
+    }
+}
+
+/// A search ticket's text query: Longbow's `text_query`, unless blank (a
+/// blank one is a dense search, as Longbow treats it).
+fn text_of(s: &SearchTicket) -> Option<&str> {
+    s.text_query.as_deref().filter(|t| !t.trim().is_empty())
+}
+
+/// The store's query for one query of a search ticket: dense, or with
+/// `text` a text or hybrid one (Longbow's `alpha` and Sagitta's `fusion`
+/// and `depth` apply to those only; a dense ticket's `alpha` is ignored,
+/// as Longbow ignores it).
+fn query_of<'a>(
+    s: &'a SearchTicket,
+    text: Option<&'a str>,
+    vector: Option<&'a ops::OwnedVector>,
+    knobs: &Knobs,
+    pred: Option<&'a sagitta_store::filter::Bound>,
+) -> ApiResult<Query<'a>> {
+    let vectors = vector.map(ops::OwnedVector::as_ref).into_iter().collect();
+    Ok(match text {
+        None => Query {
+            opts: knobs.opts(pred),
+            ..Query::dense(vectors, s.k)
+        },
+        Some(t) => Query {
+            vectors,
+            text: Some(t),
+            fusion: text::fusion_of(s.fusion.as_deref(), s.alpha, None)?,
+            depth: s.depth,
+            k: s.k,
+            opts: knobs.opts(pred),
+        },
+    })
 }
 
 /// A batch as one Arrow IPC stream (schema, then the batch).
@@ -1130,38 +1154,23 @@ fn hybrid_json(e: &Entry, s: &SearchTicket) -> ApiResult<Json> {
         refine: s.refine,
         exact: s.exact,
     };
-    let rows: Vec<(u64, Json, f32)> = match s.text_query.as_deref().filter(|t| !t.trim().is_empty())
-    {
-        None => {
-            let q = ops::json_vector(&space, s.vector.clone(), 0)?;
-            ops::search(&e.coll, &[q], s.k, &knobs, pred.as_ref())?
-                .pop()
-                .unwrap_or_default()
-                .into_iter()
-                .map(|(k, d)| (k, json!(d), d))
-                .collect()
-        }
-        Some(text) => {
-            let q = if s.vector.is_empty() {
-                None
-            } else {
-                Some(ops::json_vector(&space, s.vector.clone(), 0)?)
-            };
-            let fusion = text::fusion_of(s.fusion.as_deref(), s.alpha, None)?;
-            text::search(
-                &e.coll,
-                text,
-                q.as_ref(),
-                s.k,
-                fusion,
-                s.depth,
-                &knobs,
-                pred.as_ref(),
-            )?
+    let text = text_of(s);
+    let v = match text {
+        Some(_) if s.vector.is_empty() => None,
+        _ => Some(ops::json_vector(&space, s.vector.clone(), 0)?),
+    };
+    let q = query_of(s, text, v.as_ref(), &knobs, pred.as_ref())?;
+    let rows: Vec<(u64, Json, f32)> = match ops::query(&e.coll, &q)? {
+        Answer::Dense(mut d) => d
+            .pop()
+            .unwrap_or_default()
+            .into_iter()
+            .map(|n| (n.key, json!(n.distance), n.distance))
+            .collect(),
+        Answer::Fused(hits) => hits
             .into_iter()
             .map(|h| (h.key, h.dense.map_or(Json::Null, |d| json!(d.1)), h.score))
-            .collect()
-        }
+            .collect(),
     };
     let keys: Vec<u64> = rows.iter().map(|r| r.0).collect();
     let ids = ops::ids_of(&e.coll, &keys)?;
@@ -1183,22 +1192,22 @@ fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
         ApiError::Missing(format!("id {} is not in {:?}", a.id.to_store(), e.name))
     })?;
     let pred = ops::bind(&e.coll, filter_of(a.filters).as_ref())?;
-    let k = ops::check_k(a.k, e.coll.len())?;
     let knobs = Knobs {
         ef: a.ef,
         ..Knobs::default()
     };
-    let mut hits = ops::search(
-        &e.coll,
-        &[q],
-        (k + 1).min(ops::MAX_K),
-        &knobs,
-        pred.as_ref(),
-    )?
-    .pop()
-    .unwrap_or_default();
+    // k + 1 (the row itself is dropped), unless k is 0 or at the limit:
+    // the store decides those (refused, or capped).
+    let k = if a.k == 0 || a.k >= ops::MAX_K {
+        a.k
+    } else {
+        a.k + 1
+    };
+    let mut hits = ops::search(&e.coll, &[q], k, &knobs, pred.as_ref())?
+        .pop()
+        .unwrap_or_default();
     hits.retain(|h| h.0 != key);
-    hits.truncate(k);
+    hits.truncate(a.k);
     let keys: Vec<u64> = hits.iter().map(|h| h.0).collect();
     Ok(json!({
         "ids": ops::ids_of(&e.coll, &keys)?,

@@ -5,11 +5,11 @@
 use crate::error::{ApiError, ApiResult};
 use crate::registry::Entry;
 use crate::text::{self, TextFieldInfo, TextFieldReq};
-use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space, VectorRef};
+use sagitta_index::{DType, Space, VectorRef};
 use sagitta_store::filter::Bound;
 use sagitta_store::{
-    codes_named, Collection, CollectionConfig, CollectionSearch, CollectionStats, Durability,
-    Filter, IdColumn, Payload, Schema, Value,
+    Answer, Collection, CollectionConfig, CollectionOptions, CollectionSearch, CollectionStats,
+    Filter, IdColumn, Payload, Query, Schema, TextHit, Value,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -96,6 +96,23 @@ pub struct CreateCollection {
     /// rows; 0: every segment gets a graph).
     #[serde(default)]
     pub index_threshold: Option<u64>,
+    /// The optimizer merges segments up to this many bytes (default 1
+    /// GiB; at least `segment_size`).
+    #[serde(default)]
+    pub max_segment_size: Option<u64>,
+    /// `ivf_rq`: RaBitQ bits per dimension, 1 to 8 (default 1).
+    #[serde(default)]
+    pub ivf_bits: Option<u8>,
+    /// `ivf_rq`: partitions per segment (default: one per 4096 rows).
+    #[serde(default)]
+    pub ivf_partitions: Option<usize>,
+    /// `ivf_rq`: partitions probed per query (default 8).
+    #[serde(default)]
+    pub ivf_nprobe: Option<usize>,
+    /// `ivf_rq`: candidates re-ranked at full precision (default: by
+    /// bits).
+    #[serde(default)]
+    pub ivf_refine: Option<usize>,
 }
 
 /// A payload column.
@@ -563,75 +580,39 @@ pub fn json_vector(space: &Space, v: Vec<f32>, row: usize) -> ApiResult<OwnedVec
     Ok(OwnedVector::Bytes(out))
 }
 
-/// A collection config from a create request.
+/// A collection config from a create request: its fields translated into
+/// the store's [`CollectionOptions`], which parses and validates them.
 pub fn config_from(req: &CreateCollection) -> ApiResult<CollectionConfig> {
-    let metric_s = req.metric.as_deref().unwrap_or("cos");
-    let metric = Metric::parse(metric_s).ok_or_else(|| {
-        ApiError::BadRequest(format!(
-            "metric: unknown metric {metric_s:?} (cos, l2, ip, hamming or nphd)"
-        ))
-    })?;
-    let dtype = match req.dtype.as_deref() {
-        None if metric.is_binary() => DType::B1,
-        None => DType::F32,
-        Some(d) => DType::parse(d).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "dtype: unknown dtype {d:?} (f32, f16, i8, sq8, sq16 or b1)"
-            ))
-        })?,
+    let options = CollectionOptions {
+        dims: req.dims,
+        metric: req.metric.clone(),
+        dtype: req.dtype.clone(),
+        kind: req.kind.clone(),
+        m: req.m,
+        ef_construction: req.ef_construction,
+        ef_search: req.ef_search,
+        ivf_bits: req.ivf_bits,
+        ivf_partitions: req.ivf_partitions,
+        ivf_nprobe: req.ivf_nprobe,
+        ivf_refine: req.ivf_refine,
+        codes: req.codes.clone(),
+        segment_size: req.segment_size,
+        max_segment_size: req.max_segment_size,
+        durability: req.durability.clone(),
+        id_type: req.id_type.clone(),
+        text_fields: req
+            .text_fields
+            .iter()
+            .flatten()
+            .map(TextFieldReq::option)
+            .collect(),
+        embed_model: req.embed_model.clone(),
+        bm25_k1: req.bm25_k1,
+        bm25_b: req.bm25_b,
+        index_threshold: req.index_threshold,
+        ..CollectionOptions::default()
     };
-    let space = Space::new(req.dims, metric, dtype)?;
-    let mut cfg = CollectionConfig::new(space);
-    if let Some(k) = req.kind.as_deref() {
-        cfg.kind = IndexKind::parse(k).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "kind: unknown index kind {k:?} (hnsw, flat or ivf_rq)"
-            ))
-        })?;
-    }
-    // Ranges are the index's own (checked when the collection is created,
-    // the same for Python): one set of limits.
-    let d = HnswParams::default();
-    cfg.hnsw = HnswParams {
-        m: req.m.unwrap_or(d.m),
-        ef_construction: req.ef_construction.unwrap_or(d.ef_construction),
-        ef_search: req.ef_search.unwrap_or(d.ef_search),
-        ..d
-    };
-    cfg.ivf = IvfParams::default();
-    // The same default whether `dtype` is spelled out or not (a collection
-    // a Flight DoPut creates names the dtype of its vectors).
-    cfg.codes = codes_named(req.codes.as_deref(), &space)?;
-    if let Some(s) = req.segment_size {
-        cfg.segment_size = s;
-    }
-    if let Some(t) = req.id_type.as_deref() {
-        cfg.id_type = sagitta_store::IdType::parse(t).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "id_type: unknown type {t:?} (uint64, int64, string or uint128)"
-            ))
-        })?;
-        cfg.key_bits = cfg.id_type.key_bits();
-    }
-    if let Some(t) = &req.text_fields {
-        cfg.text = text::text_fields(t)?;
-    }
-    cfg.embed_model = req.embed_model.clone();
-    if let Some(k1) = req.bm25_k1 {
-        cfg.bm25.k1 = k1;
-    }
-    if let Some(b) = req.bm25_b {
-        cfg.bm25.b = b;
-    }
-    cfg.index_threshold = req.index_threshold;
-    if let Some(p) = req.durability.as_deref() {
-        cfg.durability = Durability::parse(p).ok_or_else(|| {
-            ApiError::BadRequest(format!(
-                "durability: unknown policy {p:?} (batch, off, or milliseconds like 100ms)"
-            ))
-        })?;
-    }
-    Ok(cfg)
+    Ok(options.to_config()?)
 }
 
 /// A collection's settings, figures and index status.
@@ -794,13 +775,6 @@ pub fn id_column(coll: &Collection, ids: &[Id]) -> ApiResult<IdColumn> {
     })
 }
 
-/// Checks k and clamps it to the rows there are (a k larger than the
-/// collection returns every row): the store's limits
-/// ([`sagitta_store::limits`]), the same for every front end.
-pub fn check_k(k: usize, len: usize) -> ApiResult<usize> {
-    Ok(sagitta_store::limits::check_k(k, len).map_err(sagitta_store::StoreError::from)?)
-}
-
 /// Search knobs shared by both protocols.
 #[derive(Debug, Default, Clone)]
 pub struct Knobs {
@@ -814,6 +788,27 @@ pub struct Knobs {
     pub exact: bool,
 }
 
+impl Knobs {
+    /// The store's per-search options for these knobs and a payload
+    /// filter.
+    pub fn opts<'a>(&self, pred: Option<&'a Bound>) -> CollectionSearch<'a> {
+        CollectionSearch {
+            ef: self.ef,
+            exact: self.exact,
+            nprobe: self.nprobe,
+            refine: self.refine,
+            predicate: pred,
+            ..CollectionSearch::default()
+        }
+    }
+}
+
+/// Runs a query the protocols have translated; the store checks it (k,
+/// knobs, text-only settings) and answers from one snapshot.
+pub fn query(coll: &Collection, q: &Query<'_>) -> ApiResult<Answer> {
+    Ok(coll.query(q)?)
+}
+
 /// k nearest (key, distance) per query.
 pub fn search(
     coll: &Collection,
@@ -822,21 +817,30 @@ pub fn search(
     knobs: &Knobs,
     pred: Option<&Bound>,
 ) -> ApiResult<Vec<Vec<(u64, f32)>>> {
-    // k and the knobs are checked by the store.
-    let refs: Vec<VectorRef<'_>> = queries.iter().map(OwnedVector::as_ref).collect();
-    let opts = CollectionSearch {
-        ef: knobs.ef,
-        exact: knobs.exact,
-        nprobe: knobs.nprobe,
-        refine: knobs.refine,
-        predicate: pred,
-        ..CollectionSearch::default()
+    let q = Query {
+        opts: knobs.opts(pred),
+        ..Query::dense(queries.iter().map(OwnedVector::as_ref).collect(), k)
     };
-    let res = coll.search(&refs, k, &opts)?;
-    Ok(res
-        .into_iter()
-        .map(|r| r.into_iter().map(|n| (n.key, n.distance)).collect())
-        .collect())
+    match query(coll, &q)? {
+        Answer::Dense(res) => Ok(res
+            .into_iter()
+            .map(|r| r.into_iter().map(|n| (n.key, n.distance)).collect())
+            .collect()),
+        Answer::Fused(_) => Err(ApiError::Internal(
+            "a dense query answered fused rows".into(),
+        )),
+    }
+}
+
+/// A text or hybrid query's fused rows: `text`, and `vector` (None: text
+/// only, or the text embedded by the collection's model).
+pub fn search_text(coll: &Collection, q: &Query<'_>) -> ApiResult<Vec<TextHit>> {
+    match query(coll, q)? {
+        Answer::Fused(hits) => Ok(hits),
+        Answer::Dense(_) => Err(ApiError::Internal(
+            "a text query answered dense rows".into(),
+        )),
+    }
 }
 
 /// A stored vector as JSON numbers.
@@ -905,11 +909,6 @@ pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
     if req.text.is_some() {
         return run_text_search(e, req).map(SearchResult::One);
     }
-    if req.fusion.is_some() || req.alpha.is_some() || req.rrf_k.is_some() || req.depth.is_some() {
-        return Err(ApiError::BadRequest(
-            "fusion, alpha, rrf_k and depth apply to text searches (give `text`)".into(),
-        ));
-    }
     let coll = &e.coll;
     let space = coll.config().space;
     let (batch, raw) = match (req.vector, req.vectors) {
@@ -940,7 +939,19 @@ pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
         refine: req.refine,
         exact: req.exact,
     };
-    let found = search(coll, &queries, req.k, &knobs, pred.as_ref())?;
+    let q = Query {
+        fusion: text::fusion_of(req.fusion.as_deref(), req.alpha, req.rrf_k)?,
+        depth: req.depth,
+        opts: knobs.opts(pred.as_ref()),
+        ..Query::dense(queries.iter().map(OwnedVector::as_ref).collect(), req.k)
+    };
+    let found: Vec<Vec<(u64, f32)>> = match query(coll, &q)? {
+        Answer::Dense(res) => res
+            .into_iter()
+            .map(|r| r.into_iter().map(|n| (n.key, n.distance)).collect())
+            .collect(),
+        Answer::Fused(_) => return Err(ApiError::Internal("dense query, fused answer".into())),
+    };
     let with_payload = req.include_payload || req.columns.is_some();
     let mut results = Vec::with_capacity(found.len());
     for hits in found {
@@ -997,17 +1008,17 @@ fn run_text_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResponse> {
         refine: req.refine,
         exact: req.exact,
     };
-    let fusion = text::fusion_of(req.fusion.as_deref(), req.alpha, req.rrf_k)?;
-    let found = text::search(
-        coll,
-        req.text.as_deref().unwrap_or_default(),
-        vector.as_ref(),
-        req.k,
-        fusion,
-        req.depth,
-        &knobs,
-        pred.as_ref(),
-    )?;
+    let q = Query {
+        fusion: text::fusion_of(req.fusion.as_deref(), req.alpha, req.rrf_k)?,
+        depth: req.depth,
+        opts: knobs.opts(pred.as_ref()),
+        ..Query::text(
+            req.text.as_deref().unwrap_or_default(),
+            vector.as_ref().map(OwnedVector::as_ref),
+            req.k,
+        )
+    };
+    let found = search_text(coll, &q)?;
     let keys: Vec<u64> = found.iter().map(|h| h.key).collect();
     let payloads = if req.include_payload || req.columns.is_some() {
         payload_json(coll, &keys, req.columns.as_deref())?
@@ -1200,18 +1211,4 @@ pub fn run_count(e: &Entry, req: CountRequest) -> ApiResult<CountResponse> {
     Ok(CountResponse {
         count: e.coll.count(pred.as_ref())?,
     })
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
-    use super::*;
-
-    #[test]
-    fn k_is_checked_and_clamped() {
-        assert!(check_k(0, 10).is_err());
-        assert!(check_k(MAX_K + 1, 10).is_err());
-        assert_eq!(check_k(50, 10).unwrap(), 10);
-        assert_eq!(check_k(5, 10).unwrap(), 5);
-    }
 }

@@ -1,14 +1,10 @@
-//! Text and hybrid search for both protocols: the fusion arguments, the
-//! search itself (run on the search pool; a query embedded there when the
-//! collection has a model and no vector is given), and the text fields
-//! of a create request.
+//! The text parts of both protocols' requests and answers: the fusion
+//! arguments, the text fields of a create request (translated into the
+//! store's options) and of a collection's description. The search itself
+//! is the store's [`sagitta_store::Query`].
 
 use crate::error::{ApiError, ApiResult};
-use crate::ops::{check_k, Knobs, OwnedVector};
-use sagitta_store::filter::Bound;
-use sagitta_store::{
-    AnalyzerKind, Collection, CollectionSearch, Fusion, TextFieldSpec, TextHit, TextSearch,
-};
+use sagitta_store::{Collection, Fusion, TextFieldOption};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -30,23 +26,17 @@ pub enum TextFieldReq {
     },
 }
 
-/// The text fields of a create request.
-pub fn text_fields(req: &[TextFieldReq]) -> ApiResult<Vec<TextFieldSpec>> {
-    req.iter()
-        .map(|f| {
-            let (name, a) = match f {
-                TextFieldReq::Name(n) => (n, None),
-                TextFieldReq::Spec { name, analyzer } => (name, analyzer.as_deref()),
-            };
-            let a = a.unwrap_or("en");
-            let analyzer = AnalyzerKind::parse(a).ok_or_else(|| {
-                ApiError::BadRequest(format!(
-                    "text_fields: {name:?}: unknown analyzer {a:?} (en or simple)"
-                ))
-            })?;
-            Ok(TextFieldSpec::new(name.clone(), analyzer))
-        })
-        .collect()
+impl TextFieldReq {
+    /// The store's option for this field (the store parses the analyzer).
+    pub fn option(&self) -> TextFieldOption {
+        match self {
+            TextFieldReq::Name(n) => TextFieldOption::named(n.clone()),
+            TextFieldReq::Spec { name, analyzer } => TextFieldOption {
+                name: name.clone(),
+                analyzer: analyzer.clone(),
+            },
+        }
+    }
 }
 
 /// A text field as a collection describes it.
@@ -80,39 +70,4 @@ pub fn fusion_of(
     rrf_k: Option<f32>,
 ) -> ApiResult<Option<Fusion>> {
     Fusion::from_args(fusion, alpha, rrf_k).map_err(ApiError::BadRequest)
-}
-
-/// A text or hybrid search: `vector` (None: text only, or the text
-/// embedded by the collection's model) and `text`, fused.
-#[allow(clippy::too_many_arguments)]
-pub fn search(
-    coll: &Collection,
-    text: &str,
-    vector: Option<&OwnedVector>,
-    k: usize,
-    fusion: Option<Fusion>,
-    depth: Option<usize>,
-    knobs: &Knobs,
-    pred: Option<&Bound>,
-) -> ApiResult<Vec<TextHit>> {
-    let k = check_k(k, coll.len())?;
-    if k == 0 {
-        return Ok(Vec::new());
-    }
-    let s = TextSearch {
-        text,
-        vector: vector.map(OwnedVector::as_ref),
-        k,
-        fusion,
-        depth,
-        opts: CollectionSearch {
-            ef: knobs.ef,
-            exact: knobs.exact,
-            nprobe: knobs.nprobe,
-            refine: knobs.refine,
-            predicate: pred,
-            ..CollectionSearch::default()
-        },
-    };
-    Ok(coll.search_text(&s)?)
 }

@@ -73,6 +73,11 @@ pub enum StoreError {
     /// long, no searchable terms, no text fields, bad fusion settings).
     #[error("invalid text query: {0}")]
     InvalidText(String),
+    /// User error: a search request that cannot run as given (see
+    /// [`crate::Query::check`]: text-only settings without a text, a
+    /// text query with several vectors, a NaN radius).
+    #[error("invalid query: {0}")]
+    InvalidQuery(String),
     /// The collection's embedding model cannot be used: this build has
     /// none, the collection has none, or the model is missing, unreadable
     /// or failed (see [`ModelError`](crate::ModelError)).

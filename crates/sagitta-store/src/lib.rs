@@ -28,6 +28,7 @@ pub mod limits;
 pub mod npy;
 pub mod payload;
 pub mod pindex;
+pub mod request;
 pub mod segment;
 mod trim;
 pub mod wal;
@@ -35,10 +36,13 @@ pub mod wal;
 pub use collection::{
     codes_named, default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch,
     CollectionStats, Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent,
-    PartSummary, Scan, ScanBatch, TextHit, TextSearch,
+    PartSummary, Scan, ScanBatch, TextHit,
 };
 pub use embedder::{Embedder, ModelError};
 pub use error::{Result, StoreError};
+pub use request::{
+    Answer, CollectionOptions, Query, TextFieldOption, DEFAULT_DEPTH, DEFAULT_FUSION,
+};
 /// Fault injection into the store's file-system calls (tests only: cargo
 /// feature `failpoints`; see the `fault` module's docs).
 #[cfg(feature = "failpoints")]

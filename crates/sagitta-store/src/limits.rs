@@ -1,67 +1,29 @@
-//! The limits of a search, checked in one place for every front end
-//! (the Python package, HTTP and Flight all reach them through
-//! [`crate::Collection::search`] and the text search).
-//!
-//! - `k`: 1 to [`MAX_K`]; a `k` larger than the live rows returns every
-//!   row (a collection is not an error for being small).
-//! - `ef` (beam width), `nprobe` (IVF probes), `refine` (IVF rerank
-//!   depth): 1 to [`MAX_BEAM`] when given.
+//! The limits of a search request. `k`, `ef`, `nprobe` and `refine` are
+//! the index's ([`sagitta_index::limits`], re-exported here: one rule for
+//! an in-memory index, a segment and a collection); this module adds what
+//! only a collection's requests have, checked by [`crate::Query`]:
 //! - `depth` (candidates each leg of a text or hybrid search takes): 1 to
 //!   [`MAX_DEPTH`] when given.
 //! - a batch search request: 1 to [`MAX_BATCH_QUERIES`] query vectors (the
 //!   servers check it; the library takes any batch).
 
+pub use sagitta_index::limits::{check_k, check_knobs, MAX_BEAM, MAX_K};
 use sagitta_index::IndexError;
 
-/// Largest `k` of a search.
-pub const MAX_K: usize = 10_000;
-/// Largest `ef`, `nprobe` and `refine`.
-pub const MAX_BEAM: usize = 100_000;
 /// Largest `depth` of a text or hybrid search.
 pub const MAX_DEPTH: usize = 10_000;
 /// Most query vectors in one batch search request (HTTP, Flight, the
 /// cluster's front).
 pub const MAX_BATCH_QUERIES: usize = 1024;
 
-fn bad(name: &'static str, value: usize, reason: &'static str) -> IndexError {
-    IndexError::InvalidParameter {
-        name,
-        value: value.to_string(),
-        reason,
-    }
-}
-
-/// Checks `k` and clamps it to `live` rows.
-pub fn check_k(k: usize, live: usize) -> Result<usize, IndexError> {
-    if k == 0 {
-        return Err(IndexError::ZeroK(k));
-    }
-    if k > MAX_K {
-        return Err(bad("k", k, "must be at most 10000 (the maximum)"));
-    }
-    Ok(k.min(live))
-}
-
-/// Checks the search knobs that are given.
-pub fn check_knobs(
-    ef: Option<usize>,
-    nprobe: Option<usize>,
-    refine: Option<usize>,
-) -> Result<(), IndexError> {
-    for (name, v) in [("ef", ef), ("nprobe", nprobe), ("refine", refine)] {
-        if let Some(v) = v {
-            if v == 0 || v > MAX_BEAM {
-                return Err(bad(name, v, "must be in 1..=100000"));
-            }
-        }
-    }
-    Ok(())
-}
-
 /// Checks a text search's `depth` when given.
 pub fn check_depth(depth: Option<usize>) -> Result<(), IndexError> {
     match depth {
-        Some(d) if d == 0 || d > MAX_DEPTH => Err(bad("depth", d, "must be in 1..=10000")),
+        Some(d) if d == 0 || d > MAX_DEPTH => Err(IndexError::InvalidParameter {
+            name: "depth",
+            value: d.to_string(),
+            reason: "must be in 1..=10000",
+        }),
         _ => Ok(()),
     }
 }

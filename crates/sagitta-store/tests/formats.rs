@@ -27,7 +27,7 @@ use sagitta_index::{DType, Metric, Space, VectorRef};
 use sagitta_store::bloom::Bloom;
 use sagitta_store::{
     wal, AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Field, FieldType, Fusion,
-    Id, IdColumn, IdWrite, OpenMode, Payload, StoreError, TextFieldSpec, TextSearch, Value,
+    Id, IdColumn, IdWrite, OpenMode, Payload, Query, StoreError, TextFieldSpec, Value,
 };
 use std::path::{Path, PathBuf};
 
@@ -315,9 +315,9 @@ fn check_ids128(c: &Collection) {
     }
     // The text index of the segments and the replayed tail.
     let hits = c
-        .search_text(&TextSearch {
-            text: "row77",
-            vector: None,
+        .search_text(&Query {
+            text: Some("row77"),
+            vectors: None.into_iter().collect(),
             k: 3,
             fusion: Some(Fusion::Alpha { alpha: 0.0 }),
             depth: None,

@@ -9,7 +9,7 @@
 use sagitta_index::{DType, IndexKind, Metric, Space, VectorRef};
 use sagitta_store::{
     AnalyzerKind, Collection, CollectionConfig, Field, FieldType, Filter, OpenMode, Payload,
-    PayloadError, StoreError, TextFieldSpec, TextSearch, Value,
+    PayloadError, Query, StoreError, TextFieldSpec, Value,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -98,9 +98,9 @@ fn count(c: &Collection, f: serde_json::Value) -> usize {
 
 fn text_keys(c: &Collection, q: &str) -> Vec<u64> {
     let mut v: Vec<u64> = c
-        .search_text(&TextSearch {
-            text: q,
-            vector: None,
+        .search_text(&Query {
+            text: Some(q),
+            vectors: None.into_iter().collect(),
             k: 1000,
             fusion: None,
             depth: None,

@@ -9,7 +9,7 @@
 use sagitta_index::{DType, IndexKind, Metric, Space, VectorRef};
 use sagitta_store::{
     AnalyzerKind, Collection, CollectionConfig, CollectionSearch, Field, FieldType, Filter, Fusion,
-    OpenMode, Payload, StoreError, TextFieldSpec, TextSearch, Value,
+    OpenMode, Payload, Query, StoreError, TextFieldSpec, Value,
 };
 use sagitta_text::{Accumulator, Bm25, FieldRead, MemText, TextQuery};
 use serde_json::json;
@@ -276,9 +276,9 @@ fn hybrid_fusion_and_legs() {
     write(&c, &keys);
     c.optimize().unwrap();
     let qv = vector(12345);
-    let base = TextSearch {
-        text: "graph index storage",
-        vector: Some(VectorRef::F32(&qv)),
+    let base = Query {
+        text: Some("graph index storage"),
+        vectors: Some(VectorRef::F32(&qv)).into_iter().collect(),
         k: 10,
         fusion: None,
         depth: Some(40),
@@ -298,9 +298,9 @@ fn hybrid_fusion_and_legs() {
         .pop()
         .unwrap();
     let a1 = c
-        .search_text(&TextSearch {
+        .search_text(&Query {
             fusion: Some(Fusion::Alpha { alpha: 1.0 }),
-            ..base
+            ..base.clone()
         })
         .unwrap();
     assert_eq!(
@@ -309,12 +309,12 @@ fn hybrid_fusion_and_legs() {
     );
     assert!(a1.iter().all(|h| h.text.is_none()));
     let a0 = c
-        .search_text(&TextSearch {
+        .search_text(&Query {
             fusion: Some(Fusion::Alpha { alpha: 0.0 }),
-            ..base
+            ..base.clone()
         })
         .unwrap();
-    let text = leg(&c, base.text, 10, &base.opts);
+    let text = leg(&c, base.text.unwrap_or_default(), 10, &base.opts);
     assert_eq!(
         a0.iter().map(|h| h.key).collect::<Vec<_>>(),
         text.iter().map(|x| x.0).collect::<Vec<_>>()
@@ -325,18 +325,18 @@ fn hybrid_fusion_and_legs() {
         Fusion::Rrf { k: 10.0 },
     ] {
         let r = c
-            .search_text(&TextSearch {
+            .search_text(&Query {
                 fusion: Some(f),
-                ..base
+                ..base.clone()
             })
             .unwrap();
         assert_eq!(r.len(), 10, "{f:?}");
     }
     // Text only (no vector, no model): the BM25 order with its scores.
     let t = c
-        .search_text(&TextSearch {
-            vector: None,
-            ..base
+        .search_text(&Query {
+            vectors: None.into_iter().collect(),
+            ..base.clone()
         })
         .unwrap();
     assert_eq!(
@@ -352,9 +352,9 @@ fn bad_text_gets_typed_errors_and_writes_nothing() {
     let c = Collection::create(dir.path(), config(400)).unwrap();
     write(&c, &(0..50).collect::<Vec<u64>>());
     let s = |text: &str, fusion: Option<Fusion>| {
-        c.search_text(&TextSearch {
-            text,
-            vector: None,
+        c.search_text(&Query {
+            text: Some(text),
+            vectors: None.into_iter().collect(),
             k: 5,
             fusion,
             depth: None,
@@ -375,9 +375,9 @@ fn bad_text_gets_typed_errors_and_writes_nothing() {
     let huge = "word ".repeat(300_000);
     assert!(matches!(s(&huge, None), Err(StoreError::InvalidText(_))));
     assert!(matches!(
-        c.search_text(&TextSearch {
-            text: "search",
-            vector: None,
+        c.search_text(&Query {
+            text: Some("search"),
+            vectors: None.into_iter().collect(),
             k: 0,
             fusion: None,
             depth: None,
@@ -605,9 +605,9 @@ fn embedding_model_writes_and_searches() {
     let cos: f32 = direct.iter().zip(&stored).map(|(a, b)| a * b).sum();
     assert!(cos > 0.9999, "{cos}");
     let hits = c
-        .search_text(&TextSearch {
-            text: "wifi adapter",
-            vector: None,
+        .search_text(&Query {
+            text: Some("wifi adapter"),
+            vectors: None.into_iter().collect(),
             k: 2,
             fusion: None,
             depth: None,
@@ -735,4 +735,86 @@ fn built_segments_text_sections_equal_a_fresh_analysis_of_their_rows() {
         checked += 1;
     }
     assert!(checked >= 1);
+}
+
+/// A hybrid query reads one snapshot for both legs: while a writer adds
+/// batches of new rows (and the mutable part is frozen, flushed and
+/// indexed under it, parts coming and going), every row a query returns
+/// was found by both legs, and the rows it returns are exactly those
+/// written before some moment (a consistent cut). With the
+/// legs reading the collection at different moments, rows written in
+/// between came back from one leg only.
+#[test]
+fn hybrid_legs_read_one_snapshot_under_concurrent_writes() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    const BATCH: u64 = 5;
+    const ROWS: u64 = 4000;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(300);
+    cfg.durability = sagitta_store::Durability::Off;
+    let c = Collection::create(dir.path(), cfg).unwrap();
+    // Every row's text holds at least one of these words.
+    let text = WORDS.join(" ");
+    let qv = vector(999_999);
+    let done = AtomicBool::new(false);
+    let queries = std::thread::scope(|s| {
+        s.spawn(|| {
+            for start in (0..ROWS).step_by(BATCH as usize) {
+                let keys: Vec<u64> = (start..start + BATCH).collect();
+                write(&c, &keys);
+            }
+            done.store(true, Ordering::Release);
+        });
+        let mut queries = 0;
+        let mut seen_rows = Vec::new();
+        while !done.load(Ordering::Acquire) || queries == 0 {
+            let q = Query {
+                fusion: Some(Fusion::Rrf { k: 60.0 }),
+                depth: Some(10_000),
+                opts: CollectionSearch {
+                    exact: true,
+                    ..CollectionSearch::default()
+                },
+                ..Query::text(&text, Some(VectorRef::F32(&qv)), 10_000)
+            };
+            let hits = c.search_text(&q).unwrap();
+            let one_leg: Vec<u64> = hits
+                .iter()
+                .filter(|h| h.dense.is_none() || h.text.is_none())
+                .map(|h| h.key)
+                .collect();
+            assert!(
+                one_leg.is_empty(),
+                "query {queries}: {} of {} rows came from one leg only: {:?}",
+                one_leg.len(),
+                hits.len(),
+                &one_leg[..one_leg.len().min(10)]
+            );
+            let mut keys: Vec<u64> = hits.iter().map(|h| h.key).collect();
+            keys.sort_unstable();
+            let n = keys.len() as u64;
+            // Rows are written in key order, so a cut is a prefix of
+            // the keys (a batch that fills the mutable part is split at
+            // the freeze, so the cut need not fall between batches).
+            assert!(
+                keys.iter().copied().eq(0..n),
+                "query {queries}: the rows are not a prefix of those written: {n} rows, \
+                 first gap at {:?}",
+                keys.iter().enumerate().find(|(i, &k)| *i as u64 != k)
+            );
+            seen_rows.push(n);
+            queries += 1;
+        }
+        // The queries ran while the rows arrived, not only after.
+        assert!(
+            seen_rows.iter().any(|&n| n > 0 && n < ROWS),
+            "no query ran during the writes: {seen_rows:?}"
+        );
+        queries
+    });
+    assert!(queries > 0);
+    let all = c
+        .search_text(&Query::text(&text, Some(VectorRef::F32(&qv)), 10_000))
+        .unwrap();
+    assert_eq!(all.len() as u64, ROWS.min(10_000));
 }

@@ -4,8 +4,8 @@
 
 use crate::error::{Result, StoreError};
 use crate::ids::IdType;
-use sagitta_index::{DType, HnswParams, Index, IndexKind, IvfParams, Metric, Space};
-use sagitta_text::{AnalyzerKind, Bm25, TextFieldSpec};
+use sagitta_index::{DType, HnswParams, Index, IndexKind, IvfParams, Space};
+use sagitta_text::{Bm25, TextFieldSpec};
 use serde::{Deserialize, Serialize};
 
 /// When acknowledged writes reach the disk.
@@ -478,67 +478,55 @@ impl ConfigFile {
         }
     }
 
+    /// The settings this manifest records, read by the one parser of
+    /// collection options ([`crate::CollectionOptions::to_config`]; fields
+    /// absent from older manifests take their defaults there). `None` when
+    /// a recorded value is not a valid setting.
     pub(crate) fn to_config(&self) -> Option<CollectionConfig> {
-        let space = Space::new(
-            self.dims,
-            Metric::parse(&self.metric)?,
-            DType::parse(&self.dtype)?,
-        )
-        .ok()?;
-        Some(CollectionConfig {
-            space,
-            kind: IndexKind::parse(&self.kind)?,
-            hnsw: HnswParams {
-                m: self.m,
-                ef_construction: self.ef_construction,
-                ef_search: self.ef_search,
-                seed: self.seed,
-            },
-            ivf: IvfParams {
-                bits: self.ivf_bits,
-                partitions: self.ivf_partitions,
-                partition_size: self.ivf_partition_size,
-                nprobe: self.ivf_nprobe,
-                refine: self.ivf_refine,
-                ..IvfParams::default()
-            },
-            segment_size: self.segment_size,
-            max_segment_size: self.max_segment_size.max(self.segment_size),
-            idle_seal_ms: self.idle_seal_ms,
-            optimizer_threads: self.optimizer_threads,
-            durability: Durability::parse(&self.durability)?,
-            key_bits: self.key_bits,
-            id_type: match &self.id_type {
-                Some(t) => IdType::parse(t)?,
-                None => IdType::UInt64,
-            },
-            codes: match &self.codes {
-                Some(c) => Some(DType::parse(c)?),
-                None => None,
-            },
-            text: self
+        let options = crate::request::CollectionOptions {
+            dims: self.dims,
+            metric: Some(self.metric.clone()),
+            dtype: Some(self.dtype.clone()),
+            kind: Some(self.kind.clone()),
+            m: Some(self.m),
+            ef_construction: Some(self.ef_construction),
+            ef_search: Some(self.ef_search),
+            seed: Some(self.seed),
+            ivf_bits: Some(self.ivf_bits),
+            ivf_partitions: self.ivf_partitions,
+            ivf_partition_size: Some(self.ivf_partition_size),
+            ivf_nprobe: Some(self.ivf_nprobe),
+            ivf_refine: self.ivf_refine,
+            // Absent in manifests made before graph codes: none.
+            codes: Some(self.codes.clone().unwrap_or_else(|| "none".into())),
+            segment_size: Some(self.segment_size),
+            max_segment_size: Some(self.max_segment_size),
+            idle_seal_ms: Some(self.idle_seal_ms),
+            optimizer_threads: Some(self.optimizer_threads),
+            durability: Some(self.durability.clone()),
+            id_type: self.id_type.clone(),
+            key_bits: Some(self.key_bits),
+            text_fields: self
                 .text
                 .iter()
-                .map(|f| {
-                    Some(TextFieldSpec::new(
-                        &f.name,
-                        AnalyzerKind::parse(&f.analyzer)?,
-                    ))
+                .map(|f| crate::request::TextFieldOption {
+                    name: f.name.clone(),
+                    analyzer: Some(f.analyzer.clone()),
                 })
-                .collect::<Option<Vec<_>>>()?,
+                .collect(),
             embed_model: self.embed_model.clone(),
-            bm25: Bm25 {
-                k1: self.bm25_k1.unwrap_or(Bm25::default().k1),
-                b: self.bm25_b.unwrap_or(Bm25::default().b),
-            },
+            bm25_k1: self.bm25_k1,
+            bm25_b: self.bm25_b,
             index_threshold: self.index_threshold,
-        })
+        };
+        options.to_config().ok()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sagitta_index::Metric;
 
     #[test]
     fn codes_named_defaults_by_space_and_refuses_unknown_names() -> Result<()> {

@@ -73,7 +73,7 @@ pub use config::{
 };
 pub use optimizer::OptimizerStats;
 pub use search::CollectionSearch;
-pub use text::{TextHit, TextSearch, DEFAULT_DEPTH, DEFAULT_FUSION};
+pub use text::TextHit;
 
 use crate::bloom::Bloom;
 use crate::error::{io, Result, StoreError};

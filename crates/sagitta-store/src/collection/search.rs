@@ -9,6 +9,7 @@ use super::{Collection, Inner, State};
 use crate::error::{Result, StoreError};
 use crate::filter::Bound;
 use crate::payload::{self, Field, Schema, Value};
+use crate::request::{Answer, Query};
 use rayon::prelude::*;
 use sagitta_index::{Bitset, GraphView, IndexError, IndexRead, Neighbor, SearchOptions, VectorRef};
 use std::collections::HashSet;
@@ -239,6 +240,17 @@ impl Collection {
         self.len() == 0
     }
 
+    /// Runs a [`Query`]: checked ([`Query::check`]), then a dense search
+    /// ([`Answer::Dense`]) or a text / hybrid one ([`Answer::Fused`], both
+    /// legs on one snapshot). The one entry every front end calls.
+    pub fn query(&self, q: &Query<'_>) -> Result<Answer> {
+        q.check()?;
+        if q.text.is_some() {
+            return self.fused(q).map(Answer::Fused);
+        }
+        self.search(&q.vectors, q.k, &q.opts).map(Answer::Dense)
+    }
+
     /// The k nearest live vectors to each query, over every part (in
     /// parallel), merged by distance with ties broken by key.
     pub fn search(
@@ -256,12 +268,23 @@ impl Collection {
         if k == 0 {
             return Ok(vec![Vec::new(); queries.len()]);
         }
+        let segs = self.inner.segments(&st, opts.filter, opts.predicate)?;
+        self.dense_in(&segs, queries, k, opts)
+    }
+
+    /// A dense search of the parts `segs` of one snapshot for the `k`
+    /// (checked, at least 1) nearest of each query.
+    pub(super) fn dense_in(
+        &self,
+        segs: &[Seg<'_>],
+        queries: &[VectorRef<'_>],
+        k: usize,
+        opts: &CollectionSearch<'_>,
+    ) -> Result<Vec<Vec<Neighbor>>> {
         // Parts with nothing to return are dropped up front, so a query
         // only fans out over threads when two or more parts can answer.
-        let segs: Vec<Seg<'_>> = self
-            .inner
-            .segments(&st, opts.filter, opts.predicate)?
-            .into_iter()
+        let segs: Vec<&Seg<'_>> = segs
+            .iter()
             .filter(|s| s.live > 0 && s.allowed != Some(0))
             .collect();
         let per_seg = |s: &Seg<'_>, q: VectorRef<'_>| -> Result<Vec<Neighbor>> {
@@ -315,7 +338,7 @@ impl Collection {
             let q = queries[0];
             let all: Vec<Neighbor> = match segs.len() {
                 0 => Vec::new(),
-                1 => per_seg(&segs[0], q)?,
+                1 => per_seg(segs[0], q)?,
                 _ => {
                     let parts: Vec<Vec<Neighbor>> = segs
                         .par_iter()
@@ -346,7 +369,7 @@ impl Collection {
     fn search_segment_major(
         &self,
         queries: &[VectorRef<'_>],
-        segs: &[Seg<'_>],
+        segs: &[&Seg<'_>],
         per_seg: &(dyn Fn(&Seg<'_>, VectorRef<'_>) -> Result<Vec<Neighbor>> + Sync),
         finish: &(dyn Fn(Vec<Neighbor>, bool) -> Vec<Neighbor> + Sync),
         at_row: &(dyn Fn(usize, StoreError) -> StoreError + Sync),
@@ -367,7 +390,7 @@ impl Collection {
                 let lo = r * run;
                 let hi = (lo + run).min(nq);
                 (lo..hi)
-                    .map(|i| per_seg(&segs[s], queries[i]).map_err(|e| (i, e)))
+                    .map(|i| per_seg(segs[s], queries[i]).map_err(|e| (i, e)))
                     .collect()
             })
             .collect();

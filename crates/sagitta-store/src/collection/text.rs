@@ -3,47 +3,28 @@
 //! comparable; each part's best found by MaxScore under its allowed slots:
 //! live, not dead, passing the key filter and payload predicate), the
 //! dense leg (the ordinary kNN search), and their fusion.
+//!
+//! Both legs of a query read one snapshot: the same parts, the same dead
+//! sets, and of the mutable part the same rows (those whose writes had
+//! completed, vector and text, when the query began; see
+//! [`cut_active`]). Rows written while the query runs are seen by neither
+//! leg. One gap is left: a row of the mutable part deleted while the
+//! query runs can still drop out of the leg that runs after the delete
+//! (the mutable part's tombstones are set in place).
 
 use super::part::Body;
 use super::search::Seg;
-use super::{Collection, CollectionSearch};
+use super::{Collection, CollectionSearch, State};
 use crate::error::{Result, StoreError};
+use crate::request::Query;
 use parking_lot::RwLockReadGuard;
-use sagitta_index::{GraphView, VectorRef};
+use sagitta_index::{Bitset, GraphView, VectorRef};
 use sagitta_text::{
     fuse, Accumulator, FieldRead, Fused, Fusion, MemText, TextQuery, TextSection, Wanted,
     MAX_TEXT_BYTES,
 };
 use std::cell::RefCell;
-
-/// Default fusion of a hybrid search: min-max normalised scores weighted
-/// 0.3 dense, 0.7 text. Chosen on debian-pkg-retrieval's dev split (see
-/// BENCHMARKS.md "Full-text and hybrid search"), where it gave the best
-/// nDCG@10 of the fusions tried (RRF, DBSF, z-scores, alpha sweeps).
-pub const DEFAULT_FUSION: Fusion = Fusion::Alpha { alpha: 0.3 };
-
-/// Default candidates per leg: `max(k, DEFAULT_DEPTH)` (depth barely
-/// moved the default fusion's quality there; fewer is faster).
-pub const DEFAULT_DEPTH: usize = 20;
-
-/// A text or hybrid search.
-#[derive(Debug, Clone, Copy)]
-pub struct TextSearch<'a> {
-    /// The query text (BM25 leg; embedded for the dense leg when the
-    /// collection has an embedding model and no vector is given).
-    pub text: &'a str,
-    /// The dense leg's query vector (None: text only, or embedded).
-    pub vector: Option<VectorRef<'a>>,
-    /// Results wanted.
-    pub k: usize,
-    /// How the legs are combined (None: [`DEFAULT_FUSION`]; `Alpha` at 1.0
-    /// runs the dense leg only, at 0.0 the text leg only).
-    pub fusion: Option<Fusion>,
-    /// Candidates taken from each leg (None: `max(k, DEFAULT_DEPTH)`).
-    pub depth: Option<usize>,
-    /// Filters (both legs) and dense-leg knobs.
-    pub opts: CollectionSearch<'a>,
-}
+use std::sync::atomic::Ordering;
 
 /// A row of a text or hybrid search.
 pub type TextHit = Fused;
@@ -90,6 +71,19 @@ impl Collection {
         opts: &CollectionSearch<'_>,
     ) -> Result<Vec<(u64, f32)>> {
         check_text(text)?;
+        let st = self.inner.snapshot();
+        let segs = self.inner.segments(&st, opts.filter, opts.predicate)?;
+        self.text_leg_in(&st, &segs, text, depth)
+    }
+
+    /// The BM25 leg over the parts `segs` of the snapshot `st`.
+    fn text_leg_in(
+        &self,
+        st: &State,
+        segs: &[Seg<'_>],
+        text: &str,
+        depth: usize,
+    ) -> Result<Vec<(u64, f32)>> {
         let c = &self.inner.config;
         if c.text.is_empty() {
             return Err(StoreError::InvalidText(
@@ -100,8 +94,6 @@ impl Collection {
         if q.is_empty() || depth == 0 {
             return Ok(Vec::new());
         }
-        let st = self.inner.snapshot();
-        let segs = self.inner.segments(&st, opts.filter, opts.predicate)?;
         let texts: Vec<PartText<'_>> = segs
             .iter()
             .map(|s| -> Result<PartText<'_>> {
@@ -149,33 +141,30 @@ impl Collection {
     }
 
     /// A text search (BM25 only), or a hybrid one (dense + BM25, fused)
-    /// when a vector is given or the collection embeds the text.
-    pub fn search_text(&self, s: &TextSearch<'_>) -> Result<Vec<TextHit>> {
-        check_text(s.text)?;
-        crate::limits::check_k(s.k, usize::MAX)?;
-        crate::limits::check_knobs(s.opts.ef, s.opts.nprobe, s.opts.refine)?;
-        crate::limits::check_depth(s.depth)?;
-        let fusion = s.fusion.unwrap_or(DEFAULT_FUSION);
-        if let Fusion::Alpha { alpha } = fusion {
-            if !(0.0..=1.0).contains(&alpha) {
-                return Err(StoreError::InvalidText(format!(
-                    "alpha = {alpha}: must be in [0, 1] (1: dense only, 0: text only)"
-                )));
-            }
-        }
-        if let Fusion::Rrf { k } = fusion {
-            if !(k.is_finite() && k >= 0.0) {
-                return Err(StoreError::InvalidText(format!(
-                    "rrf_k = {k}: must be a finite number >= 0"
-                )));
-            }
-        }
-        let depth = s.depth.unwrap_or(DEFAULT_DEPTH).max(s.k);
+    /// when a vector is given or the collection embeds the text: the
+    /// [`Query`] with a text, checked and run as [`Collection::query`]
+    /// runs it.
+    pub fn search_text(&self, q: &Query<'_>) -> Result<Vec<TextHit>> {
+        q.check()?;
+        self.fused(q)
+    }
+
+    /// Runs a checked text or hybrid query: both legs over one snapshot.
+    pub(super) fn fused(&self, q: &Query<'_>) -> Result<Vec<TextHit>> {
+        let Some(text) = q.text else {
+            return Err(StoreError::InvalidQuery(
+                "a text search needs a text".into(),
+            ));
+        };
+        let fusion = q.fusion_or_default();
+        let depth = q.depth_or_default();
+        // Embedded before the snapshot is taken (the slow step), so the
+        // snapshot is as fresh as the legs that read it.
         let embedded;
-        let vector = match s.vector {
-            Some(v) => Some(v),
+        let vector = match q.vectors.first() {
+            Some(&v) => Some(v),
             None if self.inner.config.embed_model.is_some() => {
-                embedded = self.embed(&[s.text])?;
+                embedded = self.embed(&[text])?;
                 Some(VectorRef::F32(&embedded))
             }
             None => None,
@@ -186,36 +175,43 @@ impl Collection {
             (Fusion::Alpha { alpha }, Some(_)) if alpha <= 0.0 => (false, true),
             _ => (true, true),
         };
-        let text = if want_text {
-            self.text_leg(s.text, depth, &s.opts)?
+        if want_text && self.inner.config.text.is_empty() {
+            return Err(StoreError::InvalidText(
+                "this collection has no text fields (create it with text_fields)".into(),
+            ));
+        }
+        if !want_dense
+            && TextQuery::new(text, &self.inner.config.text, self.inner.config.bm25).is_empty()
+        {
+            return Err(StoreError::InvalidText(
+                "the text has no searchable terms (empty, or only stop words)".into(),
+            ));
+        }
+        let _running = sagitta_index::foreground::search();
+        let st = self.inner.snapshot();
+        let mut segs = self.inner.segments(&st, q.opts.filter, q.opts.predicate)?;
+        cut_active(&st, &mut segs[0]);
+        let live: usize = segs.iter().map(|s| s.allowed.unwrap_or(s.live)).sum();
+        let k = crate::limits::check_k(q.k, live)?;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let text_hits = if want_text {
+            self.text_leg_in(&st, &segs, text, depth)?
         } else {
             Vec::new()
         };
-        if !want_dense && text.is_empty() && vector.is_none() {
-            let q = TextQuery::new(s.text, &self.inner.config.text, self.inner.config.bm25);
-            if q.is_empty() {
-                return Err(StoreError::InvalidText(
-                    "the text has no searchable terms (empty, or only stop words)".into(),
-                ));
-            }
-        }
         let dense: Vec<(u64, f32)> = match (want_dense, vector) {
-            (true, Some(v)) => {
-                let live = self.len();
-                if live == 0 {
-                    Vec::new()
-                } else {
-                    self.search(&[v], depth.min(live), &s.opts)?
-                        .pop()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|n| (n.key, n.distance))
-                        .collect()
-                }
-            }
+            (true, Some(v)) => self
+                .dense_in(&segs, &[v], depth, &q.opts)?
+                .pop()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|n| (n.key, n.distance))
+                .collect(),
             _ => Vec::new(),
         };
-        let mut hits = fuse(&dense, &text, fusion, s.k);
+        let mut hits = fuse(&dense, &text_hits, fusion, k);
         if !want_dense {
             // One leg: its own score, not a rank transform of it.
             for h in &mut hits {
@@ -224,6 +220,33 @@ impl Collection {
         }
         Ok(hits)
     }
+}
+
+/// Restricts the mutable part of a query's snapshot to the rows whose
+/// writes had completed (vector, payload and text) when the query began
+/// and were live then, so that every leg of the query sees the same rows
+/// of it however many writes land while it runs.
+fn cut_active(st: &State, seg: &mut Seg<'_>) {
+    let done = st.rows.complete.load(Ordering::Acquire);
+    let live = st.active.view().live_slots();
+    let mut words = live.words().to_vec();
+    let n = live.len().min(done);
+    words.truncate(n.div_ceil(64));
+    if n % 64 != 0 {
+        if let Some(last) = words.last_mut() {
+            *last &= (1u64 << (n % 64)) - 1;
+        }
+    }
+    words.resize(live.len().div_ceil(64), 0);
+    let cut = Bitset::from_words(words, live.len());
+    let combined = match seg.combined.take() {
+        Some(c) => c.and(&cut),
+        None => cut,
+    };
+    let allowed = combined.count();
+    seg.live = allowed;
+    seg.allowed = Some(allowed);
+    seg.combined = Some(combined);
 }
 
 /// Appends the `depth` best accepted hits of one part (live, not dead, in
