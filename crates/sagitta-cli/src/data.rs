@@ -1,7 +1,7 @@
 //! Loading dataset directories laid out like `../shared/data/debian-minilm`.
 
 use anyhow::{Context, Result};
-use sagitta_store::npy::{self, Matrix};
+use sagitta_cli::npy::{self, Matrix};
 use std::io::BufRead;
 use std::path::Path;
 

@@ -73,7 +73,7 @@ enum Rows {
 }
 
 impl Rows {
-    fn new(m: &sagitta_store::npy::Matrix<f32>, n: usize, bits: bool) -> Rows {
+    fn new(m: &sagitta_cli::npy::Matrix<f32>, n: usize, bits: bool) -> Rows {
         if bits {
             Rows::B((0..n).map(|i| sign_bits(m.row(i))).collect())
         } else {
@@ -341,7 +341,7 @@ pub fn build_cmd(
     efc: usize,
     ivf: sagitta_index::IvfParams,
 ) -> Result<()> {
-    let mat = sagitta_store::npy::read_f32(input)?;
+    let mat = sagitta_cli::npy::read_f32(input)?;
     let n = limit.unwrap_or(mat.rows).min(mat.rows);
     let Some(kind) = IndexKind::parse(kind) else {
         bail!("unknown kind {kind} (hnsw, flat or ivf_rq)");
@@ -418,7 +418,7 @@ pub fn bench_search(
     repeat: usize,
 ) -> Result<()> {
     let seg = Segment::open(index).with_context(|| format!("opening {}", index.display()))?;
-    let q = sagitta_store::npy::read_f32(queries)?;
+    let q = sagitta_cli::npy::read_f32(queries)?;
     let refs: Vec<VectorRef<'_>> = (0..q.rows).map(|i| VectorRef::F32(q.row(i))).collect();
     let opts = SearchOptions {
         ef,

@@ -162,8 +162,8 @@ fn run_concurrent(
 
 /// `sagitta bench-serve`.
 pub fn run(a: &BenchServeArgs) -> Result<()> {
-    let q = sagitta_store::npy::read_f32(&a.queries)?;
-    let gt = sagitta_store::npy::read_i32(&a.gt)?;
+    let q = sagitta_cli::npy::read_f32(&a.queries)?;
+    let gt = sagitta_cli::npy::read_i32(&a.gt)?;
     let n = q.rows.min(gt.rows);
     let k = a.k;
     let queries: Arc<Vec<Vec<f32>>> = Arc::new((0..n).map(|i| q.row(i).to_vec()).collect());

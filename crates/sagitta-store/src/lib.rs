@@ -1,8 +1,8 @@
 //! # sagitta-store
 //!
 //! Everything on disk. For now: the sealed, immutable, memory-mapped
-//! [`Segment`] file (see `docs/FORMAT.md` and the [`segment`] module docs),
-//! its durable writer, and a reader for `.npy` matrices used by the tools.
+//! [`Segment`] file (see `docs/FORMAT.md` and the [`segment`] module docs)
+//! and its durable writer.
 //! Later: the collection directory, WAL, manifest, bloom filter.
 //!
 //! Depends on `sagitta-index` (the in-memory index it serialises and the
@@ -25,7 +25,6 @@ pub mod ids;
 pub mod ipc;
 mod keysearch;
 pub mod limits;
-pub mod npy;
 pub mod payload;
 pub mod pindex;
 pub mod request;

@@ -1,11 +1,44 @@
 //! A reader for the 2-D `.npy` matrices the tools and tests load
-//! (`<f2`, `<f4`, `<i4`, `|u1`, C order), e.g. `../shared/data/debian-minilm`.
+//! (`<f2`, `<f4`, `<i4`, C order), e.g. `../shared/data/debian-minilm`.
 //! Not a general NumPy reader: it refuses what it does not understand with
 //! a typed error.
 
-use crate::error::{io, Result, StoreError};
 use sagitta_kernels::f16;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// Why a `.npy` file could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum NpyError {
+    /// The operating system refused to read or write the file.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// "read" or "write".
+        op: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not a `.npy` matrix this reader understands.
+    #[error("{}: {reason}", path.display())]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}
+
+/// The result of a `.npy` read or write.
+pub type Result<T> = std::result::Result<T, NpyError>;
+
+fn io<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> NpyError + 'a {
+    move |source| NpyError::Io {
+        op,
+        path: path.to_path_buf(),
+        source,
+    }
+}
 
 /// A row-major matrix read from a `.npy` file, converted to `T`.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,10 +58,9 @@ impl<T> Matrix<T> {
     }
 }
 
-fn bad(path: &Path, reason: impl Into<String>) -> StoreError {
-    StoreError::Corrupt {
-        file: path.to_path_buf(),
-        offset: 0,
+fn bad(path: &Path, reason: impl Into<String>) -> NpyError {
+    NpyError::Invalid {
+        path: path.to_path_buf(),
         reason: reason.into(),
     }
 }

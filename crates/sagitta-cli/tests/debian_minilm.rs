@@ -6,7 +6,8 @@
 #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
 
 use sagitta_index::{DType, HnswParams, Index, IndexRead, Metric, SearchOptions, Space, VectorRef};
-use sagitta_store::{npy, Segment};
+use sagitta_cli::npy;
+use sagitta_store::Segment;
 use std::path::PathBuf;
 
 fn data_dir() -> PathBuf {
