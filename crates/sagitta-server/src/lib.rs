@@ -24,6 +24,7 @@ pub mod opener;
 pub mod ops;
 pub mod priority;
 pub mod registry;
+pub mod state;
 pub mod text;
 pub mod ui;
 mod wire;
@@ -37,6 +38,7 @@ use std::sync::Arc;
 pub use auth::Keys;
 pub use error::ApiError;
 pub use exec::ExecConfig;
+pub use state::State;
 
 /// Server settings.
 #[derive(Debug, Clone)]
@@ -81,27 +83,6 @@ impl Default for ServerConfig {
     fn default() -> Self {
         ServerConfig::new()
     }
-}
-
-/// What every request handler shares.
-#[derive(Debug)]
-pub struct State {
-    /// Collections.
-    pub registry: Arc<registry::Registry>,
-    /// Pools.
-    pub exec: exec::Exec,
-    /// Metrics.
-    pub metrics: Arc<metrics::Metrics>,
-    /// API keys.
-    pub keys: Keys,
-    /// False once shutdown began: new work is refused.
-    pub accepting: AtomicBool,
-    /// Largest body.
-    pub max_body: usize,
-    /// Bound HTTP address.
-    pub http_addr: String,
-    /// Bound Flight address.
-    pub flight_addr: String,
 }
 
 /// Why the server could not start.
