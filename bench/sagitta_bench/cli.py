@@ -451,12 +451,12 @@ FILTERED_INTRO = (
 )
 
 LIFECYCLE_INTRO = (
-    "`sagitta lifecycle-bench` (Rust, in-process): a default `Collection` loaded by "
+    "`sagitta-bench lifecycle-bench` (Rust, in-process): a default `Collection` loaded by "
     "`upsert` in batches of 1,000 beside a Flat one, the time until the background "
     "optimizer has settled (`optimize()`), open after `close()` (read-write and "
     "read-only, 10k and 100k rows), and single-thread QPS of the settled collection "
     "beside a bare HNSW `Index` with the same parameters, interleaved, in the same "
-    "run. Command: `target/release/sagitta lifecycle-bench --reps 5`.\n\n"
+    "run. Command: `target/release/sagitta-bench lifecycle-bench --reps 5`.\n\n"
 )
 
 TEXT_INTRO = (
@@ -474,7 +474,7 @@ SERVER_INTRO = (
     "Flat ones (protocol and WAL cost without index build); then k=10 searches, one "
     "query per request, at concurrency 1, 4 and 16 over HTTP, over Flight and "
     "in-process (a read-only Collection on the server's own segments), from lean "
-    "Rust clients (`sagitta bench-serve`) and from Python clients. The clients share "
+    "Rust clients (`sagitta-bench bench-serve`) and from Python clients. The clients share "
     "the machine's cores with the server. "
     "Latencies include the client.\n\n"
 )

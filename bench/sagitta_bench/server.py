@@ -264,15 +264,15 @@ def latency_rust(
     tmp: Path,
     modes: str = "in-process,http,flight",
 ):
-    """The same measurement from lean Rust clients (``sagitta bench-serve``)."""
+    """The same measurement from lean Rust clients (``sagitta-bench bench-serve``)."""
     import subprocess
 
-    from server_util import sagitta_bin
+    from server_util import sagitta_bench_bin
 
     qp, gp = tmp / "q.npy", tmp / "gt.npy"
     np.save(qp, np.asarray(queries, dtype=np.float32))
     np.save(gp, np.asarray(gt, dtype=np.int32))
-    cmd = [sagitta_bin(), "bench-serve", "--http", srv.http_addr, "--flight", srv.flight_addr]
+    cmd = [sagitta_bench_bin(), "bench-serve", "--http", srv.http_addr, "--flight", srv.flight_addr]
     cmd += ["--collection", name, "--dir", str(data_dir / name), "--queries", str(qp)]
     cmd += ["--gt", str(gp), "--k", str(k), "--concurrency", ",".join(map(str, conc_list))]
     cmd += ["--modes", modes]

@@ -1,7 +1,7 @@
 """Binding overhead: the same searches from Python and from Rust.
 
 Builds (or reuses) an HNSW index of debian-minilm saved as a segment file,
-times 1,000 queries with `sagitta bench-search` (Rust, the same search code
+times 1,000 queries with `sagitta-bench bench-search` (Rust, the same search code
 without Python) and with `sagitta.Index.open(...).search` from Python, and
 prints the difference per query in microseconds.
 
@@ -39,7 +39,7 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--ef", type=int, default=64)
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--cli", type=Path, default=ROOT / "target/release/sagitta")
+    ap.add_argument("--cli", type=Path, default=ROOT / "target/release/sagitta-bench")
     args = ap.parse_args()
 
     queries_path = args.data / "queries.f16.npy"

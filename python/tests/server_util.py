@@ -22,6 +22,21 @@ def sagitta_bin() -> str:
     return str(REPO / "target" / "release" / "sagitta")
 
 
+def sagitta_bench_bin() -> str:
+    """The benchmark binary: $SAGITTA_BENCH_BIN, else ``sagitta-bench`` beside
+    $SAGITTA_BIN, else target/release/sagitta-bench (built if out of date)."""
+    env = os.environ.get("SAGITTA_BENCH_BIN")
+    if env:
+        return env
+    env = os.environ.get("SAGITTA_BIN")
+    if env:
+        return str(Path(env).with_name("sagitta-bench"))
+    subprocess.run(
+        ["cargo", "build", "--release", "--quiet", "-p", "sagitta-bench"], cwd=REPO, check=True
+    )
+    return str(REPO / "target" / "release" / "sagitta-bench")
+
+
 class Server:
     """``sagitta serve`` on ephemeral loopback ports. The first stdout line
     (printed once both sockets listen) gives the addresses, so no polling

@@ -1,10 +1,12 @@
 //! Loading dataset directories laid out like `../shared/data/debian-minilm`.
 
+use crate::npy::{self, Matrix};
 use anyhow::{Context, Result};
-use sagitta_cli::npy::{self, Matrix};
 use std::io::BufRead;
 use std::path::Path;
 
+/// A dataset directory's matrices (and, when asked for, its texts).
+#[derive(Debug)]
 pub struct Dataset {
     pub base: Matrix<f32>,
     pub queries: Matrix<f32>,
@@ -13,6 +15,7 @@ pub struct Dataset {
     pub query_texts: Vec<String>,
 }
 
+/// The lines of a gzipped text file.
 pub fn texts(path: &Path) -> Result<Vec<String>> {
     let f = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
     let r = std::io::BufReader::new(flate2::read::GzDecoder::new(f));
@@ -21,6 +24,8 @@ pub fn texts(path: &Path) -> Result<Vec<String>> {
         .with_context(|| format!("reading {}", path.display()))
 }
 
+/// Loads `base.f16.npy`, `queries.f16.npy`, `gt.i32.npy` when there, and
+/// (`with_texts`) the gzipped texts of the base rows and queries.
 pub fn load(dir: &Path, with_texts: bool) -> Result<Dataset> {
     let m = |name: &str| {
         npy::read_f32(&dir.join(name))

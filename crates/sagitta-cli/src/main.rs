@@ -7,18 +7,15 @@
 //! * `serve`: the server (HTTP/JSON and Arrow Flight).
 //! * `openapi`: print the HTTP API's OpenAPI document.
 //! * `search`: text, hybrid or vector search of a collection directory.
-//! * `eval`: ef → recall / QPS tables on a dataset directory (cosine,
-//!   Hamming over sign bits, filtered).
-//! * `build`, `inspect`, `open-bench`, `bench-search`, `bench-kernels`.
+//! * `build`: an index built from a `.npy` matrix, written as a segment.
+//! * `inspect`: a segment's header, its checksums verified.
+//!
+//! The benchmark commands are in `sagitta-bench` (crates/sagitta-bench).
 
-mod collbench;
-mod crash;
-mod data;
-mod eval;
-mod lifecyclebench;
+mod build_segment;
+mod demo;
 mod query;
 mod serve;
-mod servebench;
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -77,11 +74,6 @@ enum Cmd {
     Openapi,
     /// Text, hybrid or vector search of a collection directory.
     Search(query::SearchArgs),
-    /// Search latency of a running server from lean Rust clients (HTTP and
-    /// Flight) next to in-process; driven by `python -m sagitta_bench server`.
-    BenchServe(servebench::BenchServeArgs),
-    /// Print ef → recall@k / QPS tables for a dataset directory.
-    Eval(eval::EvalArgs),
     /// Build an index from a .npy matrix and write it as a segment file.
     Build {
         /// Input matrix (.npy, f16 or f32); key = row number.
@@ -115,72 +107,6 @@ enum Cmd {
         /// Segment file.
         file: PathBuf,
     },
-    /// Time Segment::open for each file (median of many opens).
-    OpenBench {
-        /// Segment files.
-        files: Vec<PathBuf>,
-        #[arg(long, default_value_t = 500)]
-        repeat: usize,
-    },
-    /// Time searches of a .npy query matrix against a segment file
-    /// (one query at a time on one thread, then one batch on all cores);
-    /// prints one JSON line. The reference for the Python binding overhead.
-    BenchSearch {
-        /// Segment file.
-        #[arg(long)]
-        index: PathBuf,
-        /// Query matrix (.npy, f16 or f32).
-        #[arg(long)]
-        queries: PathBuf,
-        #[arg(long, default_value_t = 10)]
-        k: usize,
-        /// Beam width (default: the one stored in the file).
-        #[arg(long)]
-        ef: Option<usize>,
-        /// Timed passes; the fastest is reported.
-        #[arg(long, default_value_t = 5)]
-        repeat: usize,
-    },
-    /// Collection ingest rate per 100k window, open time and absent-key
-    /// lookups, on random binary codes.
-    CollectionBench {
-        /// Directory for the collection (replaced).
-        #[arg(long)]
-        dir: PathBuf,
-        #[arg(long, default_value_t = 64)]
-        segments: usize,
-        #[arg(long, default_value_t = 2000)]
-        per_segment: usize,
-        #[arg(long, default_value_t = 256)]
-        bits: usize,
-        /// Timed opens per mode.
-        #[arg(long, default_value_t = 50)]
-        opens: usize,
-        /// Measure an existing collection in --dir instead of building one.
-        #[arg(long)]
-        reuse: bool,
-    },
-    /// Collection lifecycle on a dataset: upsert load (batch latency,
-    /// rows/s, beside Flat), optimize(), reopen times, and 1-thread search
-    /// after settle beside a bare HNSW index.
-    LifecycleBench(lifecyclebench::LifecycleArgs),
-    /// The writer process of the crash-safety test (see src/crash.rs).
-    #[command(hide = true)]
-    CrashWriter {
-        #[arg(long)]
-        dir: PathBuf,
-        #[arg(long)]
-        round: u64,
-        #[arg(long, default_value_t = 100_000)]
-        ops: usize,
-        #[arg(long, default_value_t = 3000)]
-        keys: u64,
-    },
-    /// Kernel throughput (GB/s) next to a memory-read bandwidth estimate.
-    BenchKernels {
-        #[arg(long, default_value_t = 384)]
-        dims: usize,
-    },
 }
 
 fn main() -> Result<()> {
@@ -194,17 +120,15 @@ fn main() -> Result<()> {
             http,
             flight,
         } => {
-            let ds = eval::demo(&sample, show)?;
+            let ds = demo::run(&sample, show)?;
             serve::demo_server(&ds, data, http, flight, serve)
         }
         Cmd::Serve(a) => serve::serve(&a),
-        Cmd::BenchServe(a) => servebench::run(&a),
         Cmd::Openapi => {
             print!("{}", sagitta_server::http::openapi_json());
             Ok(())
         }
         Cmd::Search(a) => query::run(&a),
-        Cmd::Eval(a) => eval::run(&a),
         Cmd::Build {
             input,
             out,
@@ -215,7 +139,7 @@ fn main() -> Result<()> {
             ef_construction,
             bits,
             partitions,
-        } => eval::build_cmd(
+        } => build_segment::run(
             &input,
             &out,
             limit,
@@ -239,29 +163,5 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
-        Cmd::OpenBench { files, repeat } => eval::open_bench(&files, repeat),
-        Cmd::BenchSearch {
-            index,
-            queries,
-            k,
-            ef,
-            repeat,
-        } => eval::bench_search(&index, &queries, k, ef, repeat),
-        Cmd::CollectionBench {
-            dir,
-            segments,
-            per_segment,
-            bits,
-            opens,
-            reuse,
-        } => collbench::run(&dir, segments, per_segment, bits, opens, reuse),
-        Cmd::LifecycleBench(a) => lifecyclebench::run(&a),
-        Cmd::CrashWriter {
-            dir,
-            round,
-            ops,
-            keys,
-        } => crash::run(&dir, round, ops, keys),
-        Cmd::BenchKernels { dims } => eval::bench_kernels(dims),
     }
 }

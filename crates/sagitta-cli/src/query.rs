@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use sagitta_index::VectorRef;
-use sagitta_store::{Collection, CollectionSearch, Filter, Fusion, OpenMode, TextSearch, Value};
+use sagitta_store::{Collection, CollectionSearch, Filter, Fusion, OpenMode, Query, Value};
 use std::path::PathBuf;
 
 /// Arguments of `sagitta search`.
@@ -67,9 +67,9 @@ pub fn run(a: &SearchArgs) -> Result<()> {
         Fusion::from_args(a.fusion.as_deref(), a.alpha, None).map_err(anyhow::Error::msg)?;
     let hits: Vec<(u64, f32, String)> = match (&a.text, &like) {
         (Some(text), _) => c
-            .search_text(&TextSearch {
-                text,
-                vector: like.as_deref().map(VectorRef::F32),
+            .search_text(&Query {
+                text: Some(text),
+                vectors: like.as_deref().map(VectorRef::F32).into_iter().collect(),
                 k: a.k,
                 fusion,
                 depth: a.depth,

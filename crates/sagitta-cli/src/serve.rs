@@ -226,7 +226,7 @@ fn demo_model() -> Option<String> {
 }
 
 pub fn demo_server(
-    ds: &crate::data::Dataset,
+    ds: &sagitta_cli::data::Dataset,
     data: Option<PathBuf>,
     http: SocketAddr,
     flight: SocketAddr,

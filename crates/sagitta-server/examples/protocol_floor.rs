@@ -9,7 +9,7 @@
 //! * HTTP (axum): every request's body is read and answered with the same
 //!   10-hit JSON answer.
 //!
-//! `sagitta bench-serve --modes http,flight` against it measures what
+//! `sagitta-bench bench-serve --modes http,flight` against it measures what
 //! each protocol costs on its own.
 //!
 //! `cargo run --release -p sagitta-server --example protocol_floor`

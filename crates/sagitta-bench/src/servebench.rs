@@ -1,4 +1,4 @@
-//! `sagitta bench-serve`: search latency of a running server from lean
+//! `sagitta-bench bench-serve`: search latency of a running server from lean
 //! Rust clients (a keep-alive HTTP/1.1 client over a plain socket with the
 //! request bytes built beforehand; the arrow-flight `FlightClient`), next
 //! to the same queries in-process on the server's own collection directory
@@ -160,7 +160,7 @@ fn run_concurrent(
     Ok((lat, found, t0.elapsed().as_secs_f64()))
 }
 
-/// `sagitta bench-serve`.
+/// `sagitta-bench bench-serve`.
 pub fn run(a: &BenchServeArgs) -> Result<()> {
     let q = sagitta_cli::npy::read_f32(&a.queries)?;
     let gt = sagitta_cli::npy::read_i32(&a.gt)?;

@@ -1,4 +1,4 @@
-//! `sagitta collection-bench`: ingest rate per 100k-vector window, open
+//! `sagitta-bench collection-bench`: ingest rate per 100k-vector window, open
 //! time, and the cost of `contains` for absent keys, on a collection of
 //! random binary codes (small on disk, so many segments fit anywhere).
 

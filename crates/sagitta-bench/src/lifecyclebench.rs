@@ -1,4 +1,4 @@
-//! `sagitta lifecycle-bench`: the collection's life on a real dataset
+//! `sagitta-bench lifecycle-bench`: the collection's life on a real dataset
 //! (debian-minilm): load by `upsert` in batches of 1,000 (per-batch
 //! latency, rows/s, beside a Flat collection), `optimize()` until the
 //! optimizer has settled, reopen times (read-write and read-only, a small
@@ -7,8 +7,8 @@
 //! per ef, one query per call and one batch call, QPS interpolated at
 //! recall 0.95 and 0.99). Prints a markdown report and writes JSON.
 
-use crate::data;
 use anyhow::{bail, Context, Result};
+use sagitta_cli::data;
 use sagitta_index::{
     DType, HnswParams, Index, IndexKind, IndexRead, Metric, Neighbor, SearchOptions, Space,
     VectorRef,
@@ -333,7 +333,7 @@ pub fn run(a: &LifecycleArgs) -> Result<()> {
     let cfg = CollectionConfig::new(space);
     let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
 
-    println!("# sagitta lifecycle-bench: {}", a.data.display());
+    println!("# sagitta-bench lifecycle-bench: {}", a.data.display());
     println!();
     println!("| | |");
     println!("|---|---|");

@@ -1,13 +1,10 @@
-//! Measurement commands: demo, eval, build, open-bench, bench-kernels.
+//! Measurement commands: eval, open-bench, bench-search, bench-kernels.
 //! These print numbers; they never decide pass/fail.
 
-use crate::data;
 use anyhow::{bail, Context, Result};
-use sagitta_index::{
-    Bitset, DType, HnswParams, Index, IndexKind, IndexRead, Metric, Neighbor, SearchOptions, Space,
-    VectorRef,
-};
-use sagitta_kernels::sign_bits;
+use sagitta_cli::data;
+use sagitta_cli::rows::{build, recall_keys, space_for, timed, Rows};
+use sagitta_index::{Bitset, IndexKind, IndexRead, Neighbor, SearchOptions, VectorRef};
 use sagitta_store::Segment;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -55,96 +52,6 @@ fn parse_list<T: std::str::FromStr>(s: &str) -> Result<Vec<T>> {
         .collect()
 }
 
-fn space_for(metric: &str, dims: usize) -> Result<Space> {
-    Ok(match metric {
-        "hamming" => Space::new(dims, Metric::Hamming, DType::B1)?,
-        m => Space::new(
-            dims,
-            Metric::parse(m).with_context(|| format!("unknown metric {m}"))?,
-            DType::F32,
-        )?,
-    })
-}
-
-/// Rows as the index's input type (floats, or sign bits for Hamming).
-enum Rows {
-    F(Vec<Vec<f32>>),
-    B(Vec<Vec<u8>>),
-}
-
-impl Rows {
-    fn new(m: &sagitta_cli::npy::Matrix<f32>, n: usize, bits: bool) -> Rows {
-        if bits {
-            Rows::B((0..n).map(|i| sign_bits(m.row(i))).collect())
-        } else {
-            Rows::F((0..n).map(|i| m.row(i).to_vec()).collect())
-        }
-    }
-    fn get(&self, i: usize) -> VectorRef<'_> {
-        match self {
-            Rows::F(v) => VectorRef::F32(&v[i]),
-            Rows::B(v) => VectorRef::Bytes(&v[i]),
-        }
-    }
-    fn len(&self) -> usize {
-        match self {
-            Rows::F(v) => v.len(),
-            Rows::B(v) => v.len(),
-        }
-    }
-}
-
-fn build(space: Space, kind: IndexKind, rows: &Rows, m: usize, efc: usize) -> Result<(Index, f64)> {
-    let idx = Index::new(
-        space,
-        kind,
-        HnswParams {
-            m,
-            ef_construction: efc,
-            ..Default::default()
-        },
-    )?;
-    let keys: Vec<u64> = (0..rows.len() as u64).collect();
-    let vecs: Vec<VectorRef<'_>> = (0..rows.len()).map(|i| rows.get(i)).collect();
-    let t = Instant::now();
-    idx.add_batch(&keys, &vecs, 0)?;
-    Ok((idx, t.elapsed().as_secs_f64()))
-}
-
-/// Runs every query single-threaded; returns results and queries/second.
-fn timed(
-    idx: &dyn IndexRead,
-    qs: &Rows,
-    k: usize,
-    opts: &SearchOptions<'_>,
-) -> Result<(Vec<Vec<Neighbor>>, f64)> {
-    // Warm-up pass (scratch buffers, page cache), then the timed pass.
-    for i in 0..qs.len().min(50) {
-        idx.search(qs.get(i), k, opts)?;
-    }
-    let t = Instant::now();
-    let mut out = Vec::with_capacity(qs.len());
-    for i in 0..qs.len() {
-        out.push(idx.search(qs.get(i), k, opts)?);
-    }
-    Ok((out, qs.len() as f64 / t.elapsed().as_secs_f64()))
-}
-
-/// Recall by key identity.
-fn recall_keys(truth: &[Vec<u64>], got: &[Vec<Neighbor>], k: usize) -> f64 {
-    let hits: usize = truth
-        .iter()
-        .zip(got)
-        .map(|(t, g)| {
-            g.iter()
-                .take(k)
-                .filter(|n| t[..k.min(t.len())].contains(&n.key))
-                .count()
-        })
-        .sum();
-    hits as f64 / (truth.len() * k) as f64
-}
-
 /// Recall counting ties: a result at or below the true k-th distance is a
 /// hit (Hamming distances tie heavily, so key identity undercounts).
 fn recall_ties(truth: &[Vec<Neighbor>], got: &[Vec<Neighbor>], k: usize) -> f64 {
@@ -169,7 +76,7 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     let qs = Rows::new(&ds.queries, ds.queries.rows, bits);
     let k = a.k;
     println!(
-        "# sagitta eval: {} base × {} dims, {} queries, metric {}, k={k}",
+        "# sagitta-bench eval: {} base × {} dims, {} queries, metric {}, k={k}",
         n,
         dims,
         qs.len(),
@@ -330,53 +237,6 @@ pub fn run(a: &EvalArgs) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
-pub fn build_cmd(
-    input: &Path,
-    out: &Path,
-    limit: Option<usize>,
-    metric: &str,
-    kind: &str,
-    m: usize,
-    efc: usize,
-    ivf: sagitta_index::IvfParams,
-) -> Result<()> {
-    let mat = sagitta_cli::npy::read_f32(input)?;
-    let n = limit.unwrap_or(mat.rows).min(mat.rows);
-    let Some(kind) = IndexKind::parse(kind) else {
-        bail!("unknown kind {kind} (hnsw, flat or ivf_rq)");
-    };
-    let rows = Rows::new(&mat, n, metric == "hamming");
-    let space = space_for(metric, mat.cols)?;
-    let (idx, secs) = if kind == IndexKind::IvfRq {
-        // Train with a progress report, then encode every row.
-        let idx = Index::ivf_rq(space, ivf)?;
-        let t = Instant::now();
-        let sample: Vec<f32> = (0..n)
-            .flat_map(|i| match rows.get(i) {
-                VectorRef::F32(x) => x.to_vec(),
-                VectorRef::Bytes(_) => Vec::new(),
-            })
-            .collect();
-        idx.train(&sample, &mut |p| eprintln!("{p}"))?;
-        let keys: Vec<u64> = (0..n as u64).collect();
-        let vecs: Vec<VectorRef<'_>> = (0..n).map(|i| rows.get(i)).collect();
-        idx.add_batch(&keys, &vecs, 0)?;
-        (idx, t.elapsed().as_secs_f64())
-    } else {
-        build(space, kind, &rows, m, efc)?
-    };
-    let t = Instant::now();
-    let info = Segment::write(&idx, out)?;
-    println!(
-        "built {n} vectors in {secs:.1} s, wrote {} ({} bytes) in {:.2} s",
-        out.display(),
-        info.file_len,
-        t.elapsed().as_secs_f64()
-    );
-    Ok(())
-}
-
 pub fn open_bench(files: &[PathBuf], repeat: usize) -> Result<()> {
     println!("| file | vectors | bytes | open median µs | p10 µs | p90 µs |");
     println!("|---|---:|---:|---:|---:|---:|");
@@ -524,74 +384,4 @@ pub fn cpu_model() -> String {
             ", {} cores",
             std::thread::available_parallelism().map_or(1, |n| n.get())
         )
-}
-
-pub fn demo(sample: &Path, show: usize) -> Result<data::Dataset> {
-    let t0 = Instant::now();
-    let ds = data::load(sample, true).with_context(|| {
-        format!(
-            "loading the sample from {} (run from the repository root)",
-            sample.display()
-        )
-    })?;
-    println!(
-        "sagitta demo: {} passages × {} dims (all-MiniLM-L6-v2, cosine), kernels: {}",
-        ds.base.rows,
-        ds.base.cols,
-        sagitta_kernels::isa()
-    );
-    let space = Space::new(ds.base.cols, Metric::Cos, DType::F32)?;
-    let base = Rows::new(&ds.base, ds.base.rows, false);
-    let qs = Rows::new(&ds.queries, ds.queries.rows, false);
-    let (hnsw, secs) = build(space, IndexKind::Hnsw, &base, 16, 128)?;
-    println!("built HNSW (M=16, ef_construction=128) in {secs:.2} s");
-    let dir = std::env::temp_dir().join(format!("sagitta-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join("sample.sgt");
-    let info = Segment::write(&hnsw, &path)?;
-    let t = Instant::now();
-    let seg = Segment::open(&path)?;
-    println!(
-        "saved {} ({:.1} MB) and reopened it memory-mapped in {:.0} µs",
-        path.display(),
-        info.file_len as f64 / 1e6,
-        t.elapsed().as_secs_f64() * 1e6
-    );
-
-    for qi in 0..show.min(qs.len()) {
-        println!("\n> {}", ds.query_texts.get(qi).map_or("?", |s| s.as_str()));
-        for n in seg.search(qs.get(qi), 5, &SearchOptions::default())? {
-            let text = ds
-                .base_texts
-                .get(n.key as usize)
-                .map_or("?", |s| s.as_str());
-            let text: String = text.chars().take(100).collect();
-            println!("  {:.3}  #{:<5} {}", n.distance, n.key, text);
-        }
-    }
-    let (flat, _) = build(space, IndexKind::Flat, &base, 16, 128)?;
-    let (truth, flat_qps) = timed(&flat, &qs, 10, &SearchOptions::default())?;
-    let truth: Vec<Vec<u64>> = truth
-        .iter()
-        .map(|r| r.iter().map(|n| n.key).collect())
-        .collect();
-    let (res, qps) = timed(
-        &seg,
-        &qs,
-        10,
-        &SearchOptions {
-            ef: Some(64),
-            ..Default::default()
-        },
-    )?;
-    println!(
-        "\nrecall@10 vs exact search over {} queries: {:.3} at ef=64; {:.0} queries/s single thread (exact scan: {:.0}/s)",
-        qs.len(),
-        recall_keys(&truth, &res, 10),
-        qps,
-        flat_qps
-    );
-    let _ = std::fs::remove_dir_all(&dir);
-    println!("index part done in {:.1} s", t0.elapsed().as_secs_f64());
-    Ok(ds)
 }

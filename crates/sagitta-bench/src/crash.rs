@@ -1,4 +1,4 @@
-//! `sagitta crash-writer`: the writer process of the crash-safety test
+//! `sagitta-bench crash-writer`: the writer process of the crash-safety test
 //! (`tests/crash.rs`), which SIGKILLs it at random moments.
 //!
 //! The collection is configured so that background work never stops

@@ -1,4 +1,4 @@
-//! Crash safety: a writer process (`sagitta crash-writer`) upserts,
+//! Crash safety: a writer process (`sagitta-bench crash-writer`) upserts,
 //! removes, seals and compacts a collection whose flush and optimizer
 //! threads are kept busy (small segments, small merges, see
 //! `src/crash.rs`), while this test SIGKILLs it at random moments. After
@@ -22,7 +22,7 @@
 //! rounds, `SAGITTA_CRASH_SEED` the seed of the kill points, and
 //! `SAGITTA_CRASH_DIR` a directory to run in (kept afterwards) instead of
 //! a temporary one, e.g. for a long run:
-//! `SAGITTA_CRASH_ROUNDS=500 cargo test --release -p sagitta-cli --test
+//! `SAGITTA_CRASH_ROUNDS=500 cargo test --release -p sagitta-bench --test
 //! crash -- --nocapture`.
 
 #![allow(clippy::unwrap_used)]
@@ -210,7 +210,7 @@ fn sigkill_at_random_moments_loses_no_acknowledged_write() {
     };
     let repro = format!("SAGITTA_CRASH_SEED={seed:#x} SAGITTA_CRASH_ROUNDS={rounds}");
     let started = std::time::Instant::now();
-    let bin = env!("CARGO_BIN_EXE_sagitta");
+    let bin = env!("CARGO_BIN_EXE_sagitta-bench");
     let mut model = Model::new();
     let mut rng = seed;
     let mut total_acks = 0;
