@@ -173,6 +173,7 @@ pub async fn bind(cfg: ServerConfig) -> Result<Bound, ServeError> {
         max_body: cfg.max_body,
         http_addr: http.to_string(),
         flight_addr: flight.to_string(),
+        namespaces: state::Namespaces::default(),
     });
     Ok(Bound {
         http,
