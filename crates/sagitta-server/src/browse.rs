@@ -2,8 +2,9 @@
 //! parts (segments) and the optimizer's totals, and rows page by page in
 //! storage order (`scroll`), optionally filtered.
 
+use crate::api::Id;
 use crate::error::{ApiError, ApiResult};
-use crate::ops::{self, Id};
+use crate::ops;
 use crate::registry::Entry;
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;

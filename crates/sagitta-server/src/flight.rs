@@ -433,7 +433,7 @@ impl Flight {
                                 // storage type of the vector elements, default index
                                 // settings (create it beforehand for others).
                                 let dtype = convert::dtype_for(&ing.element);
-                                let mut req = ops::CreateCollection {
+                                let mut req = crate::api::CreateCollection {
                                     name: name2.clone(),
                                     dims: ing.vectors.width(),
                                     dtype: Some(dtype.name().into()),

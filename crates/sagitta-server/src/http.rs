@@ -3,13 +3,14 @@
 //! OpenAPI document is generated from these handlers and the types in
 //! [`crate::ops`].
 
+use crate::api::*;
 use crate::auth::{self, Role};
 use crate::browse::{self, ScrollRequest, ScrollResponse, SegmentsResponse, WhoAmI};
 use crate::classify::{ClassifyRequest, ClassifyResponse};
 use crate::error::{ApiError, ApiResult, ErrorBody};
 use crate::exec::Work;
 use crate::fastjson::{self, WithVector};
-use crate::ops::{self, *};
+use crate::ops;
 use crate::State;
 use axum::body::Bytes;
 use axum::extract::{FromRequest, FromRequestParts, MatchedPath, Request, State as AxState};

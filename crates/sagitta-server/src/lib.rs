@@ -8,6 +8,7 @@
 //! onto `sagitta-store` calls ([`ops`]) and errors onto statuses in one
 //! place ([`error`]). See docs/SERVER.md.
 
+pub mod api;
 pub mod auth;
 pub mod browse;
 pub mod classify;

@@ -7,11 +7,12 @@
 
 use super::handler::{call, json_body, vector_body, Action, Body, Cx, Handler, NoBody, On, Reply};
 use super::search::{filter_of, hybrid_json, ipc_bytes, search_batch, ten, SearchTicket};
+use crate::api::{self, Id};
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
 use crate::exec::Work;
 use crate::longbow;
-use crate::ops::{self, Id, Knobs};
+use crate::ops::{self, Knobs};
 use crate::registry::Entry;
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
@@ -197,7 +198,7 @@ pub struct NameAction {
 pub struct SetPayloadAction {
     name: String,
     #[serde(default)]
-    ids: Option<Vec<ops::Id>>,
+    ids: Option<Vec<Id>>,
     #[serde(default)]
     filter: Option<Json>,
     payload: Json,
@@ -317,7 +318,7 @@ impl Handler for DropCollection {
     }
 }
 
-impl Body for ops::CreateCollection {
+impl Body for api::CreateCollection {
     fn parse(what: &str, b: &[u8]) -> Result<Self, Status> {
         json_body(what, b)
     }
@@ -331,8 +332,8 @@ impl Body for ops::CreateCollection {
 pub struct CreateCollection;
 
 impl Handler for CreateCollection {
-    type Body = ops::CreateCollection;
-    fn run(cx: &Cx, req: ops::CreateCollection) -> ApiResult<Reply> {
+    type Body = api::CreateCollection;
+    fn run(cx: &Cx, req: api::CreateCollection) -> ApiResult<Reply> {
         let cfg = ops::config_from(&req)?;
         let e = cx.st.registry.create(&req.name, cfg)?;
         to_json(ops::describe(&e))
@@ -356,7 +357,7 @@ impl Handler for SetPayload {
     type Body = SetPayloadAction;
     const RESOLVE: bool = true;
     fn run(cx: &Cx, a: SetPayloadAction) -> ApiResult<Reply> {
-        let req = ops::SetPayloadRequest {
+        let req = api::SetPayloadRequest {
             ids: a.ids,
             filter: a.filter,
             payload: a.payload,
@@ -383,7 +384,7 @@ impl Handler for Optimize {
     type Body = OptimizeAction;
     const RESOLVE: bool = true;
     fn run(cx: &Cx, a: OptimizeAction) -> ApiResult<Reply> {
-        let req = ops::OptimizeRequest { compact: a.compact };
+        let req = api::OptimizeRequest { compact: a.compact };
         to_json(ops::run_optimize(cx.entry()?, &req)?)
     }
 }
