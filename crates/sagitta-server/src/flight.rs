@@ -485,8 +485,8 @@ impl Flight {
         let e2 = e.clone();
         let (schema, scan, on_id) = self
             .run(Work::Search, move || {
-                let (filter, on_id) = idfilter::split(filter)?;
-                let pred = ops::bind(&e2.coll, filter.as_ref())?;
+                let (filter, on_id) = idfilter::split(filter.as_ref())?;
+                let pred = filter.map(|f| e2.coll.bind_filter(&f)).transpose()?;
                 let schema = convert::row_schema(&e2.coll);
                 let scan = e2.coll.scan(pred.as_ref(), SCAN_BATCH)?;
                 Ok((schema, scan, on_id))

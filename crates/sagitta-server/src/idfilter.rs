@@ -1,9 +1,13 @@
 //! Filter conditions on a row's id (`{"field": "id", ...}`), as Longbow's
-//! clients send them in download tickets. Payload filters are the store's;
-//! these are split off the top-level AND and tested on the ids of the rows
-//! the payload filter passed.
+//! clients send them in download tickets. The ticket's filter is parsed
+//! once, by the store's parser ([`Filter::parse`]); [`split`] then takes
+//! the conditions on `id` off its top-level AND (they test the row's id,
+//! not a payload column) and leaves the rest to be bound and evaluated by
+//! the store. The id conditions are tested on the ids of the rows the
+//! payload filter passed.
 
 use crate::error::{ApiError, ApiResult};
+use sagitta_store::filter::{Filter, Op};
 use sagitta_store::Id;
 use serde_json::Value as Json;
 use std::cmp::Ordering;
@@ -15,42 +19,25 @@ pub struct IdCond {
     values: Vec<Json>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Op {
-    Eq,
-    Ne,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    In,
-    NotIn,
-}
-
 fn bad(msg: impl Into<String>) -> ApiError {
     ApiError::BadRequest(msg.into())
 }
 
-fn is_id_cond(c: &Json) -> bool {
-    c.get("field").and_then(Json::as_str) == Some("id")
+fn on_id(f: &Filter) -> bool {
+    matches!(f, Filter::Cond { field, .. } if field == "id")
 }
 
-/// Splits `filter` into the payload filter and the conditions on `id`
-/// (taken from a bare list or a top-level `and`; anywhere else they are
-/// refused with a clear error).
-pub fn split(filter: Option<Json>) -> ApiResult<(Option<Json>, Vec<IdCond>)> {
+/// Parses `filter` (the store's grammar) and splits it into the payload
+/// filter and the conditions on `id` (taken from a bare list, a top-level
+/// `and`, or a lone condition; anywhere else they are refused with a clear
+/// error).
+pub fn split(filter: Option<&Json>) -> ApiResult<(Option<Filter>, Vec<IdCond>)> {
     let Some(f) = filter else {
         return Ok((None, Vec::new()));
     };
-    let (items, wrap) = match f {
-        Json::Array(items) => (items, false),
-        Json::Object(ref m) if m.len() == 1 && m.get("and").is_some_and(Json::is_array) => {
-            let Some(Json::Array(items)) = m.get("and").cloned() else {
-                return Ok((Some(f), Vec::new()));
-            };
-            (items, true)
-        }
-        f if is_id_cond(&f) => (vec![f], false),
+    let items = match Filter::parse(f)? {
+        Filter::And(items) => items,
+        f if on_id(&f) => vec![f],
         f => {
             nowhere_else(&f)?;
             return Ok((Some(f), Vec::new()));
@@ -59,30 +46,24 @@ pub fn split(filter: Option<Json>) -> ApiResult<(Option<Json>, Vec<IdCond>)> {
     let mut rest = Vec::new();
     let mut conds = Vec::new();
     for c in items {
-        if is_id_cond(&c) {
-            conds.push(parse(&c)?);
-        } else {
-            nowhere_else(&c)?;
-            rest.push(c);
+        match c {
+            Filter::Cond { field, op, value } if field == "id" => conds.push(id_cond(op, value)?),
+            c => {
+                nowhere_else(&c)?;
+                rest.push(c);
+            }
         }
     }
-    let rest = match (rest.is_empty(), wrap) {
-        (true, _) => None,
-        (false, false) => Some(Json::Array(rest)),
-        (false, true) => Some(serde_json::json!({ "and": rest })),
-    };
+    let rest = (!rest.is_empty()).then_some(Filter::And(rest));
     Ok((rest, conds))
 }
 
-/// Refuses a condition on `id` nested in `or` / `not`.
-fn nowhere_else(f: &Json) -> ApiResult<()> {
+/// Refuses a condition on `id` nested in `and` / `or` / `not`.
+fn nowhere_else(f: &Filter) -> ApiResult<()> {
     let nested = match f {
-        Json::Array(a) => a.iter().any(|c| is_id_cond(c) || nowhere_else(c).is_err()),
-        Json::Object(m) => m
-            .iter()
-            .filter(|(k, _)| matches!(k.as_str(), "and" | "or" | "not"))
-            .any(|(_, v)| is_id_cond(v) || nowhere_else(v).is_err()),
-        _ => false,
+        Filter::And(v) | Filter::Or(v) => v.iter().any(|c| on_id(c) || nowhere_else(c).is_err()),
+        Filter::Not(c) => on_id(c) || nowhere_else(c).is_err(),
+        Filter::Cond { .. } => false,
     };
     if nested {
         return Err(bad(
@@ -92,31 +73,18 @@ fn nowhere_else(f: &Json) -> ApiResult<()> {
     Ok(())
 }
 
-fn parse(c: &Json) -> ApiResult<IdCond> {
-    let op = c.get("op").and_then(Json::as_str).unwrap_or("eq");
-    let op = match op.to_ascii_lowercase().as_str() {
-        "eq" | "=" | "==" => Op::Eq,
-        "ne" | "!=" | "<>" => Op::Ne,
-        "lt" | "<" => Op::Lt,
-        "le" | "<=" => Op::Le,
-        "gt" | ">" => Op::Gt,
-        "ge" | ">=" => Op::Ge,
-        "in" => Op::In,
-        "not_in" | "not in" | "nin" => Op::NotIn,
-        o => {
+/// A parsed condition on `id`: its operator must compare, its values be
+/// numbers or strings.
+fn id_cond(op: Op, v: Json) -> ApiResult<IdCond> {
+    let values = match (op, v) {
+        (Op::Eq | Op::Ne | Op::Lt | Op::Le | Op::Gt | Op::Ge, v) => vec![v],
+        (Op::In | Op::NotIn, Json::Array(a)) => a,
+        (Op::In | Op::NotIn, _) => return Err(bad("filter on `id`: in / not_in take a list")),
+        (o, _) => {
             return Err(bad(format!(
                 "filter on `id`: operator {o:?} is not one of eq ne lt le gt ge in not_in"
             )))
         }
-    };
-    let v = c
-        .get("value")
-        .cloned()
-        .ok_or_else(|| bad("filter on `id`: no `value`"))?;
-    let values = match (op, v) {
-        (Op::In | Op::NotIn, Json::Array(a)) => a,
-        (Op::In | Op::NotIn, _) => return Err(bad("filter on `id`: in / not_in take a list")),
-        (_, v) => vec![v],
     };
     for v in &values {
         if !(v.is_number() || v.is_string()) {
@@ -127,7 +95,6 @@ fn parse(c: &Json) -> ApiResult<IdCond> {
     }
     Ok(IdCond { op, values })
 }
-
 /// `id` against `v`: numerically for integer ids (a numeric string is
 /// its number; anything else is unequal and unordered), as strings for
 /// string ids.
@@ -175,6 +142,8 @@ impl IdCond {
             Op::Ge => first.and_then(c).is_some_and(|o| o != Ordering::Less),
             Op::In => self.values.iter().any(|v| c(v) == Some(Ordering::Equal)),
             Op::NotIn => self.values.iter().all(|v| c(v) != Some(Ordering::Equal)),
+            // Not made by [`split`].
+            Op::IsNull | Op::IsNotNull | Op::Contains => false,
         }
     }
 }
@@ -185,44 +154,48 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    fn split(f: Json) -> ApiResult<(Option<Filter>, Vec<IdCond>)> {
+        super::split(Some(&f))
+    }
+
     #[test]
     fn id_conditions_are_split_and_tested() {
-        let (rest, c) = split(Some(json!([
+        let (rest, c) = split(json!([
             {"field": "id", "op": "lt", "value": "100"},
             {"field": "category", "op": "eq", "value": "tech"}
-        ])))
+        ]))
         .unwrap();
-        assert_eq!(
-            rest,
-            Some(json!([{"field": "category", "op": "eq", "value": "tech"}]))
-        );
+        let want = json!([{"field": "category", "op": "eq", "value": "tech"}]);
+        assert_eq!(rest, Some(Filter::parse(&want).unwrap()));
         assert!(c[0].test(&Id::UInt(99)));
         assert!(!c[0].test(&Id::UInt(100)));
         assert!(c[0].test(&Id::Int(-5)));
-        let (rest, c) = split(Some(
-            json!({"and": [{"field": "id", "op": "In", "value": ["a", 7]}]}),
-        ))
-        .unwrap();
+        let (rest, c) =
+            split(json!({"and": [{"field": "id", "op": "In", "value": ["a", 7]}]})).unwrap();
         assert_eq!(rest, None);
         assert!(c[0].test(&Id::Str("a".into())));
         assert!(c[0].test(&Id::Str("7".into())));
         assert!(c[0].test(&Id::UInt(7)));
         assert!(!c[0].test(&Id::Str("b".into())));
+        // A lone condition on the id.
+        let (rest, c) = split(json!({"field": "id", "op": "ge", "value": 3})).unwrap();
+        assert!(rest.is_none() && c[0].test(&Id::UInt(3)) && !c[0].test(&Id::UInt(2)));
         // A non-numeric value never equals an integer id.
-        let (_, c) = split(Some(json!([{"field": "id", "op": "eq", "value": "x"}]))).unwrap();
+        let (_, c) = split(json!([{"field": "id", "op": "eq", "value": "x"}])).unwrap();
         assert!(!c[0].test(&Id::UInt(1)));
-        // Nested, or a bad operator: refused.
-        assert!(split(Some(
-            json!({"or": [{"field": "id", "op": "eq", "value": 1}]})
-        ))
-        .is_err());
-        assert!(split(Some(json!([{"field": "id", "op": "contains", "value": 1}]))).is_err());
-        assert!(split(Some(
-            json!([{"field": "id", "op": "eq", "value": {"a": 1}}])
-        ))
-        .is_err());
-        // No id condition: the filter passes through unchanged.
+        // Nested, a bad operator, a bad value, or a malformed filter: refused.
+        assert!(split(json!({"or": [{"field": "id", "op": "eq", "value": 1}]})).is_err());
+        assert!(split(json!({"not": {"field": "id", "op": "eq", "value": 1}})).is_err());
+        assert!(split(json!([{"field": "id", "op": "contains", "value": 1}])).is_err());
+        assert!(split(json!([{"field": "id", "op": "nope", "value": 1}])).is_err());
+        assert!(split(json!([{"field": "id", "op": "in", "value": 1}])).is_err());
+        assert!(split(json!([{"field": "id", "op": "eq", "value": {"a": 1}}])).is_err());
+        assert!(split(json!({"and": [], "x": 1})).is_err());
+        // No id condition: the filter passes through as parsed.
         let f = json!({"or": [{"field": "a", "op": "eq", "value": 1}]});
-        assert_eq!(split(Some(f.clone())).unwrap(), (Some(f), Vec::new()));
+        assert_eq!(
+            split(f.clone()).unwrap(),
+            (Some(Filter::parse(&f).unwrap()), Vec::new())
+        );
     }
 }
