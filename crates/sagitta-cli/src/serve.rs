@@ -134,7 +134,7 @@ fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
         .worker_threads(threads.max(1))
         .thread_name("sagitta-io")
         .on_thread_start(|| {
-            sagitta_server::priority::latency_sensitive();
+            sagitta_index::sched::priority::latency_sensitive();
         })
         .enable_all()
         .build()

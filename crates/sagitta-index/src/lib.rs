@@ -21,7 +21,6 @@
 
 mod bitset;
 mod error;
-pub mod foreground;
 mod graph;
 mod index;
 pub mod ivf;
@@ -29,10 +28,10 @@ pub mod kmeans;
 pub mod limits;
 pub mod plan;
 pub mod rotation;
+pub mod sched;
 mod scratch;
 mod space;
 mod storage;
-pub mod threads;
 mod topk;
 mod view;
 

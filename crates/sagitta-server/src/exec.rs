@@ -24,7 +24,7 @@
 
 use crate::error::{ApiError, ApiResult};
 use crate::metrics::Metrics;
-use crate::priority;
+use sagitta_index::sched::priority;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -131,14 +131,14 @@ fn lanes(name: &'static str, lanes: usize, threads: usize) -> std::io::Result<Ru
         let pool = rayon::ThreadPoolBuilder::new()
             .num_threads(threads.max(1))
             .thread_name(move |t| format!("sagitta-{name}-{i}.{t}"))
-            .start_handler(|_| priority::lower_priority())
+            .start_handler(|_| priority::ingest())
             .build()
             .map_err(std::io::Error::other)?;
         let rx = rx.clone();
         std::thread::Builder::new()
             .name(format!("sagitta-{name}-{i}"))
             .spawn(move || {
-                priority::lower_priority();
+                priority::ingest();
                 loop {
                     let job = match rx.lock() {
                         Ok(r) => r.recv(),

@@ -23,7 +23,6 @@ pub mod longbow;
 pub mod metrics;
 pub mod opener;
 pub mod ops;
-pub mod priority;
 pub mod registry;
 pub mod state;
 pub mod text;

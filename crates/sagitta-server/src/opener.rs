@@ -31,7 +31,7 @@ impl Opener {
         let thread = std::thread::Builder::new()
             .name("sagitta-opener".into())
             .spawn(move || {
-                crate::priority::default_slice();
+                sagitta_index::sched::priority::default_slice();
                 while let Ok(job) = rx.recv() {
                     job();
                 }

@@ -289,7 +289,7 @@ impl Wal {
         // In pieces, giving way to searches between them (a batch of
         // megabytes is milliseconds of copying in one system call).
         let written = records.chunks(WRITE_PIECE).try_for_each(|piece| {
-            sagitta_index::foreground::step();
+            sagitta_index::sched::foreground::step();
             fault::write_all(&mut self.file, piece, &self.path)
         });
         if let Err(e) = written {

@@ -341,7 +341,7 @@ impl Index {
             keys.par_iter()
                 .zip(stored.par_chunks_exact(stride.max(1)))
                 .try_for_each(|(&k, v)| {
-                    crate::foreground::step();
+                    crate::sched::foreground::step();
                     self.upsert_encoded(k, v)
                 })
         };
@@ -374,7 +374,7 @@ impl Index {
             keys.par_iter()
                 .zip(rows.par_chunks_exact(row_stride))
                 .try_for_each(|(&k, r)| {
-                    crate::foreground::step();
+                    crate::sched::foreground::step();
                     let v = f32_row(r, dims);
                     self.upsert(k, VectorRef::F32(&v))
                 })
@@ -401,7 +401,7 @@ impl Index {
             .map_init(
                 || vec![0u8; stride],
                 |buf, (i, v)| {
-                    crate::foreground::step();
+                    crate::sched::foreground::step();
                     self.space.encode(*v, buf).err().map(|e| (i, e))
                 },
             )

@@ -519,7 +519,7 @@ fn with_threads<R: Send>(threads: usize, f: impl FnOnce() -> Result<R> + Send) -
         return f();
     }
     let builder = rayon::ThreadPoolBuilder::new().num_threads(threads);
-    crate::threads::with_joined_pool(builder, |pool| pool.install(f)).map_err(|_| {
+    crate::sched::threads::with_joined_pool(builder, |pool| pool.install(f)).map_err(|_| {
         IndexError::InvalidParameter {
             name: "threads",
             value: threads.to_string(),

@@ -261,7 +261,7 @@ impl Collection {
     ) -> Result<Vec<Vec<Neighbor>>> {
         // Write and build threads give way while this search runs (and
         // for a moment after it).
-        let _running = sagitta_index::foreground::search();
+        let _running = sagitta_index::sched::foreground::search();
         let st = self.inner.snapshot();
         let k = crate::limits::check_k(k, st.live())?;
         crate::limits::check_knobs(opts.ef, opts.nprobe, opts.refine)?;

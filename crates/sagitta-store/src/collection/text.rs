@@ -187,7 +187,7 @@ impl Collection {
                 "the text has no searchable terms (empty, or only stop words)".into(),
             ));
         }
-        let _running = sagitta_index::foreground::search();
+        let _running = sagitta_index::sched::foreground::search();
         let st = self.inner.snapshot();
         let mut segs = self.inner.segments(&st, q.opts.filter, q.opts.predicate)?;
         cut_active(&st, &mut segs[0]);

@@ -245,7 +245,7 @@ impl Inner {
             .zip(vectors.par_iter())
             .enumerate()
             .try_for_each(|(i, (row, v))| {
-                sagitta_index::foreground::step();
+                sagitta_index::sched::foreground::step();
                 space.encode(*v, row).map_err(|e| (i, e))
             })
             .map_err(|(i, e)| row_err(i, e))?;
@@ -300,7 +300,7 @@ impl Inner {
             .zip(stored.chunks_exact(stride.max(1)))
             .enumerate()
         {
-            sagitta_index::foreground::step();
+            sagitta_index::sched::foreground::step();
             match rows.map(|r| &r[i]).filter(|r| !r.is_empty()) {
                 Some(r) => {
                     body.clear();

@@ -6,23 +6,6 @@ use super::super::Inner;
 use super::policy::DEFER_MS;
 use std::sync::atomic::Ordering;
 
-/// Background work: nice `nice` (kept if the thread's is already
-/// lower), and sleeps at its step points while searches run
-/// ([`sagitta_index::foreground`]).
-pub(super) fn lower_priority(nice: libc::c_int) {
-    sagitta_index::foreground::mark_background();
-    // SAFETY: getpriority / setpriority with PRIO_PROCESS and a thread id
-    // (Linux semantics) only read or change this thread's nice value; no
-    // memory is touched.
-    #[cfg(target_os = "linux")]
-    unsafe {
-        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
-        if libc::getpriority(libc::PRIO_PROCESS, tid) < nice {
-            libc::setpriority(libc::PRIO_PROCESS, tid, nice);
-        }
-    }
-}
-
 /// The nice value of background threads while writes arrive (flush,
 /// builds of a backlog): the lowest, below the server's ingest threads
 /// (nice 10), so searches come first, then acknowledged writes, then
@@ -82,7 +65,7 @@ pub(super) struct LazyPool {
     name: &'static str,
     nice: Option<libc::c_int>,
     threads: usize,
-    pool: std::sync::OnceLock<Option<sagitta_index::threads::JoinedPool>>,
+    pool: std::sync::OnceLock<Option<sagitta_index::sched::threads::JoinedPool>>,
 }
 
 impl LazyPool {
@@ -103,11 +86,11 @@ impl LazyPool {
                     .num_threads(self.threads)
                     .thread_name(move |i| format!("sagitta-{name}-{i}"))
                     .start_handler(move |_| match nice {
-                        Some(n) => lower_priority(n),
+                        Some(n) => sagitta_index::sched::priority::background(n),
                         // Still gives way to searches at its step points.
-                        None => sagitta_index::foreground::mark_background(),
+                        None => sagitta_index::sched::foreground::mark_background(),
                     });
-                sagitta_index::threads::JoinedPool::build(b).ok()
+                sagitta_index::sched::threads::JoinedPool::build(b).ok()
             })
             .as_deref()
     }
@@ -128,7 +111,7 @@ impl Inner {
     /// The pool the optimizer's next step runs on: the opener's priority
     /// while a caller waits in `optimize()` / `compact()`, nice 10 once
     /// writes have paused ([`DEFER_MS`]), else nice 19. Every pool pauses
-    /// while searches run (`sagitta_index::foreground`).
+    /// while searches run (`sagitta_index::sched::foreground`).
     pub(super) fn build_priority(&self) -> Priority {
         if self.opt.waited_for() {
             Priority::Waited

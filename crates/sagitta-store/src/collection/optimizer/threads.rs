@@ -6,9 +6,10 @@
 
 use super::super::{Inner, State};
 use super::policy::{self, defer, eager_quiet_ms, plan, PartInfo, Policy};
-use super::pools::{lower_priority, LazyPool, Pools, BACKGROUND_NICE, IDLE_NICE};
+use super::pools::{LazyPool, Pools, BACKGROUND_NICE, IDLE_NICE};
 use super::run::run;
 use super::RETRY;
+use sagitta_index::sched::priority;
 use sagitta_index::{IndexKind, IndexRead};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -27,7 +28,7 @@ pub(super) fn sync_loop(c: &Inner, every: Duration) {
 }
 
 pub(super) fn flush_loop(c: &Inner) {
-    lower_priority(BACKGROUND_NICE);
+    priority::background(BACKGROUND_NICE);
     let idle = c.config.idle_seal_ms;
     let tick = policy::flush_tick(idle);
     let mut seen = 0;
@@ -76,7 +77,7 @@ fn optimize_with(c: &Inner, pools: &Pools) {
     // hand-back waited for a time slice (optimize() beside two CPU-bound
     // processes took 3.5 times as long as alone, where the pools' share of
     // the cores accounts for 2).
-    sagitta_index::foreground::mark_background();
+    sagitta_index::sched::foreground::mark_background();
     let mut seen = 0;
     let mut first = true;
     while !c.opt.stopping() {

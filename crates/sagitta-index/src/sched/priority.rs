@@ -1,18 +1,24 @@
-//! CPU priority of the server's threads (Linux; a no-op elsewhere).
+//! CPU priority of the calling thread (Linux; a no-op elsewhere).
 //!
-//! * Threads that answer requests (the I/O runtime, the search pool) ask
-//!   the scheduler for its shortest time slice ([`latency_sensitive`]).
-//!   Linux's EEVDF scheduler (6.12+) gives a task with a shorter slice an
-//!   earlier virtual deadline, so a search that wakes up preempts a
-//!   running ingest or build thread at once instead of waiting for the
-//!   end of that thread's slice (up to a few milliseconds). Shares of CPU
-//!   time are unchanged: this reorders, it does not starve. Older kernels
-//!   ignore the slice.
-//! * Ingest threads run at nice +10 ([`lower_priority`]): under full
-//!   load they get about a tenth of a core against a search thread.
+//! * Threads that answer requests (the server's I/O runtime, its search
+//!   pool) ask the scheduler for its shortest time slice
+//!   ([`latency_sensitive`]). Linux's EEVDF scheduler (6.12+) gives a task
+//!   with a shorter slice an earlier virtual deadline, so a search that
+//!   wakes up preempts a running ingest or build thread at once instead
+//!   of waiting for the end of that thread's slice (up to a few
+//!   milliseconds). Shares of CPU time are unchanged: this reorders, it
+//!   does not starve. Older kernels ignore the slice.
+//! * Ingest threads run at nice +10 ([`ingest`]): under full load they
+//!   get about a tenth of a core against a search thread; background
+//!   builds lower themselves further ([`at_least_nice`]).
+
+use super::foreground;
 
 /// Shortest slice Linux accepts for a fair-class task (0.1 ms).
-const SHORT_SLICE_NS: u64 = 100_000;
+pub const SHORT_SLICE_NS: u64 = 100_000;
+
+/// The nice value of ingest threads.
+pub const INGEST_NICE: i32 = 10;
 
 /// `struct sched_attr` of `sched_setattr(2)`, its first version (48 bytes).
 #[cfg(target_os = "linux")]
@@ -68,18 +74,34 @@ fn set_slice(runtime: u64) -> bool {
     }
 }
 
-/// Lowers the calling thread to nice +10, and marks it as a writer that
-/// sleeps at its step points while searches run
-/// ([`sagitta_index::foreground`]).
-pub fn lower_priority() {
-    sagitta_index::foreground::mark_writer();
-    // SAFETY: setpriority with PRIO_PROCESS and a thread id (Linux
-    // semantics) only changes this thread's nice value; no memory is
-    // touched.
+/// An ingest thread: nice [`INGEST_NICE`], and marked as a writer that
+/// sleeps at its step points while searches run ([`foreground`]).
+pub fn ingest() {
+    foreground::mark_writer();
+    at_least_nice(INGEST_NICE);
+}
+
+/// A background thread (flushes, builds, merges): nice at least `n` (a
+/// thread already lower keeps its value), and marked as background work
+/// that sleeps at its step points while searches run ([`foreground`]).
+pub fn background(n: i32) {
+    foreground::mark_background();
+    at_least_nice(n);
+}
+
+/// Lowers the calling thread to nice `n` unless it is already lower.
+pub fn at_least_nice(n: i32) {
     #[cfg(target_os = "linux")]
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, tid(), 10);
+    if nice() < n {
+        // SAFETY: setpriority with PRIO_PROCESS and a thread id (Linux
+        // semantics) only changes this thread's nice value; no memory is
+        // touched.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, tid(), n);
+        }
     }
+    #[cfg(not(target_os = "linux"))]
+    let _ = n;
 }
 
 /// The calling thread's id (Linux: `PRIO_PROCESS` takes it for one thread).
@@ -89,11 +111,15 @@ fn tid() -> libc::id_t {
     unsafe { libc::syscall(libc::SYS_gettid) as libc::id_t }
 }
 
-/// The calling thread's nice value.
-#[cfg(target_os = "linux")]
-fn nice() -> i32 {
-    // SAFETY: getpriority only reads this thread's nice value.
-    unsafe { libc::getpriority(libc::PRIO_PROCESS, tid()) }
+/// The calling thread's nice value (0 where it cannot be read).
+pub fn nice() -> i32 {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: getpriority only reads this thread's nice value.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, tid()) }
+    }
+    #[cfg(not(target_os = "linux"))]
+    0
 }
 
 #[cfg(test)]
@@ -102,11 +128,11 @@ mod tests {
     use super::*;
 
     /// The slice request is accepted here or refused cleanly, and never
-    /// changes the thread's nice value.
+    /// changes the thread's nice value; nice values only go down.
     #[test]
     fn the_slice_request_keeps_the_nice_value() {
         std::thread::spawn(|| {
-            lower_priority();
+            ingest();
             let took = latency_sensitive();
             // Where the kernel shows a thread's slice (scheduler debug
             // info), a slice it took is the one asked for.
@@ -122,7 +148,14 @@ mod tests {
                 assert_eq!(slice, SHORT_SLICE_NS);
             }
             #[cfg(target_os = "linux")]
-            assert_eq!(nice(), 10);
+            {
+                assert_eq!(nice(), INGEST_NICE);
+                background(19);
+                assert_eq!(nice(), 19);
+                // Never raised back.
+                at_least_nice(5);
+                assert_eq!(nice(), 19);
+            }
         })
         .join()
         .unwrap();
