@@ -4,10 +4,11 @@
 use crate::error::{ApiError, ApiResult};
 use crate::opener::Opener;
 use parking_lot::{Mutex, RwLock};
+use sagitta_store::dirs::{self, Removed};
 use sagitta_store::{Collection, CollectionConfig, OpenMode, StoreError};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 /// Longest collection name, in bytes.
@@ -61,15 +62,17 @@ impl Registry {
     /// Opens every collection under `root` (creating `root` if missing).
     /// A directory that fails to open is logged and skipped.
     pub fn open(root: &Path) -> std::io::Result<Registry> {
-        std::fs::create_dir_all(root)?;
         let mut cols = BTreeMap::new();
-        let mut names: Vec<String> = std::fs::read_dir(root)?
-            .filter_map(|e| e.ok())
-            .filter(|e| Collection::exists(&e.path()))
-            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
-            .filter(|n| validate_name(n).is_ok())
-            .collect();
-        names.sort();
+        let mut names = dirs::collections_in(root)?;
+        names.retain(|n| validate_name(n).is_ok());
+        match dirs::clean_tombstones(root) {
+            Ok(left) => {
+                for (path, err) in left {
+                    tracing::warn!(path = %path.display(), error = %err, "could not delete a dropped collection's files");
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "could not clean dropped collections"),
+        }
         let opener = Opener::start();
         for name in names {
             let dir = root.join(&name);
@@ -148,7 +151,9 @@ impl Registry {
     }
 
     /// Drops a collection: it stops being served at once, and its
-    /// directory is moved aside and deleted.
+    /// directory is removed through the store ([`dirs::remove_dir`]:
+    /// renamed aside durably, then deleted; what a crash leaves is
+    /// deleted at the next open).
     pub fn drop_collection(&self, name: &str) -> ApiResult<()> {
         validate_name(name)?;
         let _g = self.ddl.lock();
@@ -159,21 +164,10 @@ impl Registry {
             .ok_or_else(|| ApiError::NotFound(name.into()))?;
         let dir = e.coll.dir().to_path_buf();
         drop(e);
-        // Hidden names are never collection names, so the move cannot clash
-        // with a collection created right after.
-        static SEQ: AtomicU64 = AtomicU64::new(0);
-        let trash = self.root.join(format!(
-            ".dropped-{name}-{}-{}",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::rename(&dir, &trash).map_err(|source| StoreError::Io {
-            op: "rename",
-            path: dir.clone(),
-            source,
-        })?;
-        if let Err(err) = std::fs::remove_dir_all(&trash) {
-            tracing::warn!(path = %trash.display(), error = %err, "could not delete a dropped collection's files");
+        // The store renames it to a hidden name (never a collection's, so
+        // a collection created right after cannot clash), fsyncs, deletes.
+        if let Removed::Left { path, error } = dirs::remove_dir(&dir)? {
+            tracing::warn!(path = %path.display(), error = %error, "could not delete a dropped collection's files");
         }
         tracing::info!(collection = %name, "dropped collection");
         Ok(())

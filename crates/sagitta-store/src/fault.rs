@@ -29,7 +29,7 @@ pub enum IoOp {
     Write,
     /// `fsync` / `fdatasync` of a file or a directory.
     Fsync,
-    /// Renaming a file.
+    /// Renaming a file or a directory.
     Rename,
     /// Memory-mapping a file.
     Mmap,
@@ -37,7 +37,7 @@ pub enum IoOp {
     Read,
     /// Truncating a file.
     Truncate,
-    /// Removing a file.
+    /// Removing a file, or a directory with everything in it.
     Remove,
 }
 
@@ -124,6 +124,12 @@ pub(crate) fn rename(from: &Path, to: &Path) -> Result<()> {
 pub(crate) fn remove(path: &Path) -> std::io::Result<()> {
     check(IoOp::Remove, path)?;
     std::fs::remove_file(path)
+}
+
+/// Removes a directory and everything in it (the raw error).
+pub(crate) fn remove_dir_all(path: &Path) -> std::io::Result<()> {
+    check(IoOp::Remove, path)?;
+    std::fs::remove_dir_all(path)
 }
 
 /// Fsyncs the directory holding `path` (makes a rename or create durable;

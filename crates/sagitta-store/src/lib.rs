@@ -15,6 +15,7 @@ compile_error!(
 
 pub mod bloom;
 pub mod collection;
+pub mod dirs;
 mod durable;
 pub mod embedder;
 mod envelope;
