@@ -1,26 +1,34 @@
 //! `sagitta.Collection`: a durable, sharded collection on a directory.
+//!
+//! This file holds the class, its lifecycle (create, open, close) and its
+//! Python methods, each documented here (the docstrings are the Python
+//! docs); the longer bodies live beside it: `write` (add, upsert, remove,
+//! set_payload), `read` (search, get, contains, scan), `keys` (64-bit keys
+//! and 128-bit ids of a lookup), `args` (payloads, filters and columns
+//! from Python) and `iter` (`CollectionIterator`).
 
-use crate::convert::{self, NO_KEY, NO_KEY_NAME};
-use crate::errors::{index_err, store_err};
-use crate::index::{
-    decode_rows, index_args, ivf_args, ivf_overrides, param_err, pool, positive, threads_arg,
-    SearchResult,
-};
-use crate::keys128::{self, NO_KEY128};
-use crate::text;
-use numpy::PyArray1;
-use pyo3::exceptions::{PyStopIteration, PyValueError};
+mod args;
+mod iter;
+mod keys;
+mod read;
+mod write;
+
+pub use iter::PyCollectionIter;
+
+use crate::errors::store_err;
+use crate::index::param_err;
+use crate::keys128;
+use args::{bind_where, text_fields_arg};
+use keys::wide;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyInt, PyTuple};
-use sagitta_index::{IndexError, Space};
-use sagitta_store::filter::Bound as FilterBound;
-use sagitta_store::payload;
-use sagitta_store::{
-    Answer, Collection, CollectionOptions, CollectionSearch, Filter, Id, IdColumn, IdType, IdWrite,
-    OpenMode, Payload, Query, StoreError, TextFieldOption,
-};
+use pyo3::types::{PyDict, PyInt, PyTuple};
+use read::SearchArgs;
+use sagitta_index::IndexError;
+use sagitta_store::{Collection, CollectionOptions, Id, OpenMode, StoreError};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
+use write::WriteKind;
 
 /// A collection of vectors on a directory: a mutable part and any number of
 /// sealed, memory-mapped segments, with a write-ahead log.
@@ -44,50 +52,6 @@ use std::sync::{Arc, Mutex};
 #[pyclass(name = "Collection", module = "sagitta", frozen)]
 pub struct PyCollection {
     inner: parking_lot::RwLock<Option<Arc<Collection>>>,
-}
-
-/// A lazy iterator over a collection's keys or (key, vector) pairs.
-#[pyclass(name = "CollectionIterator", module = "sagitta", frozen)]
-pub struct PyCollectionIter {
-    it: Mutex<Box<dyn Iterator<Item = (u64, Vec<u8>)> + Send>>,
-    space: Space,
-    items: bool,
-    /// The collection, when its keys are 128-bit ids to look up.
-    wide: Option<Arc<Collection>>,
-}
-
-impl std::fmt::Debug for PyCollectionIter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PyCollectionIter")
-            .field("items", &self.items)
-            .finish()
-    }
-}
-
-#[pymethods]
-impl PyCollectionIter {
-    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let next = py.detach(|| self.it.lock().unwrap_or_else(|e| e.into_inner()).next());
-        let Some((key, v)) = next else {
-            return Err(PyStopIteration::new_err(()));
-        };
-        let key = match &self.wide {
-            None => key.into_pyobject(py)?.into_any(),
-            Some(c) => match py.detach(|| c.ids_of(&[key])).map_err(store_err)?.pop() {
-                Some(Some(Id::U128(v))) => v.into_pyobject(py)?.into_any(),
-                _ => key.into_pyobject(py)?.into_any(),
-            },
-        };
-        if !self.items {
-            return Ok(key);
-        }
-        let vector = decode_rows(py, self.space, vec![Some(v)], true)?;
-        Ok(PyTuple::new(py, [key, vector])?.into_any())
-    }
 }
 
 impl PyCollection {
@@ -318,27 +282,7 @@ impl PyCollection {
         vectors: &Bound<'_, PyAny>,
         payload: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let payload = payload
-            .filter(|p| !p.is_none())
-            .map(|p| payload_arg(py, p))
-            .transpose()?;
-        if vectors.is_none() {
-            let c = self.coll()?;
-            if wide(&c) {
-                return Err(PyValueError::new_err(
-                    "vectors: None (embedding) is not supported with 128-bit keys yet",
-                ));
-            }
-            let keys = convert::keys(keys, "keys")?;
-            let p = payload.ok_or_else(|| {
-                PyValueError::new_err("vectors: None needs a payload with the text to embed")
-            })?;
-            return py
-                .detach(|| c.upsert_embedding(&keys.keys, &p))
-                .map_err(store_err);
-        }
-        self.write(py, keys, vectors, WriteKind::Upsert(payload))
-            .map(|_| ())
+        self.upsert_impl(py, keys, vectors, payload)
     }
 
     /// Deletes keys, or every vector whose payload passes ``where`` (a
@@ -351,17 +295,7 @@ impl PyCollection {
         keys: Option<&Bound<'_, PyAny>>,
         r#where: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let c = self.coll()?;
-        match (keys, bind_where(py, &c, r#where)?) {
-            (Some(keys), None) => {
-                let keys = self.key_arg(py, &c, keys, "keys")?.known();
-                py.detach(|| c.remove(&keys)).map_err(store_err)
-            }
-            (None, Some(f)) => py.detach(|| c.remove_where(&f)).map_err(store_err),
-            _ => Err(PyValueError::new_err(
-                "remove: give either keys or where=, not both",
-            )),
-        }
+        self.remove_impl(py, keys, r#where)
     }
 
     /// Sets payload columns of stored rows, leaving their other columns
@@ -383,34 +317,7 @@ impl PyCollection {
         r#where: Option<&Bound<'_, PyAny>>,
         values: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let c = self.coll()?;
-        let payload = payload
-            .filter(|p| !p.is_none())
-            .map(|p| payload_arg(py, p))
-            .transpose()?;
-        let values = values
-            .filter(|v| !v.is_none())
-            .map(|v| values_arg(py, &c, v))
-            .transpose()?;
-        let filter = bind_where(py, &c, r#where)?;
-        match (keys.filter(|k| !k.is_none()), filter, payload, values) {
-            (Some(keys), None, Some(p), None) => {
-                let keys = self.stored_keys(py, &c, keys)?;
-                py.detach(|| c.set_payload(&keys, &p)).map_err(store_err)
-            }
-            (Some(keys), None, None, Some(v)) => {
-                let keys = self.stored_keys(py, &c, keys)?;
-                let p = v.select(&vec![0; keys.len()]);
-                py.detach(|| c.set_payload(&keys, &p)).map_err(store_err)
-            }
-            (None, Some(f), None, Some(v)) => {
-                py.detach(|| c.set_payload_where(&f, &v)).map_err(store_err)
-            }
-            _ => Err(PyValueError::new_err(
-                "set_payload: give keys with payload= (one row per key) or with values= \
-                 (one value per column, for every key), or where= with values=",
-            )),
-        }
+        self.set_payload_impl(py, keys, payload, r#where, values)
     }
 
     /// The payload schema: ``{column: type}`` in column order, types among
@@ -434,17 +341,7 @@ impl PyCollection {
         r#where: Option<&Bound<'py, PyAny>>,
         columns: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.coll()?;
-        let f = bind_where(py, &c, r#where)?;
-        let (keys, batch) = py
-            .detach(|| {
-                let keys = c.keys_where(f.as_ref())?;
-                let batch = c.payload_table(&keys, columns.as_deref())?;
-                Ok((keys, batch))
-            })
-            .map_err(store_err)?;
-        let table = arrow_table(py, &batch)?;
-        helpers(py)?.call_method1("with_keys", (table, PyArray1::from_vec(py, keys)))
+        self.scan_impl(py, r#where, columns)
     }
 
     /// The ``k`` nearest neighbours over every segment, merged exactly by
@@ -492,143 +389,27 @@ impl PyCollection {
         rrf_k: Option<f64>,
         depth: Option<i64>,
     ) -> PyResult<Py<PyAny>> {
-        let c = self.coll()?;
-        let k = usize::try_from(k)
-            .ok()
-            .filter(|&k| k > 0)
-            .ok_or_else(|| PyValueError::new_err(format!("k: must be at least 1, got {k}")))?;
-        // Translated into the store's Query (Python ints to unsigned
-        // ones); the store checks it: k's limit, the knobs, text-only
-        // settings without a text, a NaN radius.
-        let fusion = text::fusion_arg(fusion, alpha, rrf_k)?;
-        let depth = depth.map(|d| positive("depth", d)).transpose()?;
-        if let Some(text) = text {
-            let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
-            let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
-            if wide(&c) {
-                return Err(PyValueError::new_err(
-                    "text: text searches are not supported with 128-bit keys yet",
-                ));
-            }
-            let allowed = filter.map(|f| convert::keys(f, "filter")).transpose()?;
-            let predicate = bind_where(py, &c, r#where)?;
-            let columns = columns_arg(columns)?;
-            let opts = CollectionSearch {
-                ef,
+        self.search_impl(
+            py,
+            SearchArgs {
+                queries,
+                k,
+                filter,
+                r#where,
+                columns,
+                radius,
                 exact,
-                filter: allowed.as_ref().map(|a| a.keys.as_slice()),
-                predicate: predicate.as_ref(),
-                radius: radius.map(|r| r as f32),
+                expansion,
                 nprobe,
                 refine,
-            };
-            let (keys, r) = text::search(py, &c, Some(queries), &text, k, fusion, depth, opts)?;
-            let r = match columns {
-                None => r,
-                Some(cols) => {
-                    let batch = py
-                        .detach(|| c.payload_table(&keys, cols.as_deref()))
-                        .map_err(store_err)?;
-                    text::with_payload(py, r, arrow_table(py, &batch)?.unbind())?
-                }
-            };
-            return Ok(r.into_any());
-        }
-        let ef = expansion.map(|e| positive("expansion", e)).transpose()?;
-        let (nprobe, refine) = ivf_overrides(nprobe, refine)?;
-        let threads = threads_arg(threads)?;
-        let allowed = filter
-            .map(|f| self.key_arg(py, &c, f, "filter").map(KeyArg::known))
-            .transpose()?;
-        let predicate = bind_where(py, &c, r#where)?;
-        let columns = columns_arg(columns)?;
-        let rows = convert::rows(queries, &c.config().space, "queries")?;
-        let single = rows.single();
-        let refs = rows.refs();
-        let n = refs.len();
-        let opts = CollectionSearch {
-            ef,
-            exact,
-            filter: allowed.as_deref(),
-            predicate: predicate.as_ref(),
-            radius: radius.map(|r| r as f32),
-            nprobe,
-            refine,
-        };
-        let q = Query {
-            fusion,
-            depth,
-            opts,
-            ..Query::dense(refs, k)
-        };
-        let run = || match c.query(&q)? {
-            Answer::Dense(found) => Ok(found),
-            Answer::Fused(_) => Err(StoreError::InvalidQuery("not a dense query".into())),
-        };
-        let found = py
-            .detach(|| {
-                if threads == 0 {
-                    run()
-                } else {
-                    match pool(threads) {
-                        Ok(p) => p.install(run),
-                        Err(_) => run(),
-                    }
-                }
-            })
-            .map_err(|e| match e {
-                StoreError::Index(IndexError::Row { source, .. }) if single => {
-                    index_err(*source, "queries")
-                }
-                StoreError::Index(e) => index_err(e, "queries"),
-                e => store_err(e),
-            })?;
-        let mut keys_out = vec![NO_KEY; n * k];
-        let mut dist_out = vec![f32::INFINITY; n * k];
-        let mut counts = vec![0i64; n];
-        for (i, row) in found.iter().enumerate() {
-            for (j, nb) in row.iter().enumerate().take(k) {
-                keys_out[i * k + j] = nb.key;
-                dist_out[i * k + j] = nb.distance;
-            }
-            counts[i] = row.len().min(k) as i64;
-        }
-        let table = match columns {
-            None => None,
-            Some(cols) => {
-                let batch = py
-                    .detach(|| c.payload_table(&keys_out, cols.as_deref()))
-                    .map_err(store_err)?;
-                Some(arrow_table(py, &batch)?.unbind())
-            }
-        };
-        let wide_keys = if wide(&c) {
-            let ids = py.detach(|| c.ids_of(&keys_out)).map_err(store_err)?;
-            let ids: Vec<u128> = ids
-                .into_iter()
-                .map(|id| match id {
-                    Some(Id::U128(v)) => v,
-                    _ => NO_KEY128,
-                })
-                .collect();
-            let shape: Vec<usize> = if single { vec![k] } else { vec![n, k] };
-            Some(keys128::array128(py, &ids, &shape)?.unbind())
-        } else {
-            None
-        };
-        let r = SearchResult::new(py, keys_out, dist_out, counts, k, single)?;
-        let r = match wide_keys {
-            Some(keys) => r.with_keys(keys),
-            None => r,
-        };
-        Ok(Py::new(
-            py,
-            match table {
-                Some(t) => r.with_payload(t),
-                None => r,
+                threads,
+                text,
+                fusion,
+                alpha,
+                rrf_k,
+                depth,
             },
-        )?
-        .into_any())
+        )
     }
 
     /// The stored vector of each key, or ``None`` (as :meth:`Index.get`).
@@ -643,29 +424,7 @@ impl PyCollection {
         payload: bool,
         columns: Option<Vec<String>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.coll()?;
-        let keys = self.key_arg(py, &c, keys, "keys")?;
-        let flat = &keys.keys;
-        let found: Vec<Option<Vec<u8>>> = py.detach(|| {
-            let mut found = c.get_raw_many(flat);
-            if let Some(live) = &keys.live {
-                for (f, &l) in found.iter_mut().zip(live) {
-                    if !l {
-                        *f = None;
-                    }
-                }
-            }
-            found
-        });
-        let vectors = decode_rows(py, c.config().space, found, keys.single)?;
-        if !payload && columns.is_none() {
-            return Ok(vectors);
-        }
-        let batch = py
-            .detach(|| c.payload_table(flat, columns.as_deref()))
-            .map_err(store_err)?;
-        let table = arrow_table(py, &batch)?;
-        Ok(PyTuple::new(py, [vectors, table])?.into_any())
+        self.get_impl(py, keys, payload, columns)
     }
 
     /// Whether each key is present: a bool, or a bool array for many keys.
@@ -675,17 +434,7 @@ impl PyCollection {
         py: Python<'py>,
         keys: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let c = self.coll()?;
-        let keys = self.key_arg(py, &c, keys, "keys")?;
-        let hits: Vec<bool> = match keys.live {
-            Some(live) => live,
-            None => py.detach(|| c.contains_many(&keys.keys)),
-        };
-        if keys.single {
-            Ok(pyo3::types::PyBool::new(py, hits[0]).to_owned().into_any())
-        } else {
-            Ok(PyArray1::from_vec(py, hits).into_any())
-        }
+        self.contains_impl(py, keys)
     }
 
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
@@ -930,260 +679,5 @@ impl PyCollection {
             ),
             None => "sagitta.Collection(closed)".into(),
         }
-    }
-}
-
-#[derive(Debug)]
-enum WriteKind {
-    Add,
-    AddOnce,
-    Upsert(Option<Payload>),
-}
-
-/// The `sagitta._payload` helper module (pyarrow conversions).
-fn helpers(py: Python<'_>) -> PyResult<Bound<'_, PyModule>> {
-    py.import("sagitta._payload")
-}
-
-/// A Python payload (dict, DataFrame, pyarrow Table or IPC bytes) read
-/// into columns.
-fn payload_arg(py: Python<'_>, p: &Bound<'_, PyAny>) -> PyResult<Payload> {
-    let bytes: Vec<u8> = helpers(py)?.call_method1("to_ipc", (p,))?.extract()?;
-    py.detach(|| Payload::from_ipc(&bytes))
-        .map_err(|e| store_err(e.into()))
-}
-
-/// `values=` of `set_payload`: one row. Columns of the schema are read
-/// by its types (as a JSON upsert's); new ones are typed by pyarrow, as an
-/// upsert's payload.
-fn values_arg(py: Python<'_>, c: &Collection, v: &Bound<'_, PyAny>) -> PyResult<Payload> {
-    let schema = c.schema();
-    let known: Vec<String> = schema.fields().iter().map(|f| f.name.clone()).collect();
-    let (text, new): (String, Bound<'_, PyAny>) = helpers(py)?
-        .call_method1("split_values", (v, known))?
-        .extract()?;
-    let obj: serde_json::Value =
-        serde_json::from_str(&text).map_err(|e| PyValueError::new_err(format!("values: {e}")))?;
-    let mut p = Payload::from_json_rows(&[obj], &schema).map_err(|e| store_err(e.into()))?;
-    if new.len()? > 0 {
-        let added = payload_arg(py, &new)?;
-        if added.rows != 1 {
-            return Err(PyValueError::new_err("values: one value per column"));
-        }
-        p.fields.extend(added.fields);
-        p.columns.extend(added.columns);
-    }
-    Ok(p)
-}
-
-/// A `where=` argument parsed and checked against the schema.
-fn bind_where(
-    py: Python<'_>,
-    c: &Collection,
-    w: Option<&Bound<'_, PyAny>>,
-) -> PyResult<Option<FilterBound>> {
-    let Some(w) = w.filter(|w| !w.is_none()) else {
-        return Ok(None);
-    };
-    let text: String = helpers(py)?.call_method1("filter_json", (w,))?.extract()?;
-    let f = Filter::from_json(&text).map_err(|e| store_err(e.into()))?;
-    c.bind_filter(&f).map(Some).map_err(store_err)
-}
-
-/// `text_fields=`: a list of names (English analyzer) or a dict of name →
-/// analyzer.
-fn text_fields_arg(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<TextFieldOption>> {
-    let Some(v) = v.filter(|v| !v.is_none()) else {
-        return Ok(Vec::new());
-    };
-    if let Ok(d) = v.cast::<PyDict>() {
-        return d
-            .iter()
-            .map(|(k, a)| {
-                Ok(TextFieldOption {
-                    name: k.extract()?,
-                    analyzer: Some(a.extract()?),
-                })
-            })
-            .collect();
-    }
-    if v.extract::<String>().is_ok() {
-        return Err(PyValueError::new_err(
-            "text_fields: expected a list of column names or a dict {name: analyzer}, not a string",
-        ));
-    }
-    Ok(v.extract::<Vec<String>>()
-        .map_err(|_| {
-            PyValueError::new_err(
-                "text_fields: expected a list of column names or a dict {name: analyzer}",
-            )
-        })?
-        .into_iter()
-        .map(TextFieldOption::named)
-        .collect())
-}
-
-/// `columns=`: `True` for all, a list of names, `False` / `None` for none.
-fn columns_arg(cols: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Option<Vec<String>>>> {
-    let Some(cols) = cols.filter(|c| !c.is_none()) else {
-        return Ok(None);
-    };
-    if let Ok(b) = cols.extract::<bool>() {
-        return Ok(b.then_some(None));
-    }
-    cols.extract::<Vec<String>>()
-        .map(|v| Some(Some(v)))
-        .map_err(|_| PyValueError::new_err("columns: expected True or a list of column names"))
-}
-
-/// An Arrow record batch as a pyarrow Table.
-fn arrow_table<'py>(
-    py: Python<'py>,
-    batch: &arrow_array::RecordBatch,
-) -> PyResult<Bound<'py, PyAny>> {
-    let bytes = payload::ipc_bytes(batch).map_err(|e| store_err(e.into()))?;
-    helpers(py)?.call_method1("from_ipc", (PyBytes::new(py, &bytes),))
-}
-
-/// Whether `c` has 128-bit keys.
-fn wide(c: &Collection) -> bool {
-    c.id_type() == IdType::UInt128
-}
-
-/// Keys given to a lookup, as the store looks them up.
-struct KeyArg {
-    /// 64-bit keys: as given. 128-bit ids: the key of each live one,
-    /// [`NO_KEY`] for the others.
-    keys: Vec<u64>,
-    /// 128-bit ids only: whether each is live (its stored id checked, so
-    /// an id never answers for another with the same 64-bit key).
-    live: Option<Vec<bool>>,
-    /// Whether a single key was given.
-    single: bool,
-}
-
-impl KeyArg {
-    /// The keys that may be live (every 64-bit key; live 128-bit ids).
-    fn known(self) -> Vec<u64> {
-        match self.live {
-            None => self.keys,
-            Some(live) => self
-                .keys
-                .into_iter()
-                .zip(live)
-                .filter_map(|(k, l)| l.then_some(k))
-                .collect(),
-        }
-    }
-}
-
-impl PyCollection {
-    /// Reads keys given to a lookup: 64-bit keys as they are, 128-bit ids
-    /// resolved through the collection's id check.
-    fn key_arg(
-        &self,
-        py: Python<'_>,
-        c: &Arc<Collection>,
-        keys: &Bound<'_, PyAny>,
-        arg: &str,
-    ) -> PyResult<KeyArg> {
-        if !wide(c) {
-            let k = convert::keys(keys, arg)?;
-            return Ok(KeyArg {
-                keys: k.keys,
-                live: None,
-                single: k.single,
-            });
-        }
-        let k = keys128::keys128(keys, arg)?;
-        let ids: Vec<Id> = k.keys.iter().map(|&v| Id::U128(v)).collect();
-        let found = py.detach(|| c.live_keys(&ids)).map_err(store_err)?;
-        Ok(KeyArg {
-            keys: found.iter().map(|l| l.unwrap_or(NO_KEY)).collect(),
-            live: Some(found.iter().map(Option::is_some).collect()),
-            single: k.single,
-        })
-    }
-
-    /// Keys of rows to update: every one must be stored (a 128-bit id
-    /// that is not raises :class:`KeyError` here; a 64-bit key, in the
-    /// store).
-    fn stored_keys(
-        &self,
-        py: Python<'_>,
-        c: &Arc<Collection>,
-        keys: &Bound<'_, PyAny>,
-    ) -> PyResult<Vec<u64>> {
-        let k = self.key_arg(py, c, keys, "keys")?;
-        if let Some(row) = k.live.as_ref().and_then(|l| l.iter().position(|&x| !x)) {
-            return Err(pyo3::exceptions::PyKeyError::new_err(format!(
-                "row {row}: key is not in the collection (nothing written)"
-            )));
-        }
-        Ok(k.keys)
-    }
-
-    /// [`PyCollection::write`] with 128-bit keys.
-    fn write128(
-        &self,
-        py: Python<'_>,
-        c: &Arc<Collection>,
-        keys: &Bound<'_, PyAny>,
-        vectors: &Bound<'_, PyAny>,
-        kind: WriteKind,
-    ) -> PyResult<usize> {
-        let keys = keys128::keys128(keys, "keys")?;
-        let rows = convert::rows(vectors, &c.config().space, "vectors")?;
-        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY128, "2**128 - 1")?;
-        let single = rows.single() && keys.single;
-        let refs = rows.refs();
-        let ids = IdColumn::U128(keys.keys);
-        let n = refs.len();
-        py.detach(|| match &kind {
-            WriteKind::Add => c.write_ids(&ids, &refs, None, IdWrite::Add).map(|_| n),
-            WriteKind::AddOnce => c
-                .write_ids(&ids, &refs, None, IdWrite::AddOnce)
-                .map(|k| k.len()),
-            WriteKind::Upsert(p) => c
-                .write_ids(&ids, &refs, p.as_ref(), IdWrite::Upsert)
-                .map(|_| n),
-        })
-        .map_err(|e| match e {
-            StoreError::Index(IndexError::Row { source, .. }) if single => {
-                index_err(*source, "vectors")
-            }
-            e => store_err(e),
-        })
-    }
-
-    fn write(
-        &self,
-        py: Python<'_>,
-        keys: &Bound<'_, PyAny>,
-        vectors: &Bound<'_, PyAny>,
-        kind: WriteKind,
-    ) -> PyResult<usize> {
-        let c = self.coll()?;
-        if wide(&c) {
-            return self.write128(py, &c, keys, vectors, kind);
-        }
-        let keys = convert::keys(keys, "keys")?;
-        let rows = convert::rows(vectors, &c.config().space, "vectors")?;
-        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY, NO_KEY_NAME)?;
-        let single = rows.single() && keys.single;
-        let refs = rows.refs();
-        py.detach(|| match &kind {
-            WriteKind::Add => c.add(&keys.keys, &refs).map(|()| refs.len()),
-            WriteKind::AddOnce => c.add_once(&keys.keys, &refs),
-            WriteKind::Upsert(p) => c
-                .upsert_with_payload(&keys.keys, &refs, p.as_ref())
-                .map(|()| refs.len()),
-        })
-        .map_err(|e| match e {
-            StoreError::Index(IndexError::Row { source, .. }) if single => {
-                index_err(*source, "vectors")
-            }
-            e => store_err(e),
-        })
     }
 }

@@ -1,24 +1,36 @@
 //! `sagitta.Index`: one in-memory index (Flat or HNSW) or one read-only,
 //! memory-mapped segment file, behind the same Python methods.
+//!
+//! This file holds the class and its methods; beside it: `args` (index
+//! arguments from Python), `search` (a batch of queries in parallel),
+//! `result` (`SearchResult`), `rows` (stored vectors back to Python) and
+//! `threads` (the pools of `threads=N`).
+
+mod args;
+mod result;
+mod rows;
+mod search;
+mod threads;
+
+pub(crate) use args::{ivf_overrides, param_err, positive};
+pub use result::SearchResult;
+pub(crate) use rows::decode_rows;
+pub(crate) use threads::{pool, threads_arg};
 
 use crate::convert::{self, NO_KEY, NO_KEY_NAME};
 use crate::errors::{index_err, read_only, store_err};
-use numpy::ndarray::Array2;
-use numpy::{IntoPyArray, PyArray1};
+use args::{index_args, ivf_args, rename_param};
+use numpy::PyArray1;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyInt, PyList, PyTuple};
-use rayon::prelude::*;
-use rayon::ThreadPool;
+use pyo3::types::PyInt;
 use sagitta_index::{
-    check_k, Bitset, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexWrite, IvfParams,
-    SearchOptions, Space, VectorRef,
+    check_k, Bitset, Index, IndexError, IndexKind, IndexRead, IndexWrite, SearchOptions, Space,
+    VectorRef,
 };
 use sagitta_kernels::{DType, Metric};
 use sagitta_store::Segment;
-use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, LazyLock, Mutex};
 
 /// Lower-case name of a metric, as the constructor takes it.
 pub fn metric_name(m: Metric) -> &'static str {
@@ -28,48 +40,6 @@ pub fn metric_name(m: Metric) -> &'static str {
 /// Short name of a storage type, as the constructor takes it.
 pub fn dtype_name(d: DType) -> &'static str {
     d.name()
-}
-
-/// The numpy dtype `get` returns for a storage type.
-fn numpy_dtype(d: DType) -> &'static str {
-    match d {
-        DType::F32 => "float32",
-        DType::F16 => "float16",
-        DType::I8 => "int8",
-        DType::B1 => "uint8",
-        DType::Sq8 | DType::Sq16 => "float32",
-    }
-}
-
-/// Rayon pools for explicit `threads=N`, built once per size.
-pub(crate) static POOLS: LazyLock<Mutex<HashMap<usize, Arc<ThreadPool>>>> =
-    LazyLock::new(|| Mutex::new(HashMap::new()));
-
-pub(crate) fn pool(threads: usize) -> PyResult<Arc<ThreadPool>> {
-    let mut pools = POOLS.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(p) = pools.get(&threads) {
-        return Ok(p.clone());
-    }
-    let p = rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|e| {
-            PyValueError::new_err(format!("threads: cannot start {threads} threads: {e}"))
-        })?;
-    let p = Arc::new(p);
-    pools.insert(threads, p.clone());
-    Ok(p)
-}
-
-/// `None` → 0 (all cores); otherwise at least 1.
-pub(crate) fn threads_arg(threads: Option<i64>) -> PyResult<usize> {
-    match threads {
-        None => Ok(0),
-        Some(t) if t >= 1 => Ok(usize::try_from(t).unwrap_or(usize::MAX).min(1024)),
-        Some(t) => Err(PyValueError::new_err(format!(
-            "threads: must be at least 1 (or None for all cores), got {t}"
-        ))),
-    }
 }
 
 // One per Python object: the size difference of the variants does not matter.
@@ -99,131 +69,6 @@ pub struct PyIndex {
     inner: Inner,
 }
 
-/// Results of :meth:`Index.search`.
-///
-/// ``keys`` (uint64) and ``distances`` (float32) have shape ``(n, k)`` for
-/// a batch of ``n`` queries, or ``(k,)`` for one 1-D query. Each row is
-/// sorted nearest first; slots past ``counts[i]`` (fewer matches than
-/// ``k`` because of a filter or a radius) hold key :data:`NO_KEY`
-/// (``2**64 - 1``, which reads as ``-1`` through ``keys.astype(np.int64)``)
-/// and distance ``+inf``. ``counts`` is an int64 array of shape ``(n,)``,
-/// or an int for one query. Unpacks as ``keys, distances = result``.
-#[derive(Debug)]
-#[pyclass(name = "SearchResult", module = "sagitta", frozen, get_all)]
-pub struct SearchResult {
-    /// Matched keys, nearest first (uint64).
-    keys: Py<PyAny>,
-    /// Distances of the matches (float32, smaller is nearer).
-    distances: Py<PyAny>,
-    /// Number of valid matches per query.
-    counts: Py<PyAny>,
-    /// Payload columns of the matches (a pyarrow Table with one row per
-    /// entry of ``keys`` in row-major order, null where there is no
-    /// match), when the search asked for them; else ``None``.
-    payload: Py<PyAny>,
-}
-
-impl SearchResult {
-    /// Wraps flat result buffers (`n * k` entries) as numpy arrays; one
-    /// 1-D query (`single`) gives 1-D arrays and an int count.
-    pub(crate) fn new(
-        py: Python<'_>,
-        keys_out: Vec<u64>,
-        dist_out: Vec<f32>,
-        counts: Vec<i64>,
-        k: usize,
-        single: bool,
-    ) -> PyResult<SearchResult> {
-        let n = counts.len();
-        let (keys, distances, counts) = if single {
-            (
-                PyArray1::from_vec(py, keys_out).into_any(),
-                PyArray1::from_vec(py, dist_out).into_any(),
-                counts
-                    .first()
-                    .copied()
-                    .unwrap_or(0)
-                    .into_pyobject(py)?
-                    .into_any(),
-            )
-        } else {
-            let shape = |e: numpy::ndarray::ShapeError| PyValueError::new_err(e.to_string());
-            (
-                Array2::from_shape_vec((n, k), keys_out)
-                    .map_err(shape)?
-                    .into_pyarray(py)
-                    .into_any(),
-                Array2::from_shape_vec((n, k), dist_out)
-                    .map_err(shape)?
-                    .into_pyarray(py)
-                    .into_any(),
-                PyArray1::from_vec(py, counts).into_any(),
-            )
-        };
-        Ok(SearchResult {
-            keys: keys.unbind(),
-            distances: distances.unbind(),
-            counts: counts.unbind(),
-            payload: py.None(),
-        })
-    }
-
-    /// The same result with other keys (128-bit keys as (high, low)
-    /// halves).
-    pub(crate) fn with_keys(self, keys: Py<PyAny>) -> SearchResult {
-        SearchResult { keys, ..self }
-    }
-
-    /// The same result carrying a payload table.
-    pub(crate) fn with_payload(self, payload: Py<PyAny>) -> SearchResult {
-        SearchResult { payload, ..self }
-    }
-}
-
-#[pymethods]
-impl SearchResult {
-    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        Ok(
-            PyTuple::new(py, [self.keys.clone_ref(py), self.distances.clone_ref(py)])?
-                .try_iter()?
-                .into_any(),
-        )
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        let shape = self.keys.bind(py).getattr("shape")?.repr()?.to_string();
-        Ok(format!("SearchResult(shape={shape})"))
-    }
-}
-
-pub(crate) fn rename_param(e: IndexError) -> IndexError {
-    match e {
-        IndexError::InvalidParameter {
-            name,
-            value,
-            reason,
-        } => IndexError::InvalidParameter {
-            name: match name {
-                "m" => "connectivity",
-                "ef_construction" => "expansion_add",
-                "ef_search" => "expansion_search",
-                "dims" => "ndim",
-                other => other,
-            },
-            value,
-            reason,
-        },
-        other => other,
-    }
-}
-
-pub(crate) fn positive(name: &str, v: i64) -> PyResult<usize> {
-    usize::try_from(v)
-        .ok()
-        .filter(|&v| v > 0)
-        .ok_or_else(|| PyValueError::new_err(format!("{name}: must be at least 1, got {v}")))
-}
-
 impl PyIndex {
     /// Whether full-precision rows are kept beside the stored codes.
     fn keeps_full(&self) -> bool {
@@ -246,204 +91,6 @@ impl PyIndex {
             Inner::Seg(_) => Err(read_only(op)),
         }
     }
-}
-
-/// Stored bytes of a vector → a Python value (numpy row, or bytes for
-/// NPHD codes).
-pub(crate) fn decode_rows<'py>(
-    py: Python<'py>,
-    space: Space,
-    found: Vec<Option<Vec<u8>>>,
-    single: bool,
-) -> PyResult<Bound<'py, PyAny>> {
-    if space.metric == Metric::Nphd {
-        let items: Vec<Bound<'py, PyAny>> = found
-            .into_iter()
-            .map(|r| match r {
-                Some(b) => {
-                    let len = sagitta_kernels::nphd_code_len(&b).min(b.len().saturating_sub(1));
-                    PyBytes::new(py, &b[1..=len]).into_any()
-                }
-                None => py.None().into_bound(py),
-            })
-            .collect();
-        return one_or_list(py, items, single);
-    }
-    // Scalar-quantized rows come back dequantized, as float32.
-    let found: Vec<Option<Vec<u8>>> = if space.dtype.is_quantized() {
-        found
-            .into_iter()
-            .map(|r| {
-                r.and_then(|b| space.decode_floats(&b))
-                    .map(|v| v.iter().flat_map(|x| x.to_ne_bytes()).collect())
-            })
-            .collect()
-    } else {
-        found
-    };
-    let vb = if space.dtype.is_quantized() {
-        space.dims * 4
-    } else {
-        space.vector_bytes()
-    };
-    let mut flat = Vec::with_capacity(found.iter().flatten().count() * vb);
-    for r in found.iter().flatten() {
-        flat.extend_from_slice(&r[..vb]);
-    }
-    let m = flat.len() / vb.max(1);
-    let matrix = Array2::from_shape_vec((m, vb), flat)
-        .map_err(|e| PyValueError::new_err(e.to_string()))?
-        .into_pyarray(py)
-        .call_method1("view", (numpy_dtype(space.dtype),))?;
-    let mut next = 0usize;
-    let mut items = Vec::with_capacity(found.len());
-    for r in &found {
-        if r.is_some() {
-            items.push(matrix.get_item(next)?);
-            next += 1;
-        } else {
-            items.push(py.None().into_bound(py));
-        }
-    }
-    one_or_list(py, items, single)
-}
-
-/// The first item for a single key (None if there is none), else a list.
-fn one_or_list<'py>(
-    py: Python<'py>,
-    items: Vec<Bound<'py, PyAny>>,
-    single: bool,
-) -> PyResult<Bound<'py, PyAny>> {
-    if single {
-        Ok(items
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| py.None().into_bound(py)))
-    } else {
-        Ok(PyList::new(py, items)?.into_any())
-    }
-}
-
-/// Parses the index arguments shared by `Index(...)` and
-/// `Collection.create(...)` into a space, a kind and HNSW parameters
-/// (validated later by `Index::new`; see [`param_err`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn index_args(
-    ndim: i64,
-    metric: &str,
-    dtype: Option<&str>,
-    kind: &str,
-    connectivity: i64,
-    expansion_add: i64,
-    expansion_search: i64,
-) -> PyResult<(Space, IndexKind, HnswParams)> {
-    let metric_v = Metric::parse(metric).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "metric: unknown metric '{metric}' (expected cos, l2, ip, hamming or nphd)"
-        ))
-    })?;
-    let dtype_v = match dtype {
-        None if metric_v.is_binary() => DType::B1,
-        None => DType::F32,
-        Some(d) => DType::parse(d).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "dtype: unknown dtype '{d}' (expected f32, f16, i8, b1, sq8 or sq16)"
-            ))
-        })?,
-    };
-    let kind_v = IndexKind::parse(kind).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "kind: unknown index kind '{kind}' (expected hnsw, flat or ivf_rq)"
-        ))
-    })?;
-    let ndim = usize::try_from(ndim)
-        .map_err(|_| PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}")))?;
-    let space =
-        Space::new(ndim, metric_v, dtype_v).map_err(|e| index_err(rename_param(e), "ndim"))?;
-    let params = HnswParams {
-        m: usize::try_from(connectivity).unwrap_or(0),
-        ef_construction: usize::try_from(expansion_add).unwrap_or(0),
-        ef_search: usize::try_from(expansion_search).unwrap_or(0),
-        ..HnswParams::default()
-    };
-    Ok((space, kind_v, params))
-}
-
-/// An index-parameter error under the Python argument names, showing the
-/// value the caller passed (negative values were clamped to 0 on the way).
-pub(crate) fn param_err(
-    e: IndexError,
-    connectivity: i64,
-    expansion_add: i64,
-    expansion_search: i64,
-) -> PyErr {
-    let e = match rename_param(e) {
-        IndexError::InvalidParameter {
-            name,
-            reason,
-            value,
-        } => {
-            let value = match name {
-                "connectivity" => connectivity.to_string(),
-                "expansion_add" => expansion_add.to_string(),
-                "expansion_search" => expansion_search.to_string(),
-                _ => value,
-            };
-            IndexError::InvalidParameter {
-                name,
-                value,
-                reason,
-            }
-        }
-        other => other,
-    };
-    index_err(e, "")
-}
-
-/// IVF parameters from the Python arguments.
-pub(crate) fn ivf_args(
-    bits: i64,
-    partitions: Option<i64>,
-    nprobe: i64,
-    refine: Option<i64>,
-    seed: Option<u64>,
-) -> PyResult<IvfParams> {
-    let bits = u8::try_from(bits)
-        .ok()
-        .filter(|b| (1..=8).contains(b))
-        .ok_or_else(|| PyValueError::new_err(format!("bits: must be in 1..=8, got {bits}")))?;
-    let partitions = partitions.map(|p| positive("partitions", p)).transpose()?;
-    let refine = refine
-        .map(|r| {
-            usize::try_from(r)
-                .map_err(|_| PyValueError::new_err(format!("refine: must be >= 0, got {r}")))
-        })
-        .transpose()?;
-    let p = IvfParams {
-        bits,
-        partitions,
-        nprobe: positive("nprobe", nprobe)?,
-        refine,
-        seed: seed.unwrap_or(IvfParams::default().seed),
-        ..IvfParams::default()
-    };
-    p.validate().map_err(|e| index_err(e, ""))?;
-    Ok(p)
-}
-
-/// `nprobe` / `refine` search overrides.
-pub(crate) fn ivf_overrides(
-    nprobe: Option<i64>,
-    refine: Option<i64>,
-) -> PyResult<(Option<usize>, Option<usize>)> {
-    let nprobe = nprobe.map(|p| positive("nprobe", p)).transpose()?;
-    let refine = refine
-        .map(|r| {
-            usize::try_from(r)
-                .map_err(|_| PyValueError::new_err(format!("refine: must be >= 0, got {r}")))
-        })
-        .transpose()?;
-    Ok((nprobe, refine))
 }
 
 #[pymethods]
@@ -746,7 +393,6 @@ impl PyIndex {
         let rows = convert::rows(queries, &r.space(), "queries")?;
         let single = rows.single();
         let refs = rows.refs();
-        let n = refs.len();
         let (keys_out, dist_out, counts) = py
             .detach(|| {
                 let bitset: Option<Bitset> = allowed.as_ref().map(|a| r.filter_for_keys(&a.keys));
@@ -757,53 +403,7 @@ impl PyIndex {
                     nprobe,
                     refine,
                 };
-                let mut keys_out = vec![NO_KEY; n * k];
-                let mut dist_out = vec![f32::INFINITY; n * k];
-                let mut counts = vec![0i64; n];
-                let one =
-                    |i: usize, q: VectorRef<'_>, ko: &mut [u64], dout: &mut [f32], c: &mut i64| {
-                        let found = r.search(q, k, &opts).map_err(|e| match e {
-                            e @ (IndexError::ZeroK(_) | IndexError::Empty) => e,
-                            e if single => e,
-                            e => IndexError::at_row(i, e),
-                        })?;
-                        let mut m = 0;
-                        for nb in found {
-                            if radius.is_some_and(|rad| nb.distance > rad) {
-                                break;
-                            }
-                            ko[m] = nb.key;
-                            dout[m] = nb.distance;
-                            m += 1;
-                        }
-                        *c = m as i64;
-                        Ok::<(), IndexError>(())
-                    };
-                let par = |ko: &mut [u64], dout: &mut [f32], cs: &mut [i64]| {
-                    ko.par_chunks_mut(k)
-                        .zip(dout.par_chunks_mut(k))
-                        .zip(cs.par_iter_mut())
-                        .zip(refs.par_iter())
-                        .enumerate()
-                        .try_for_each(|(i, (((ko, dout), c), q))| one(i, *q, ko, dout, c))
-                };
-                let res = if n <= 1 || threads == 1 {
-                    keys_out
-                        .chunks_mut(k)
-                        .zip(dist_out.chunks_mut(k))
-                        .zip(counts.iter_mut())
-                        .zip(refs.iter())
-                        .enumerate()
-                        .try_for_each(|(i, (((ko, dout), c), q))| one(i, *q, ko, dout, c))
-                } else if threads == 0 {
-                    par(&mut keys_out, &mut dist_out, &mut counts)
-                } else {
-                    match pool(threads) {
-                        Ok(p) => p.install(|| par(&mut keys_out, &mut dist_out, &mut counts)),
-                        Err(_) => par(&mut keys_out, &mut dist_out, &mut counts),
-                    }
-                };
-                res.map(|()| (keys_out, dist_out, counts))
+                search::batch(r, &refs, k, &opts, radius, single, threads)
             })
             .map_err(|e| index_err(e, "queries"))?;
         SearchResult::new(py, keys_out, dist_out, counts, k, single)
