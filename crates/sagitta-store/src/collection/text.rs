@@ -232,7 +232,7 @@ fn cut_active(st: &State, seg: &mut Seg<'_>) {
     let mut words = live.words().to_vec();
     let n = live.len().min(done);
     words.truncate(n.div_ceil(64));
-    if n % 64 != 0 {
+    if !n.is_multiple_of(64) {
         if let Some(last) = words.last_mut() {
             *last &= (1u64 << (n % 64)) - 1;
         }
