@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from . import datasets
+from .env import cpu_model
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "cluster"
 
@@ -99,8 +100,6 @@ def _env() -> dict:
     import platform
 
     import sagitta
-
-    from .cli import cpu_model
 
     return {
         "cpu": cpu_model(),

@@ -41,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from . import datasets
+from .env import run_env
 
 TARGETS = [0.001, 0.01, 0.1, 0.5, 1.0]
 ENGINES = ["sagitta", "faiss-hnsw", "hnswlib", "lancedb"]
@@ -430,7 +431,6 @@ def main(argv: list[str] | None = None) -> None:
             if r.returncode != 0:
                 raise SystemExit(f"{name} failed:\n{r.stderr[-3000:]}")
             results.append(json.loads(op.read_text()))
-    from .cli import run_env
 
     run = {
         "kind": "filtered",

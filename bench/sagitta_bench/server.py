@@ -36,6 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from . import datasets
+from .env import run_env
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python" / "tests"))
@@ -450,8 +451,6 @@ def main(argv: list[str] | None = None) -> None:
     if args.rows:
         gt = datasets.exact_topk(np.asarray(base, dtype=np.float32), queries, args.k)
     conc = [int(c) for c in args.concurrency.split(",")]
-
-    from .cli import run_env
 
     run: dict = {
         "kind": "server",

@@ -48,9 +48,10 @@ from pathlib import Path
 import numpy as np
 
 from . import datasets
+from .benchmarks_md import write_benchmarks
+from .env import pin_cpu, run_env
+from .text_engines import ADAPTERS, ASK, K, sagitta_text_api_error
 
-K = 10  # scored depth
-ASK = K + 1  # asked of each engine: the query's own row is dropped
 SEED = 11  # the permutation the query subsets are prefixes of
 ENGINES = ("sagitta", "lancedb", "tantivy")
 BENCH = Path(__file__).resolve().parents[1]
@@ -238,8 +239,6 @@ class Bench:
 
 def worker(cfg_path: str, out_path: str) -> None:
     """One engine: build, search every method, write its records."""
-    from .text_engines import ADAPTERS
-
     cfg = json.loads(Path(cfg_path).read_text())
     task = load_task(cfg["limit_queries"], cfg["rows"])
     adapter = ADAPTERS[cfg["engine"]]()
@@ -288,8 +287,6 @@ def main(argv: list[str] | None = None) -> None:
     if unknown or not names:
         raise SystemExit(f"unknown engines {unknown}; known: {list(ENGINES)}")
     if "sagitta" in names:
-        from .text_engines import sagitta_text_api_error
-
         err = sagitta_text_api_error()
         if err:
             raise SystemExit(
@@ -298,7 +295,6 @@ def main(argv: list[str] | None = None) -> None:
                 f"search(vector | None, k, text=...)): {err}\n"
                 "Rebuild the package, or run with --engines lancedb."
             )
-    from .cli import pin_cpu, run_env
 
     task = load_task(args.limit_queries, args.rows)  # validates the data up front
     n_q, corpus_rows = len(task.queries), len(task.keys)
@@ -352,8 +348,6 @@ def main(argv: list[str] | None = None) -> None:
     }
     write_run(run, args.out)
     if args.write_benchmarks:
-        from .cli import write_benchmarks
-
         write_benchmarks(args.write_benchmarks, args.out)
         print(f"wrote {args.write_benchmarks}")
 

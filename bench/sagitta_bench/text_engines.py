@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .text import ASK
-
+K = 10  # scored depth (text.py scores the top K)
+ASK = K + 1  # asked of each engine: the query's own row is dropped
 BATCH = 10_000  # rows per upsert / table write
 EMBED_MODEL = "all-minilm-l6-v2"  # the model debian-minilm's vectors came from
 RRF_KS = (10, 60)
