@@ -1,47 +1,10 @@
-"""iscc-usearch's ``ShardedIndex`` surface over :class:`sagitta.Collection`.
-
-Code written against ``iscc_usearch.ShardedIndex`` / ``ShardedNphdIndex``
-runs on Sagitta by changing the import::
-
-    from sagitta.compat.iscc import ShardedIndex, ShardedNphdIndex
-
-The directory holds a Sagitta collection (write-ahead log, sealed
-memory-mapped segments, bloom filter, tombstones), not usearch shard
-files: open an existing iscc-usearch directory with iscc-usearch and
-re-add its rows. Every method maps onto one collection call; the map and
-the places where Sagitta deliberately differs are in
-``docs/ISCC_USEARCH.md``. In short:
-
-- ``add`` of a key already present raises ``ValueError`` and writes
-  nothing (iscc-usearch skips it silently, or stores a second copy when
-  the first is in an older shard); ``add_once`` and ``upsert`` behave as
-  there.
-- ``add(None, ...)`` returns keys that are not in use (iscc-usearch counts
-  from the active shard's length and can hand out existing keys).
-- Every uint64 key works, ``2**63`` and up included, with the bloom
-  filter (iscc-usearch raises ``OverflowError`` after storing the vector).
-- Writes are durable when acknowledged (per the collection's durability);
-  ``save()`` forces an fsync. One writer per directory (a lock file).
-- ``ShardedIndex128`` / ``ShardedNphdIndex128`` take keys as ``bytes(16)``
-  or ``V16`` arrays and return them so (as iscc-usearch); the collection
-  is created with ``key_bits=128``, the bytes read as a big-endian
-  integer, so every key comes back byte for byte.
-- ``multi=True`` (several vectors per key) stores each vector under the
-  128-bit id ``key << 64 | ordinal`` (ordinals 0, 1, ... per key) in a
-  ``key_bits=128`` collection; keys stay uint64 for the user. Not
-  available for the 128-bit classes (``NotImplementedError``).
-- ``load()`` / ``view()`` reopen the object in place on a directory,
-  writable or read-only (iscc-usearch 0.8.1's sharded classes have
-  neither; these follow usearch's ``Index.load`` / ``Index.view``).
-- ``serialized_length`` and ``capacity`` describe the whole index
-  (iscc-usearch reports the active shard only, 0 when read-only).
-- a new ``expansion_add`` applies to the graphs built afterwards, by
-  this object; a reopen takes the value the index was created with.
-"""
+"""The iscc-usearch index classes over :class:`sagitta.Collection`:
+``ShardedIndex``, ``ShardedNphdIndex``, their 128-bit-key variants, and
+the ``multi=True`` variants (several vectors per key); the lazy
+``keys`` / ``vectors`` views of an index."""
 
 from __future__ import annotations
 
-import enum
 import itertools
 import math
 import os
@@ -51,207 +14,19 @@ from typing import Any
 
 import numpy as np
 
-from .._sagitta import Collection, ReadOnlyError
-
-__all__ = [
-    "BatchMatches",
-    "Match",
-    "Matches",
-    "MetricKind",
-    "ShardedIndex",
-    "ShardedIndex128",
-    "ShardedNphdIndex",
-    "ShardedNphdIndex128",
-]
-
-_METRICS = {
-    "cos": "cos",
-    "cosine": "cos",
-    "l2sq": "l2",
-    "l2": "l2",
-    "euclidean": "l2",
-    "ip": "ip",
-    "dot": "ip",
-    "hamming": "hamming",
-    "nphd": "nphd",
-}
-_DTYPES = {
-    "f32": "f32",
-    "float32": "f32",
-    "f16": "f16",
-    "float16": "f16",
-    "i8": "i8",
-    "int8": "i8",
-    "b1": "b1",
-    "b1x8": "b1",
-}
-
-
-class MetricKind(enum.Enum):
-    """usearch's metric kinds that Sagitta has, named as usearch names
-    them (``MetricKind.Cos``, ...; ``NPHD`` as in iscc-usearch's fork).
-    The value is Sagitta's metric name; a member can be passed back as
-    ``metric=``."""
-
-    IP = "ip"
-    Cos = "cos"
-    L2sq = "l2"
-    Hamming = "hamming"
-    NPHD = "nphd"
-
-    def __str__(self) -> str:
-        return f"MetricKind.{self.name}"
-
-
-def _name(x: Any) -> str:
-    """A metric or scalar kind as a lower-case name (strings, or usearch's
-    ``MetricKind`` / ``ScalarKind`` members)."""
-    return str(getattr(x, "name", x)).lower()
-
-
-def _metric(x: Any) -> str:
-    try:
-        return _METRICS[_name(x)]
-    except KeyError:
-        raise ValueError(f"unsupported metric {x!r}") from None
-
-
-def _dtype(x: Any) -> str:
-    try:
-        return _DTYPES[_name(x)]
-    except KeyError:
-        raise ValueError(f"unsupported dtype {x!r}") from None
-
-
-def _is_single_key(keys: Any) -> bool:
-    return isinstance(keys, (int, np.integer)) and not isinstance(keys, bool)
-
-
-def _key_array(keys: Any) -> np.ndarray:
-    """Keys as a 1-D uint64 array (negative or oversized keys refused)."""
-    if _is_single_key(keys):
-        keys = [int(keys)]
-    arr = np.asarray(keys)
-    if arr.dtype == np.uint64:
-        return arr.reshape(-1)
-    if arr.dtype.kind not in "iu" and arr.size:
-        raise TypeError(f"keys must be integers, got {arr.dtype}")
-    if arr.size and (int(arr.min()) < 0 or int(arr.max()) >= 2**64):
-        raise ValueError("keys must be in [0, 2**64)")
-    return arr.astype(np.uint64).reshape(-1)
-
-
-def _is_key128(keys: Any) -> bool:
-    return isinstance(keys, (bytes, bytearray)) or (
-        isinstance(keys, np.void) and keys.dtype.itemsize == 16
-    )
-
-
-def _key128_array(keys: Any) -> np.ndarray:
-    """128-bit keys as a 1-D ``V16`` array (each 16 bytes, big-endian)."""
-    if _is_key128(keys):
-        keys = [bytes(keys)]
-    if isinstance(keys, np.ndarray) and keys.dtype.kind in "VS" and keys.dtype.itemsize == 16:
-        return np.ascontiguousarray(keys).reshape(-1).view("V16")
-    if isinstance(keys, np.ndarray) and keys.dtype.kind in "iu":
-        raise ValueError(f"Batch keys must have dtype 'V16', got {keys.dtype}")
-    if isinstance(keys, (int, str, np.integer)):
-        raise ValueError(
-            f"UUID keys must be bytes(16) or iterable of bytes(16), got {type(keys).__name__}"
-        )
-    out = []
-    for k in keys:
-        if not isinstance(k, (bytes, bytearray, np.void)) or len(bytes(k)) != 16:
-            raise ValueError(f"UUID key must be exactly 16 bytes, got {k!r}")
-        out.append(bytes(k))
-    return np.frombuffer(b"".join(out), dtype="V16").copy()
-
-
-def _v16(halves: np.ndarray) -> np.ndarray:
-    """(..., 2) uint64 (high, low) halves as ``V16`` (big-endian bytes)."""
-    h = np.ascontiguousarray(np.asarray(halves, dtype=np.uint64).astype(">u8"))
-    return h.view("V16").reshape(h.shape[:-1])
-
-
-def _first_of_each(k: np.ndarray) -> np.ndarray:
-    """Positions of the first occurrence of each key (uint64 or V16)."""
-    if k.dtype.kind == "V":
-        seen: dict[bytes, int] = {}
-        for i, b in enumerate(k.tolist()):
-            seen.setdefault(bytes(b), i)
-        return np.array(sorted(seen.values()), dtype=np.int64)
-    return np.unique(k, return_index=True)[1]
-
-
-def _key_out(k: Any) -> Any:
-    """One key as iscc-usearch gives it: int, or bytes for 128-bit."""
-    return bytes(k) if isinstance(k, (np.void, bytes)) else int(k)
-
-
-class Match:
-    """One hit: ``key`` and ``distance``."""
-
-    __slots__ = ("distance", "key")
-
-    def __init__(self, key: int, distance: float) -> None:
-        self.key = key
-        self.distance = distance
-
-    def to_tuple(self) -> tuple[int, float]:
-        return (self.key, self.distance)
-
-    def __repr__(self) -> str:
-        return f"Match(key={self.key}, distance={self.distance})"
-
-
-class Matches:
-    """The hits of one query (as usearch's ``Matches``)."""
-
-    def __init__(self, keys: np.ndarray, distances: np.ndarray) -> None:
-        self.keys = keys
-        self.distances = distances
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    def __getitem__(self, i: int) -> Match:
-        return Match(_key_out(self.keys[i]), float(self.distances[i]))
-
-    def __iter__(self) -> Iterator[Match]:
-        return (self[i] for i in range(len(self)))
-
-    def to_list(self) -> list[tuple[int, float]]:
-        return [(_key_out(k), float(d)) for k, d in zip(self.keys, self.distances)]
-
-    def __repr__(self) -> str:
-        return f"Matches({len(self)})"
-
-
-class BatchMatches:
-    """The hits of a batch (as usearch's ``BatchMatches``): ``keys`` and
-    ``distances`` of shape (queries, count), ``counts`` valid hits per
-    query; empty slots hold key 0 and distance ``inf``."""
-
-    def __init__(self, keys: np.ndarray, distances: np.ndarray, counts: np.ndarray) -> None:
-        self.keys = keys
-        self.distances = distances
-        self.counts = counts
-
-    def __len__(self) -> int:
-        return len(self.counts)
-
-    def __getitem__(self, i: int) -> Matches:
-        n = int(self.counts[i])
-        return Matches(self.keys[i, :n], self.distances[i, :n])
-
-    def __iter__(self) -> Iterator[Matches]:
-        return (self[i] for i in range(len(self)))
-
-    def to_list(self) -> list[list[tuple[int, float]]]:
-        return [m.to_list() for m in self]
-
-    def __repr__(self) -> str:
-        return f"BatchMatches({len(self)})"
+from ..._sagitta import Collection, ReadOnlyError
+from ._args import (
+    MetricKind,
+    _dtype,
+    _first_of_each,
+    _is_key128,
+    _is_single_key,
+    _key128_array,
+    _key_array,
+    _metric,
+    _v16,
+)
+from ._results import BatchMatches, Matches
 
 
 class _LazyView:
