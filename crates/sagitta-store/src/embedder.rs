@@ -14,7 +14,7 @@
 //! `sagitta_embed::dims_of` before its weights are loaded), never from a
 //! literal.
 
-use crate::error::{Result, StoreError};
+use crate::error::{ModelError, Result, StoreError};
 use std::sync::Arc;
 
 /// A text embedding model, as the store calls it. Shared between threads
@@ -27,35 +27,6 @@ pub trait Embedder: Send + Sync + std::fmt::Debug {
     /// the order of `texts`, each of unit length. Runs on the calling
     /// rayon pool.
     fn embed(&self, texts: &[&str]) -> Result<Vec<f32>>;
-}
-
-/// Why a collection's embedding model could not be used.
-#[derive(Debug, thiserror::Error)]
-pub enum ModelError {
-    /// Build error: this build has no embedding models (the store was
-    /// compiled without its cargo feature `embed`).
-    #[error("this build has no embedding models: rebuild with the `embed` feature")]
-    NotBuilt,
-    /// User error: the collection has no embedding model, and the call
-    /// needs one (it gave text and no vector). Holds what to do instead.
-    #[error("this collection has no embedding model{0}")]
-    NoModel(&'static str),
-    /// Environment error: a file of the model is not there.
-    #[error(
-        "model file {} is missing: run scripts/fetch-model (or set SAGITTA_MODELS)",
-        .0.display()
-    )]
-    MissingFile(std::path::PathBuf),
-    /// Environment error: the model could not be loaded, or embedding
-    /// failed (the model's own message).
-    #[error("{0}")]
-    Failed(String),
-}
-
-impl From<ModelError> for StoreError {
-    fn from(e: ModelError) -> StoreError {
-        StoreError::Model(e)
-    }
 }
 
 /// Checks, without loading it, that model `name` is one this build

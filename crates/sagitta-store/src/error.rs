@@ -82,7 +82,7 @@ pub enum StoreError {
     /// none, the collection has none, or the model is missing, unreadable
     /// or failed (see [`ModelError`](crate::ModelError)).
     #[error("embedding model: {0}")]
-    Model(crate::embedder::ModelError),
+    Model(ModelError),
     /// User error from the index layer (bad query, bad k, ...).
     #[error(transparent)]
     Index(#[from] IndexError),
@@ -144,5 +144,34 @@ pub(crate) fn io<'a>(
         op,
         path: path.to_path_buf(),
         source,
+    }
+}
+
+/// Why a collection's embedding model could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// Build error: this build has no embedding models (the store was
+    /// compiled without its cargo feature `embed`).
+    #[error("this build has no embedding models: rebuild with the `embed` feature")]
+    NotBuilt,
+    /// User error: the collection has no embedding model, and the call
+    /// needs one (it gave text and no vector). Holds what to do instead.
+    #[error("this collection has no embedding model{0}")]
+    NoModel(&'static str),
+    /// Environment error: a file of the model is not there.
+    #[error(
+        "model file {} is missing: run scripts/fetch-model (or set SAGITTA_MODELS)",
+        .0.display()
+    )]
+    MissingFile(std::path::PathBuf),
+    /// Environment error: the model could not be loaded, or embedding
+    /// failed (the model's own message).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl From<ModelError> for StoreError {
+    fn from(e: ModelError) -> StoreError {
+        StoreError::Model(e)
     }
 }

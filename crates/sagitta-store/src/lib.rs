@@ -34,14 +34,15 @@ mod trim;
 pub mod wal;
 
 pub use collection::{
-    codes_named, default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionSearch,
-    CollectionStats, Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent,
-    PartSummary, Scan, ScanBatch, TextHit,
+    codes_named, default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionStats,
+    Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent, PartSummary, Scan,
+    ScanBatch, TextHit,
 };
-pub use embedder::{Embedder, ModelError};
-pub use error::{Result, StoreError};
+pub use embedder::Embedder;
+pub use error::{ModelError, Result, StoreError};
 pub use request::{
-    Answer, CollectionOptions, Query, TextFieldOption, DEFAULT_DEPTH, DEFAULT_FUSION,
+    Answer, CollectionOptions, CollectionSearch, Query, TextFieldOption, DEFAULT_DEPTH,
+    DEFAULT_FUSION,
 };
 /// Fault injection into the store's file-system calls (tests only: cargo
 /// feature `failpoints`; see the `fault` module's docs).

@@ -367,60 +367,60 @@ impl CollectionConfig {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct ConfigFile {
-    dims: usize,
-    metric: String,
-    dtype: String,
-    kind: String,
-    m: usize,
-    ef_construction: usize,
-    ef_search: usize,
-    seed: u64,
-    segment_size: u64,
-    durability: String,
-    key_bits: u32,
+    pub(crate) dims: usize,
+    pub(crate) metric: String,
+    pub(crate) dtype: String,
+    pub(crate) kind: String,
+    pub(crate) m: usize,
+    pub(crate) ef_construction: usize,
+    pub(crate) ef_search: usize,
+    pub(crate) seed: u64,
+    pub(crate) segment_size: u64,
+    pub(crate) durability: String,
+    pub(crate) key_bits: u32,
     /// Absent in collections made before id types: `uint64`, or `string`
     /// where the payload has the `_id` column (see `Collection::open`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) id_type: Option<String>,
     #[serde(default = "default_bits")]
-    ivf_bits: u8,
+    pub(crate) ivf_bits: u8,
     #[serde(default)]
-    ivf_partitions: Option<usize>,
+    pub(crate) ivf_partitions: Option<usize>,
     #[serde(default = "default_partition_size")]
-    ivf_partition_size: usize,
+    pub(crate) ivf_partition_size: usize,
     #[serde(default = "default_nprobe")]
-    ivf_nprobe: usize,
+    pub(crate) ivf_nprobe: usize,
     #[serde(default)]
-    ivf_refine: Option<usize>,
+    pub(crate) ivf_refine: Option<usize>,
     #[serde(default = "default_max_segment_size")]
-    max_segment_size: u64,
+    pub(crate) max_segment_size: u64,
     #[serde(default = "default_idle_seal_ms")]
-    idle_seal_ms: u64,
+    pub(crate) idle_seal_ms: u64,
     #[serde(default)]
-    optimizer_threads: usize,
+    pub(crate) optimizer_threads: usize,
     /// Absent in collections made before graph codes: none.
     #[serde(default)]
-    codes: Option<String>,
+    pub(crate) codes: Option<String>,
     /// Full-text fields (absent before full text: none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    text: Vec<TextFieldFile>,
+    pub(crate) text: Vec<TextFieldFile>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    embed_model: Option<String>,
+    pub(crate) embed_model: Option<String>,
     /// BM25 parameters (absent: the defaults).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    bm25_k1: Option<f32>,
+    pub(crate) bm25_k1: Option<f32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    bm25_b: Option<f32>,
+    pub(crate) bm25_b: Option<f32>,
     /// Absent: the cost model's threshold (and in collections made before
     /// it, which get it on open).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    index_threshold: Option<u64>,
+    pub(crate) index_threshold: Option<u64>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct TextFieldFile {
-    name: String,
-    analyzer: String,
+    pub(crate) name: String,
+    pub(crate) analyzer: String,
 }
 
 fn default_bits() -> u8 {
@@ -476,50 +476,6 @@ impl ConfigFile {
             bm25_b: (!c.text.is_empty()).then_some(c.bm25.b),
             index_threshold: c.index_threshold,
         }
-    }
-
-    /// The settings this manifest records, read by the one parser of
-    /// collection options ([`crate::CollectionOptions::to_config`]; fields
-    /// absent from older manifests take their defaults there). `None` when
-    /// a recorded value is not a valid setting.
-    pub(crate) fn to_config(&self) -> Option<CollectionConfig> {
-        let options = crate::request::CollectionOptions {
-            dims: self.dims,
-            metric: Some(self.metric.clone()),
-            dtype: Some(self.dtype.clone()),
-            kind: Some(self.kind.clone()),
-            m: Some(self.m),
-            ef_construction: Some(self.ef_construction),
-            ef_search: Some(self.ef_search),
-            seed: Some(self.seed),
-            ivf_bits: Some(self.ivf_bits),
-            ivf_partitions: self.ivf_partitions,
-            ivf_partition_size: Some(self.ivf_partition_size),
-            ivf_nprobe: Some(self.ivf_nprobe),
-            ivf_refine: self.ivf_refine,
-            // Absent in manifests made before graph codes: none.
-            codes: Some(self.codes.clone().unwrap_or_else(|| "none".into())),
-            segment_size: Some(self.segment_size),
-            max_segment_size: Some(self.max_segment_size),
-            idle_seal_ms: Some(self.idle_seal_ms),
-            optimizer_threads: Some(self.optimizer_threads),
-            durability: Some(self.durability.clone()),
-            id_type: self.id_type.clone(),
-            key_bits: Some(self.key_bits),
-            text_fields: self
-                .text
-                .iter()
-                .map(|f| crate::request::TextFieldOption {
-                    name: f.name.clone(),
-                    analyzer: Some(f.analyzer.clone()),
-                })
-                .collect(),
-            embed_model: self.embed_model.clone(),
-            bm25_k1: self.bm25_k1,
-            bm25_b: self.bm25_b,
-            index_threshold: self.index_threshold,
-        };
-        options.to_config().ok()
     }
 }
 

@@ -9,7 +9,8 @@
 //! shared by every collection that names the model.
 
 use super::Collection;
-use crate::embedder::{self, Embedder, ModelError};
+use crate::embedder::{self, Embedder};
+use crate::error::ModelError;
 use crate::error::{Result, StoreError};
 use crate::payload::{Payload, Value};
 use parking_lot::Mutex;

@@ -48,7 +48,7 @@
 
 mod active;
 mod commit;
-mod config;
+pub(crate) mod config;
 mod embed;
 mod export;
 mod files;
@@ -72,7 +72,6 @@ pub use config::{
     DEFAULT_MAX_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE,
 };
 pub use optimizer::OptimizerStats;
-pub use search::CollectionSearch;
 pub use text::TextHit;
 
 use crate::bloom::Bloom;
@@ -137,15 +136,15 @@ pub(crate) struct Writer {
 /// most is written at once).
 const KEEP_LOG_BUF: usize = 64 << 20;
 
-/// The config a manifest records, or why it cannot be one.
+/// The config a manifest records (read by the one parser of collection
+/// options), or why it cannot be one.
 fn manifest_config(dir: &Path, manifest: &Manifest) -> Result<CollectionConfig> {
-    manifest
-        .config
+    crate::request::CollectionOptions::from(&manifest.config)
         .to_config()
-        .ok_or_else(|| StoreError::Corrupt {
+        .map_err(|e| StoreError::Corrupt {
             file: dir.join(MANIFEST),
             offset: 0,
-            reason: "invalid config in manifest".into(),
+            reason: format!("invalid config in manifest: {e}"),
         })
 }
 

@@ -9,30 +9,11 @@ use super::{Collection, Inner, State};
 use crate::error::{Result, StoreError};
 use crate::filter::Bound;
 use crate::payload::{self, Field, Schema, Value};
-use crate::request::{Answer, Query};
+use crate::request::{Answer, CollectionSearch, Query};
 use rayon::prelude::*;
 use sagitta_index::{Bitset, GraphView, IndexError, IndexRead, Neighbor, SearchOptions, VectorRef};
 use std::collections::HashSet;
 use std::sync::Arc;
-
-/// Per-search options of a collection.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct CollectionSearch<'a> {
-    /// Beam width override (HNSW).
-    pub ef: Option<usize>,
-    /// Exact scan of every segment.
-    pub exact: bool,
-    /// Only these keys may be returned.
-    pub filter: Option<&'a [u64]>,
-    /// Only matches at most this far away.
-    pub radius: Option<f32>,
-    /// Only vectors whose payload passes this (bound) filter.
-    pub predicate: Option<&'a Bound>,
-    /// Partitions probed per IVF segment.
-    pub nprobe: Option<usize>,
-    /// Rerank depth per IVF segment.
-    pub refine: Option<usize>,
-}
 
 /// One part as a search sees it.
 pub(super) struct Seg<'a> {

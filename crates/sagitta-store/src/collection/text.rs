@@ -14,9 +14,9 @@
 
 use super::part::Body;
 use super::search::Seg;
-use super::{Collection, CollectionSearch, State};
+use super::{Collection, State};
 use crate::error::{Result, StoreError};
-use crate::request::Query;
+use crate::request::{CollectionSearch, Query};
 use parking_lot::RwLockReadGuard;
 use sagitta_index::{Bitset, GraphView, VectorRef};
 use sagitta_text::{

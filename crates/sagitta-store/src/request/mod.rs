@@ -18,4 +18,4 @@ pub use options::{
     parse_dtype, parse_durability, parse_id_type, parse_kind, parse_metric, parse_space,
     CollectionOptions, TextFieldOption,
 };
-pub use query::{Answer, Query, DEFAULT_DEPTH, DEFAULT_FUSION};
+pub use query::{Answer, CollectionSearch, Query, DEFAULT_DEPTH, DEFAULT_FUSION};

@@ -6,7 +6,7 @@
 //! [`CollectionOptions::to_config`]: one set of names, defaults, ranges
 //! and error messages.
 
-use crate::collection::{codes_named, CollectionConfig, Durability};
+use crate::collection::config::{codes_named, CollectionConfig, ConfigFile, Durability};
 use crate::error::{Result, StoreError};
 use crate::ids::IdType;
 use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space};
@@ -285,6 +285,50 @@ impl CollectionOptions {
             bm25_k1: Some(cfg.bm25.k1),
             bm25_b: Some(cfg.bm25.b),
             index_threshold: cfg.index_threshold,
+        }
+    }
+}
+
+impl From<&ConfigFile> for CollectionOptions {
+    /// The options a manifest records (fields absent from older
+    /// manifests are their defaults): the manifest's settings are read by
+    /// the one parser, [`CollectionOptions::to_config`].
+    fn from(f: &ConfigFile) -> Self {
+        CollectionOptions {
+            dims: f.dims,
+            metric: Some(f.metric.clone()),
+            dtype: Some(f.dtype.clone()),
+            kind: Some(f.kind.clone()),
+            m: Some(f.m),
+            ef_construction: Some(f.ef_construction),
+            ef_search: Some(f.ef_search),
+            seed: Some(f.seed),
+            ivf_bits: Some(f.ivf_bits),
+            ivf_partitions: f.ivf_partitions,
+            ivf_partition_size: Some(f.ivf_partition_size),
+            ivf_nprobe: Some(f.ivf_nprobe),
+            ivf_refine: f.ivf_refine,
+            // Absent in manifests made before graph codes: none.
+            codes: Some(f.codes.clone().unwrap_or_else(|| "none".into())),
+            segment_size: Some(f.segment_size),
+            max_segment_size: Some(f.max_segment_size),
+            idle_seal_ms: Some(f.idle_seal_ms),
+            optimizer_threads: Some(f.optimizer_threads),
+            durability: Some(f.durability.clone()),
+            id_type: f.id_type.clone(),
+            key_bits: Some(f.key_bits),
+            text_fields: f
+                .text
+                .iter()
+                .map(|t| TextFieldOption {
+                    name: t.name.clone(),
+                    analyzer: Some(t.analyzer.clone()),
+                })
+                .collect(),
+            embed_model: f.embed_model.clone(),
+            bm25_k1: f.bm25_k1,
+            bm25_b: f.bm25_b,
+            index_threshold: f.index_threshold,
         }
     }
 }

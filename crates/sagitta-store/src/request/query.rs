@@ -7,8 +7,8 @@
 //! [`crate::Collection::query`], which reads one snapshot of the
 //! collection for every leg.
 
-use crate::collection::CollectionSearch;
 use crate::error::{Result, StoreError};
+use crate::filter::Bound;
 use crate::limits::{check_depth, check_k, check_knobs};
 use sagitta_index::{Neighbor, VectorRef};
 use sagitta_text::{Fusion, MAX_TEXT_BYTES};
@@ -50,6 +50,25 @@ pub struct Query<'a> {
     /// The knobs (ef, nprobe, refine, exact) and filters (keys, payload
     /// predicate: both legs), and a dense query's radius.
     pub opts: CollectionSearch<'a>,
+}
+
+/// Per-search options of a collection.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CollectionSearch<'a> {
+    /// Beam width override (HNSW).
+    pub ef: Option<usize>,
+    /// Exact scan of every segment.
+    pub exact: bool,
+    /// Only these keys may be returned.
+    pub filter: Option<&'a [u64]>,
+    /// Only matches at most this far away.
+    pub radius: Option<f32>,
+    /// Only vectors whose payload passes this (bound) filter.
+    pub predicate: Option<&'a Bound>,
+    /// Partitions probed per IVF segment.
+    pub nprobe: Option<usize>,
+    /// Rerank depth per IVF segment.
+    pub refine: Option<usize>,
 }
 
 /// The answer to a [`Query`].

@@ -401,3 +401,43 @@ pub(super) fn encode_header(
     h[124..128].copy_from_slice(&crc.to_le_bytes());
     h
 }
+
+/// The section table of a file being opened, with the lookups `open`
+/// makes in it.
+pub(super) struct Sections<'a> {
+    pub(super) path: &'a Path,
+    pub(super) list: &'a [Section],
+}
+
+impl Sections<'_> {
+    /// Whether the file has a section of `kind`.
+    pub(super) fn has(&self, kind: SectionKind) -> bool {
+        self.list.iter().any(|s| s.kind == kind as u32)
+    }
+
+    /// The byte range of the section of `kind`, which must exist and,
+    /// with `want`, be exactly that long.
+    pub(super) fn find(&self, kind: SectionKind, want: Option<u64>) -> Result<(usize, usize)> {
+        let s = self
+            .list
+            .iter()
+            .find(|s| s.kind == kind as u32)
+            .ok_or_else(|| {
+                corrupt(
+                    self.path,
+                    HEADER_LEN as u64,
+                    format!("missing section {kind:?}"),
+                )
+            })?;
+        if let Some(w) = want {
+            if s.len != w {
+                return Err(corrupt(
+                    self.path,
+                    s.offset,
+                    format!("section {kind:?} is {} bytes, expected {w}", s.len),
+                ));
+            }
+        }
+        Ok((s.offset as usize, s.len as usize))
+    }
+}

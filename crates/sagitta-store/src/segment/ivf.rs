@@ -3,8 +3,7 @@
 //! rebuilt from the seed and the centroids copied), and the segment seen
 //! as an [`IvfSource`], whose lists point into the map.
 
-use super::format::{corrupt, parse_ivf, IvfInfo, SectionKind};
-use super::reader::Sections;
+use super::format::{corrupt, parse_ivf, IvfInfo, SectionKind, Sections};
 use super::{words, Segment};
 use crate::error::Result;
 use sagitta_index::ivf::{IvfSource, ListRef, FACTORS};

@@ -8,8 +8,8 @@
 //! vectors (section CRCs, neighbour ids, key order) waits for `verify`.
 
 use super::format::{
-    self, corrupt, parse_table, u32_at, u64_at, Header, IvfInfo, Section, SectionKind, SegmentInfo,
-    HEADER_LEN, SECTION_ALIGN, SECTION_ENTRY_LEN,
+    self, corrupt, parse_table, u32_at, u64_at, Header, IvfInfo, Section, SectionKind, Sections,
+    SegmentInfo, HEADER_LEN, SECTION_ALIGN, SECTION_ENTRY_LEN,
 };
 use super::ivf::SegIvf;
 use super::{words, Segment, UpperLevel};
@@ -21,46 +21,6 @@ use sagitta_index::{DType, IndexKind};
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
-
-/// The section table of a file being opened, with the lookups `open`
-/// makes in it.
-pub(super) struct Sections<'a> {
-    path: &'a Path,
-    list: &'a [Section],
-}
-
-impl Sections<'_> {
-    /// Whether the file has a section of `kind`.
-    pub(super) fn has(&self, kind: SectionKind) -> bool {
-        self.list.iter().any(|s| s.kind == kind as u32)
-    }
-
-    /// The byte range of the section of `kind`, which must exist and,
-    /// with `want`, be exactly that long.
-    pub(super) fn find(&self, kind: SectionKind, want: Option<u64>) -> Result<(usize, usize)> {
-        let s = self
-            .list
-            .iter()
-            .find(|s| s.kind == kind as u32)
-            .ok_or_else(|| {
-                corrupt(
-                    self.path,
-                    HEADER_LEN as u64,
-                    format!("missing section {kind:?}"),
-                )
-            })?;
-        if let Some(w) = want {
-            if s.len != w {
-                return Err(corrupt(
-                    self.path,
-                    s.offset,
-                    format!("section {kind:?} is {} bytes, expected {w}", s.len),
-                ));
-            }
-        }
-        Ok((s.offset as usize, s.len as usize))
-    }
-}
 
 /// Byte ranges of an HNSW segment's graph.
 type Graph = ((usize, usize), Vec<UpperLevel>);
