@@ -5,7 +5,7 @@
 //! `cargo run --release -p sagitta-server --example fastjson_bench`.
 
 use sagitta_server::fastjson;
-use sagitta_server::ops::{SearchRequest, UpsertRequest};
+use sagitta_server::api::{SearchRequest, UpsertRequest};
 use std::time::Instant;
 
 fn main() {
