@@ -5,8 +5,8 @@
 
 #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
 
-use sagitta_index::{DType, HnswParams, Index, IndexRead, Metric, SearchOptions, Space, VectorRef};
 use sagitta_cli::npy;
+use sagitta_index::{DType, HnswParams, Index, IndexRead, Metric, SearchOptions, Space, VectorRef};
 use sagitta_store::Segment;
 use std::path::PathBuf;
 
