@@ -9,7 +9,7 @@
 //!   behind an ingest batch for a core. Search threads (and the I/O
 //!   runtime's) ask for the scheduler's shortest slice, so a search that
 //!   wakes up preempts an ingest or build thread at once (see
-//!   [`crate::priority`]). Each lane is a thread that takes
+//!   [`sagitta_index::sched::priority`]). Each lane is a thread that takes
 //!   one job at a time and runs it on the lane's own rayon pool: a job
 //!   holds its collection's writer lock while the index insert runs in
 //!   parallel, and a rayon thread waiting for its parallel work runs other

@@ -1,12 +1,18 @@
 //! # sagitta-store
 //!
-//! Everything on disk. For now: the sealed, immutable, memory-mapped
-//! [`Segment`] file (see `docs/FORMAT.md` and the [`segment`] module docs)
-//! and its durable writer.
-//! Later: the collection directory, WAL, manifest, bloom filter.
+//! Everything on disk, and the one request model: the sealed,
+//! memory-mapped [`Segment`] file (see `docs/FORMAT.md` and the
+//! [`segment`] module docs), the [`Collection`] on a directory (write-ahead
+//! [`wal`], mutable part, manifest, [`bloom`] filter, tombstones,
+//! background optimizer; see the [`collection`] module docs), payload
+//! columns and [`filter`]s, and the [`request`] model
+//! ([`CollectionOptions`], [`Query`]) that every front end translates
+//! into. What it owns and must not import: `crates/sagitta-store/README.md`.
 //!
 //! Depends on `sagitta-index` (the in-memory index it serialises and the
-//! [`sagitta_index::GraphView`] search it reuses) and `sagitta-kernels`.
+//! [`sagitta_index::GraphView`] search it reuses), `sagitta-kernels`,
+//! `sagitta-text` (full text) and, with the default cargo feature `embed`,
+//! `sagitta-embed`.
 
 #[cfg(target_endian = "big")]
 compile_error!(
