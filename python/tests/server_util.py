@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import signal
 import subprocess
 from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,3 +100,22 @@ class Server:
     def __exit__(self, *exc) -> None:
         if self.proc.poll() is None:
             self.stop()
+
+
+def raw(server, method, path, body=b"", headers=None):
+    """One request with http.client; returns (status, headers, parsed or text body)."""
+    conn = http.client.HTTPConnection(server.http_addr, timeout=60)
+    conn.request(method, path, body=body, headers=headers or {})
+    r = conn.getresponse()
+    text = r.read()
+    conn.close()
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        parsed = text.decode(errors="replace")
+    return r.status, dict(r.getheaders()), parsed
+
+
+def vector_array(x: np.ndarray, type_=None) -> pa.FixedSizeListArray:
+    type_ = type_ or pa.float32()
+    return pa.FixedSizeListArray.from_arrays(pa.array(x.ravel(), type=type_), x.shape[1])
