@@ -15,11 +15,11 @@ def index(rng):
 
 
 def test_constructor_rejects_bad_parameters():
-    with pytest.raises(ValueError, match="metric: unknown metric 'manhattan'"):
+    with pytest.raises(ValueError, match='metric: unknown metric "manhattan"'):
         sagitta.Index(8, metric="manhattan")
-    with pytest.raises(ValueError, match="dtype: unknown dtype 'f64'"):
+    with pytest.raises(ValueError, match='dtype: unknown dtype "f64"'):
         sagitta.Index(8, dtype="f64")
-    with pytest.raises(ValueError, match="kind: unknown index kind 'ivf'"):
+    with pytest.raises(ValueError, match='kind: unknown index kind "ivf"'):
         sagitta.Index(8, kind="ivf")
     with pytest.raises(ValueError, match="ndim"):
         sagitta.Index(0)

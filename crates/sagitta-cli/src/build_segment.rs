@@ -1,7 +1,7 @@
 //! `sagitta build`: an index built from a `.npy` matrix (key = row
 //! number) and written as a segment file.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use sagitta_cli::npy;
 use sagitta_cli::rows::{build, space_for, Rows};
 use sagitta_index::{Index, IndexKind, VectorRef};
@@ -24,9 +24,7 @@ pub fn run(
 ) -> Result<()> {
     let mat = npy::read_f32(input)?;
     let n = limit.unwrap_or(mat.rows).min(mat.rows);
-    let Some(kind) = IndexKind::parse(kind) else {
-        bail!("unknown kind {kind} (hnsw, flat or ivf_rq)");
-    };
+    let kind = sagitta_store::request::parse_kind(kind)?;
     let rows = Rows::new(&mat, n, metric == "hamming");
     let space = space_for(metric, mat.cols)?;
     let (idx, secs) = if kind == IndexKind::IvfRq {

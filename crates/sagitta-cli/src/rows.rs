@@ -3,7 +3,7 @@
 //! the rows, every query timed on one thread, recall by key.
 
 use crate::npy::Matrix;
-use anyhow::{Context, Result};
+use anyhow::Result;
 use sagitta_index::{
     DType, HnswParams, Index, IndexKind, IndexRead, Metric, Neighbor, SearchOptions, Space,
     VectorRef,
@@ -15,11 +15,7 @@ use std::time::Instant;
 pub fn space_for(metric: &str, dims: usize) -> Result<Space> {
     Ok(match metric {
         "hamming" => Space::new(dims, Metric::Hamming, DType::B1)?,
-        m => Space::new(
-            dims,
-            Metric::parse(m).with_context(|| format!("unknown metric {m}"))?,
-            DType::F32,
-        )?,
+        m => Space::new(dims, sagitta_store::request::parse_metric(m)?, DType::F32)?,
     })
 }
 

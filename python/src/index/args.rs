@@ -1,11 +1,12 @@
 //! Index arguments from Python: names and values checked, parameter errors
 //! reported under the Python names (`connectivity`, not `m`).
 
-use crate::errors::index_err;
+use crate::errors::{index_err, store_err};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sagitta_index::{HnswParams, IndexError, IndexKind, IvfParams, Space};
-use sagitta_kernels::{DType, Metric};
+use sagitta_kernels::DType;
+use sagitta_store::request::{parse_dtype, parse_kind, parse_metric};
 
 /// An index error with the store's parameter names (`m`, `ef_search`,
 /// ...) turned into the Python ones (`connectivity`, `expansion_search`).
@@ -52,25 +53,15 @@ pub(super) fn index_args(
     expansion_add: i64,
     expansion_search: i64,
 ) -> PyResult<(Space, IndexKind, HnswParams)> {
-    let metric_v = Metric::parse(metric).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "metric: unknown metric '{metric}' (expected cos, l2, ip, hamming or nphd)"
-        ))
-    })?;
+    // Names are read by the store's one parser of them (the same words
+    // and errors as a collection's options).
+    let metric_v = parse_metric(metric).map_err(store_err)?;
     let dtype_v = match dtype {
         None if metric_v.is_binary() => DType::B1,
         None => DType::F32,
-        Some(d) => DType::parse(d).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "dtype: unknown dtype '{d}' (expected f32, f16, i8, b1, sq8 or sq16)"
-            ))
-        })?,
+        Some(d) => parse_dtype(d).map_err(store_err)?,
     };
-    let kind_v = IndexKind::parse(kind).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "kind: unknown index kind '{kind}' (expected hnsw, flat or ivf_rq)"
-        ))
-    })?;
+    let kind_v = parse_kind(kind).map_err(store_err)?;
     let ndim = usize::try_from(ndim)
         .map_err(|_| PyValueError::new_err(format!("ndim: must be in 1..=65536, got {ndim}")))?;
     let space =
