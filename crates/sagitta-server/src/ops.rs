@@ -711,3 +711,48 @@ pub fn run_count(e: &Entry, req: CountRequest) -> ApiResult<CountResponse> {
         count: e.coll.count(pred.as_ref())?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // tests fail loudly on unexpected errors
+    use super::*;
+
+    /// The create request is translated field by field into the store's
+    /// options: the IVF parameters reach the collection (they were fixed
+    /// at their defaults over HTTP before), and the store's parser refuses
+    /// what it refuses for Python too.
+    #[test]
+    fn create_requests_reach_the_stores_options() {
+        let req = CreateCollection {
+            name: "c".into(),
+            dims: 16,
+            kind: Some("ivf_rq".into()),
+            ivf_bits: Some(4),
+            ivf_partitions: Some(7),
+            ivf_nprobe: Some(3),
+            ivf_refine: Some(50),
+            max_segment_size: Some(8 << 20),
+            segment_size: Some(1 << 20),
+            ..CreateCollection::default()
+        };
+        let cfg = config_from(&req).unwrap();
+        assert_eq!(cfg.ivf.bits, 4);
+        assert_eq!(cfg.ivf.partitions, Some(7));
+        assert_eq!(cfg.ivf.nprobe, 3);
+        assert_eq!(cfg.ivf.refine, Some(50));
+        assert_eq!(cfg.max_segment_size, 8 << 20);
+        let bad = CreateCollection {
+            ivf_bits: Some(9),
+            ..req
+        };
+        assert!(matches!(config_from(&bad), Err(ApiError::Store(_))));
+        let bad = CreateCollection {
+            name: "c".into(),
+            dims: 16,
+            metric: Some("manhattan".into()),
+            ..CreateCollection::default()
+        };
+        let e = config_from(&bad).unwrap_err().to_string();
+        assert!(e.contains("metric: unknown metric \"manhattan\""), "{e}");
+    }
+}
