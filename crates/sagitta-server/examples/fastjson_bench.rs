@@ -4,8 +4,8 @@
 //! fast path (`fastjson`), interleaved:
 //! `cargo run --release -p sagitta-server --example fastjson_bench`.
 
-use sagitta_server::fastjson;
 use sagitta_server::api::{SearchRequest, UpsertRequest};
+use sagitta_server::fastjson;
 use std::time::Instant;
 
 fn main() {
