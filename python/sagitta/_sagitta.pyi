@@ -72,7 +72,9 @@ class SearchResult:
     """Results of :meth:`Index.search` (see its docs for shapes)."""
 
     keys: npt.NDArray[np.uint64]
-    """Matched keys, nearest first; ``NO_KEY`` in empty slots."""
+    """Matched keys, nearest first; ``NO_KEY`` in empty slots (past
+    ``counts``: a collection stores the key ``NO_KEY`` too, so read the
+    counts rather than compare with it)."""
     distances: npt.NDArray[np.float32]
     """Distances of the matches; ``inf`` in empty slots."""
     counts: int | npt.NDArray[np.int64]

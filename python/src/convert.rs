@@ -30,21 +30,28 @@ pub struct Keys {
     pub single: bool,
 }
 
+/// Checks that a write has one key per row.
+pub fn check_key_count(keys: usize, rows: usize) -> PyResult<()> {
+    if keys != rows {
+        return Err(PyValueError::new_err(format!(
+            "keys: got {keys} keys for {rows} vectors"
+        )));
+    }
+    Ok(())
+}
+
 /// Checks the keys of a write against its rows: one key per row, and
 /// none of them `reserved` (the key that marks a missing result, named
-/// `reserved_name` in the error).
+/// `reserved_name` in the error). An in-memory index's results mark a
+/// missing row by that key alone; a collection's results carry counts,
+/// so a collection takes every key ([`check_key_count`]).
 pub fn check_write_keys<K: PartialEq>(
     keys: &[K],
     rows: usize,
     reserved: &K,
     reserved_name: &str,
 ) -> PyResult<()> {
-    if keys.len() != rows {
-        return Err(PyValueError::new_err(format!(
-            "keys: got {} keys for {rows} vectors",
-            keys.len()
-        )));
-    }
+    check_key_count(keys.len(), rows)?;
     if let Some(i) = keys.iter().position(|k| k == reserved) {
         return Err(PyValueError::new_err(format!(
             "keys: row {i}: key {reserved_name} is reserved to mark missing results"

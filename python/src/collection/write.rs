@@ -4,9 +4,9 @@
 use super::args::{bind_where, payload_arg, values_arg};
 use super::keys::wide;
 use super::PyCollection;
-use crate::convert::{self, NO_KEY, NO_KEY_NAME};
+use crate::convert;
 use crate::errors::{index_err, store_err};
-use crate::keys128::{self, NO_KEY128};
+use crate::keys128;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use sagitta_index::IndexError;
@@ -125,7 +125,7 @@ impl PyCollection {
     ) -> PyResult<usize> {
         let keys = keys128::keys128(keys, "keys")?;
         let rows = convert::rows(vectors, &c.config().space, "vectors")?;
-        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY128, "2**128 - 1")?;
+        convert::check_key_count(keys.keys.len(), rows.len())?;
         let single = rows.single() && keys.single;
         let refs = rows.refs();
         let ids = IdColumn::U128(keys.keys);
@@ -162,7 +162,7 @@ impl PyCollection {
         }
         let keys = convert::keys(keys, "keys")?;
         let rows = convert::rows(vectors, &c.config().space, "vectors")?;
-        convert::check_write_keys(&keys.keys, rows.len(), &NO_KEY, NO_KEY_NAME)?;
+        convert::check_key_count(keys.keys.len(), rows.len())?;
         let single = rows.single() && keys.single;
         let refs = rows.refs();
         py.detach(|| match &kind {

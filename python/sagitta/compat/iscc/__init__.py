@@ -39,17 +39,37 @@ the places where Sagitta deliberately differs are in
   this object; a reopen takes the value the index was created with.
 """
 
-from ._args import MetricKind
-from ._index import ShardedIndex, ShardedIndex128, ShardedNphdIndex, ShardedNphdIndex128
+import numpy as np
+
+from ._args import MetricKind, ScalarKind
+from ._index import (
+    ShardedIndex,
+    ShardedIndex128,
+    ShardedIndexedKeys,
+    ShardedIndexedVectors,
+    ShardedNphdIndex,
+    ShardedNphdIndex128,
+    ShardedNphdIndexedVectors,
+)
 from ._results import BatchMatches, Match, Matches
 
+# iscc-usearch's default ``shard_size`` (bytes), and its dtype of 128-bit keys.
+DEFAULT_SHARD_SIZE = 1024**3
+UUID_DTYPE = np.dtype("V16")
+
 __all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "UUID_DTYPE",
     "BatchMatches",
     "Match",
     "Matches",
     "MetricKind",
+    "ScalarKind",
     "ShardedIndex",
     "ShardedIndex128",
+    "ShardedIndexedKeys",
+    "ShardedIndexedVectors",
     "ShardedNphdIndex",
     "ShardedNphdIndex128",
+    "ShardedNphdIndexedVectors",
 ]

@@ -48,6 +48,41 @@ class MetricKind(enum.Enum):
         return f"MetricKind.{self.name}"
 
 
+class ScalarKind(enum.Enum):
+    """usearch's scalar kinds that Sagitta stores, named as usearch names
+    them; the value is Sagitta's dtype name."""
+
+    F32 = "f32"
+    F16 = "f16"
+    I8 = "i8"
+    B1 = "b1"
+
+    def __str__(self) -> str:
+        return f"ScalarKind.{self.name}"
+
+
+try:  # usearch is a dependency of iscc-usearch: its users have it
+    from usearch.index import MetricKind as _UsearchMetric
+    from usearch.index import ScalarKind as _UsearchScalar
+except ImportError:  # pragma: no cover - depends on the environment
+    _UsearchMetric = _UsearchScalar = None
+
+
+def metric_kind(name: str) -> Any:
+    """Sagitta's metric name as usearch's ``MetricKind`` member when usearch
+    is installed (so that it compares equal to what iscc-usearch returns),
+    else as this module's :class:`MetricKind`."""
+    ours = MetricKind(name)
+    return getattr(_UsearchMetric, ours.name, ours)
+
+
+def scalar_kind(name: str) -> Any:
+    """Sagitta's dtype name as usearch's ``ScalarKind`` member when usearch
+    is installed, else as this module's :class:`ScalarKind`."""
+    ours = ScalarKind(name)
+    return getattr(_UsearchScalar, ours.name, ours)
+
+
 def _name(x: Any) -> str:
     """A metric or scalar kind as a lower-case name (strings, or usearch's
     ``MetricKind`` / ``ScalarKind`` members)."""
@@ -92,6 +127,14 @@ def _is_key128(keys: Any) -> bool:
     )
 
 
+def _key128(key: Any) -> bytes:
+    """One 128-bit key as its 16 bytes (``ValueError`` for another length)."""
+    b = bytes(key)
+    if len(b) != 16:
+        raise ValueError(f"UUID key must be bytes of length 16, got {len(b)} bytes")
+    return b
+
+
 def _key128_array(keys: Any) -> np.ndarray:
     """128-bit keys as a 1-D ``V16`` array (each 16 bytes, big-endian)."""
     if _is_key128(keys):
@@ -107,7 +150,7 @@ def _key128_array(keys: Any) -> np.ndarray:
     out = []
     for k in keys:
         if not isinstance(k, (bytes, bytearray, np.void)) or len(bytes(k)) != 16:
-            raise ValueError(f"UUID key must be exactly 16 bytes, got {k!r}")
+            raise ValueError(f"All batch keys must be bytes of length 16, got {k!r}")
         out.append(bytes(k))
     return np.frombuffer(b"".join(out), dtype="V16").copy()
 

@@ -16,15 +16,17 @@ import numpy as np
 
 from ..._sagitta import Collection, ReadOnlyError
 from ._args import (
-    MetricKind,
     _dtype,
     _first_of_each,
     _is_key128,
     _is_single_key,
+    _key128,
     _key128_array,
     _key_array,
     _metric,
     _v16,
+    metric_kind,
+    scalar_kind,
 )
 from ._results import BatchMatches, Matches
 
@@ -48,6 +50,9 @@ class _LazyView:
     def __iter__(self) -> Iterator[Any]:
         return self._iter()
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(count={len(self)})"
+
     def __getitem__(self, i: int | slice) -> Any:
         n = len(self)
         if isinstance(i, slice):
@@ -67,7 +72,9 @@ class _LazyView:
         return np.asarray(out, dtype=dtype)
 
 
-class _Keys(_LazyView):
+class ShardedIndexedKeys(_LazyView):
+    """The live keys of an index (``ShardedIndex.keys``)."""
+
     def _iter(self) -> Iterator[Any]:
         if self._index._multi:
             return (k >> 64 for k in self._index._c.keys())
@@ -81,7 +88,9 @@ class _Keys(_LazyView):
         return np.array(items, dtype=np.uint64)
 
 
-class _Vectors(_LazyView):
+class ShardedIndexedVectors(_LazyView):
+    """The live vectors of an index (``ShardedIndex.vectors``)."""
+
     def _iter(self) -> Iterator[Any]:
         out = self._index._out
         return (out(v) for _, v in self._index._c.items())
@@ -89,7 +98,12 @@ class _Vectors(_LazyView):
     def _pack(self, items: list[Any]) -> Any:
         if self._index._nphd:
             return items
-        return np.stack(items) if items else np.empty((0, self._index.ndim), np.float32)
+        if items:
+            return np.stack(items)
+        c = self._index._c
+        if c.dtype == "b1":  # packed bits: ndim / 8 bytes a row
+            return np.empty((0, c.ndim // 8), np.uint8)
+        return np.empty((0, c.ndim), {"f16": np.float16, "i8": np.int8}.get(c.dtype, np.float32))
 
 
 class ShardedIndex:
@@ -136,19 +150,24 @@ class ShardedIndex:
         self._path = Path(path)
         self._dirty = 0
         self._ef: int | None = None
+        self._coll: Collection | None = None
         if (self._path / "MANIFEST").is_file():
             self._check_dir(self._path)
             self._c = Collection.open(self._path, read_only=read_only)
         elif read_only:
-            raise ValueError(f"no index in {self._path} to open read-only")
+            raise ValueError("read_only=True requires existing shards, but none were found")
         else:
             if ndim is None:
-                raise ValueError("ndim is required to create an index")
+                raise ValueError(
+                    f"{self._dim_name} is required when creating a new index "
+                    "(no existing shards found)"
+                )
+            size = max(_MIN_SEGMENT, int(shard_size))
             kw: dict[str, Any] = {
                 "ndim": int(ndim),
                 "metric": _metric(metric),
-                "segment_size": min(64 << 20, int(shard_size)),
-                "max_segment_size": int(shard_size),
+                "segment_size": min(64 << 20, size),
+                "max_segment_size": size,
             }
             if dtype is not None:
                 kw["dtype"] = _dtype(dtype)
@@ -168,6 +187,32 @@ class ShardedIndex:
             if self._multi:
                 (self._path / _MULTI_MARK).write_bytes(b"")
         self._shard_size = int(shard_size)
+        self._tombs_at_open = int(self._c.stats()["tombstones"])
+        self._tombs: set[Any] = set()
+        self._replaced = 0
+
+    # The constructor's argument that gives the dimensions.
+    _dim_name = "ndim"
+
+    @property
+    def _c(self) -> Collection:
+        """The collection (``RuntimeError`` once :meth:`close` ran, as
+        iscc-usearch raises)."""
+        if self._coll is None:
+            raise RuntimeError("index is closed")
+        return self._coll
+
+    @_c.setter
+    def _c(self, coll: Collection) -> None:
+        self._coll = coll
+
+    def _writable(self) -> Collection:
+        """The collection, for a write (``ReadOnlyError``, a
+        ``RuntimeError``, when it is open read-only)."""
+        c = self._c
+        if c.read_only:
+            raise ReadOnlyError("index is read-only")
+        return c
 
     def _check_dir(self, path: Path) -> None:
         """Raises ``ValueError`` unless the index in ``path`` is one this
@@ -193,7 +238,7 @@ class ShardedIndex:
         if v.ndim == 1:
             v = v.reshape(1, -1)
         if len(v) != n:
-            raise ValueError(f"{n} keys for {len(v)} vectors")
+            raise ValueError(_count_mismatch(n, len(v)))
         return v
 
     def _queries_in(self, vectors: Any) -> tuple[Any, bool]:
@@ -256,8 +301,39 @@ class ShardedIndex:
         else:
             k = self._keys(keys)
         self._c.add(k, self._vectors_in(vectors, len(k)))
+        self._readded(k)
         self._dirty += len(k)
+        self._rotate_if_full()
         return k
+
+    def _readded(self, k: np.ndarray) -> None:
+        """Keys written again after a remove no longer count as
+        tombstones; their old rows wait for :meth:`compact` still."""
+        if not self._tombs:
+            return
+        for key in k.tolist():
+            key = bytes(key) if isinstance(key, (bytes, np.void)) else key
+            if key in self._tombs:
+                self._tombs.discard(key)
+                self._replaced += 1
+
+    def _rotate_if_full(self) -> None:
+        """Seals the rows written since the last seal into a segment once
+        they would pass ``shard_size``, as iscc-usearch rotates its active
+        shard after an add. Only for a ``shard_size`` below the smallest
+        segment a collection rolls over at by itself (4 KiB): above it,
+        ``segment_size`` does the same job."""
+        if self._shard_size >= _MIN_SEGMENT:
+            return
+        active = int(self._c.stats()["active_vectors"])
+        if active and _SHARD_HEADER + active * self._row_bytes() > self._shard_size:
+            self._c.seal()
+
+    def _row_bytes(self) -> int:
+        """A row's bytes in a shard: its key and its vector."""
+        width = {"f32": 4, "f16": 2, "i8": 1}.get(self._c.dtype, 0)
+        vec = self._c.ndim * width if width else (self._c.ndim + 7) // 8 + 1
+        return (16 if (self._wide or self._multi) else 8) + vec
 
     def _single_vector(self, vectors: Any) -> bool:
         return np.asarray(vectors).ndim == 1
@@ -266,7 +342,7 @@ class ShardedIndex:
         """Adds the keys not present yet (first occurrence in the batch
         wins); returns them (``None`` for a single key already present)."""
         if keys is None:
-            raise ValueError("add_once needs keys")
+            raise ValueError("add_once() requires explicit keys")
         single = self._single_key(keys)
         k = self._keys(keys)
         v = self._vectors_in(vectors, len(k))
@@ -284,32 +360,54 @@ class ShardedIndex:
     def upsert(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray:
         """Inserts or replaces (last occurrence in the batch wins)."""
         if keys is None:
-            raise ValueError("upsert needs keys")
+            raise ValueError("upsert() requires explicit keys")
         k = self._keys(keys)
         v = self._vectors_in(vectors, len(k))
         idx = np.sort(len(k) - 1 - _first_of_each(k[::-1]))
         if len(idx) < len(k):
             k, v = k[idx], self._take(v, idx)
-        self._c.upsert(k, v)
+        c = self._c
+        before = int(c.stats()["tombstones"])
+        c.upsert(k, v)
+        # the replaced rows that sealed segments still hold
+        self._replaced += max(0, int(c.stats()["tombstones"]) - before)
+        self._readded(k)
         self._dirty += len(k)
+        self._rotate_if_full()
         return k
 
     def remove(self, keys: Any, *, compact: bool = False, **kw: Any) -> int:
         """Deletes keys (missing ones are ignored); returns how many."""
-        n = self._c.remove(self._keys(keys))
+        c = self._c
+        k = self._keys(keys)
+        present = k[c.contains(k)] if len(k) else k
+        before = int(c.stats()["tombstones"])
+        n = c.remove(k)
+        # Rows of sealed segments leave a tombstone (rows not sealed yet
+        # are dropped at once), as iscc-usearch's view shards do; counted
+        # here because the optimizer may reclaim them before compact().
+        sealed = max(0, int(c.stats()["tombstones"]) - before)
+        for key in present[: min(sealed, len(present))].tolist():
+            self._tombs.add(bytes(key) if isinstance(key, (bytes, np.void)) else key)
         self._dirty += n
         if compact:
-            self._c.compact()
+            self.compact()
         return n
 
     def __delitem__(self, key: Any) -> None:
         self.remove(key)
 
     def compact(self) -> int:
-        """Rewrites segments holding deleted rows; returns how many
-        deleted rows were dropped."""
-        dead = int(self._c.stats()["tombstones"])
-        self._c.compact()
+        """Rewrites segments holding deleted or replaced rows; returns how
+        many such rows there were since the index was opened or last
+        compacted (the background optimizer may have dropped some of them
+        already: they count, as iscc-usearch would have dropped them here)."""
+        c = self._writable()
+        dead = max(int(c.stats()["tombstones"]), self.tombstone_count + self._replaced)
+        c.compact()
+        self._tombs.clear()
+        self._replaced = 0
+        self._tombs_at_open = 0
         return dead
 
     def reset(self) -> None:
@@ -320,10 +418,6 @@ class ShardedIndex:
             keys = np.array(keys, dtype=np.uint64)
         if len(keys):
             self._dirty += self._c.remove(keys)
-
-    def clear(self) -> None:
-        """As :meth:`reset`."""
-        self.reset()
 
     # -- reads ---------------------------------------------------------------
 
@@ -370,7 +464,7 @@ class ShardedIndex:
         """A vector (or ``None``) for one key; a list for many."""
         if self._single_key(keys):
             if self._wide:
-                v = self._c.get(bytes(keys))
+                v = self._c.get(_key128(keys))
             elif not 0 <= int(keys) < 2**64:
                 return None
             else:
@@ -393,7 +487,7 @@ class ShardedIndex:
 
     def contains(self, keys: Any) -> Any:
         """A bool for one key; a bool array for many."""
-        if type(keys) is (bytes if self._wide else int):  # the common case, fast
+        if type(keys) is int and not self._wide:  # the common case, fast
             return keys in self._c
         if self._single_key(keys):
             return self.__contains__(keys)
@@ -402,7 +496,7 @@ class ShardedIndex:
     def __contains__(self, key: Any) -> bool:
         if not self._single_key(key):
             return False
-        return (bytes(key) if self._wide else int(key)) in self._c
+        return (_key128(key) if self._wide else int(key)) in self._c
 
     def count(self, keys: Any) -> Any:
         """Vectors stored under each key (0 or 1)."""
@@ -411,15 +505,15 @@ class ShardedIndex:
         return self._c.contains(self._keys(keys)).astype(np.uint64)
 
     @property
-    def keys(self) -> _Keys:
+    def keys(self) -> ShardedIndexedKeys:
         """Live keys, a lazy view (``len``, iteration, indexing, slicing,
         ``np.asarray``)."""
-        return _Keys(self)
+        return ShardedIndexedKeys(self)
 
     @property
-    def vectors(self) -> _Vectors:
+    def vectors(self) -> ShardedIndexedVectors:
         """Live vectors in the order of :attr:`keys`, a lazy view."""
-        return _Vectors(self)
+        return ShardedIndexedVectors(self)
 
     def __len__(self) -> int:
         return len(self._c)
@@ -437,12 +531,19 @@ class ShardedIndex:
 
     def save(self, path_or_buffer: Any = None, progress: Any = None) -> None:
         """Makes every write durable now (fsync); ``path_or_buffer`` is
-        refused as in iscc-usearch (the directory is the index)."""
+        refused as in iscc-usearch (the directory is the index).
+        ``progress(done, total)`` is called with the rows made durable."""
         if path_or_buffer is not None:
-            raise TypeError("save() takes no path: the index lives in its directory")
-        if not self._c.read_only:
-            self._c.flush()
+            raise TypeError(
+                f"{type(self).__name__}.save() does not accept a path argument. "
+                "Files are saved to the directory specified at construction time."
+            )
+        c = self._writable()
+        c.flush()
         self._dirty = 0
+        if progress is not None:
+            n = len(c)
+            progress(n, n)
 
     def load(self, path_or_buffer: Any = None, progress: Any = None) -> None:
         """Reopens this object, writable, on the index in the directory
@@ -470,25 +571,25 @@ class ShardedIndex:
         if not (path / "MANIFEST").is_file():
             raise FileNotFoundError(f"no index in {path}")
         self._check_dir(path)
-        try:
-            writer_here = not self._c.read_only and path.resolve() == self._path.resolve()
-        except ValueError:  # closed
-            writer_here = False
-        if writer_here:
-            self._c.close()  # releases the writer lock before reopening
-            self._c = Collection.open(path, read_only=read_only)
-        else:
-            new = Collection.open(path, read_only=read_only)
-            self._c.close()
-            self._c = new
+        old = self._coll
+        if old is not None and not old.read_only and path.resolve() == self._path.resolve():
+            old.close()  # releases the writer lock before reopening
+            old = None
+        new = Collection.open(path, read_only=read_only)
+        if old is not None:
+            old.close()
+        self._c = new
         self._path = path
         self._dirty = 0
         self._ef = None
+        self._tombs_at_open = int(new.stats()["tombstones"])
+        self._tombs.clear()
+        self._replaced = 0
 
     def rebuild_bloom(self, save: bool = True, log_progress: bool = True) -> int:
         """Rebuilds the bloom filter over every live key; returns their
         number."""
-        return self._c.rebuild_bloom()
+        return self._writable().rebuild_bloom()
 
     def drain_rotations(self, timeout: float | None = None) -> None:
         """Nothing to wait for: rows are searchable once written, sealing
@@ -496,8 +597,11 @@ class ShardedIndex:
 
     def close(self) -> None:
         """Seals the tail (nothing to replay at the next open) and releases
-        the directory."""
-        self._c.close()
+        the directory; later calls raise ``RuntimeError``. Closing twice
+        is allowed."""
+        if self._coll is not None:
+            self._coll.close()
+            self._coll = None
 
     def __enter__(self) -> ShardedIndex:
         return self
@@ -511,7 +615,9 @@ class ShardedIndex:
         manifest without opening it; ``None`` when ``path`` holds none."""
         if not (Path(path) / "MANIFEST").is_file():
             return None
-        return Collection.metadata(path)
+        meta = dict(Collection.metadata(path))
+        meta["dimensions"] = meta["ndim"]
+        return meta
 
     def stats(self) -> dict[str, Any]:
         s = self._c.stats()
@@ -539,18 +645,21 @@ class ShardedIndex:
         return self._c.ndim
 
     @property
-    def metric(self) -> str:
-        return self._c.metric
+    def metric(self) -> Any:
+        """The metric as usearch's ``MetricKind`` (this package's
+        :class:`MetricKind` without usearch installed)."""
+        return metric_kind(self._c.metric)
 
     @property
-    def metric_kind(self) -> MetricKind:
-        """The metric as a :class:`MetricKind` (``metric`` is Sagitta's
-        name for it)."""
-        return MetricKind(self._c.metric)
+    def metric_kind(self) -> Any:
+        """As :attr:`metric`."""
+        return metric_kind(self._c.metric)
 
     @property
-    def dtype(self) -> str:
-        return self._c.dtype
+    def dtype(self) -> Any:
+        """The stored scalar kind as usearch's ``ScalarKind`` (this
+        package's :class:`ScalarKind` without usearch installed)."""
+        return scalar_kind(self._c.dtype)
 
     @property
     def multi(self) -> bool:
@@ -592,11 +701,18 @@ class ShardedIndex:
 
     @property
     def shard_count(self) -> int:
-        return int(self._c.stats()["segments"])
+        """Sealed segments, and the rows not sealed yet as one more (as
+        iscc-usearch counts its active shard)."""
+        s = self._c.stats()
+        return int(s["segments"]) + (1 if int(s["active_vectors"]) else 0)
 
     @property
     def tombstone_count(self) -> int:
-        return int(self._c.stats()["tombstones"])
+        """Keys removed from sealed segments and not written again since
+        the index was opened or compacted (iscc-usearch's tombstones;
+        removing a row not sealed yet leaves none)."""
+        self._c  # noqa: B018 - RuntimeError once closed
+        return self._tombs_at_open + len(self._tombs)
 
     @property
     def memory_usage(self) -> int:
@@ -604,17 +720,20 @@ class ShardedIndex:
 
     @property
     def serialized_length(self) -> int:
-        """Bytes of every file of the index in its directory (segments,
-        log, manifest, bloom filter, tombstones), for readers too."""
-        return int(self._c.stats()["bytes_on_disk"])
+        """Bytes of the rows not sealed yet (iscc-usearch's active shard):
+        0 when read-only. ``stats()["bytes_on_disk"]`` has the whole."""
+        s = self._c.stats()
+        if self._c.read_only:
+            return 0
+        return _SHARD_HEADER + int(s["active_vectors"]) * self._row_bytes()
 
     @property
     def capacity(self) -> int:
-        """Rows the index holds storage for: the live ones and the deleted
-        ones not yet compacted away (``len(idx) + tombstone_count``;
-        ``len(idx)`` after :meth:`compact`)."""
-        s = self._c.stats()
-        return int(s["vectors"]) + int(s["tombstones"])
+        """Rows not sealed yet (iscc-usearch's active shard's capacity):
+        0 when read-only."""
+        if self._c.read_only:
+            return 0
+        return int(self._c.stats()["active_vectors"])
 
     def __repr__(self) -> str:
         return (
@@ -622,10 +741,21 @@ class ShardedIndex:
             f"ndim={self.ndim}, path={self._path})"
         )
 
-    def _unsupported(self, *args: Any, **kw: Any) -> Any:
-        raise NotImplementedError("not supported (as in iscc-usearch)")
+    def _unsupported(name: str) -> Any:
+        def refuse(self: ShardedIndex, *args: Any, **kw: Any) -> Any:
+            raise NotImplementedError(f"{name}() not supported for {type(self).__name__}")
 
-    rename = join = cluster = pairwise_distance = copy = _unsupported
+        refuse.__name__ = name
+        refuse.__doc__ = "Not supported (as in iscc-usearch): raises ``NotImplementedError``."
+        return refuse
+
+    clear = _unsupported("clear")
+    rename = _unsupported("rename")
+    join = _unsupported("join")
+    cluster = _unsupported("cluster")
+    pairwise_distance = _unsupported("pairwise_distance")
+    copy = _unsupported("copy")
+    del _unsupported
 
 
 def _code_bytes(v: Any) -> bytes:
@@ -637,6 +767,24 @@ def _code_bytes(v: Any) -> bytes:
     return a.tobytes()
 
 
+class ShardedNphdIndexedVectors(ShardedIndexedVectors):
+    """The live codes of an NPHD index (``ShardedNphdIndex.vectors``):
+    each a uint8 array of its own length. ``np.asarray`` of the view
+    needs codes of one length (``ValueError`` otherwise)."""
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        items = list(self._iter())
+        lengths = sorted({len(v) for v in items})
+        if len(lengths) > 1:
+            raise ValueError(
+                f"Cannot convert to array: vectors have different lengths {lengths}. "
+                "Use list(idx.vectors) instead."
+            )
+        if not items:
+            return np.empty((0, 0), dtype=dtype or np.uint8)
+        return np.stack(items).astype(dtype or np.uint8, copy=False)
+
+
 class ShardedNphdIndex(ShardedIndex):
     """iscc-usearch's ``ShardedNphdIndex``: variable-length binary codes
     (packed uint8 arrays or ``bytes``, up to ``max_dim`` bits) under the
@@ -644,6 +792,7 @@ class ShardedNphdIndex(ShardedIndex):
     bits raises ``ValueError`` (iscc-usearch truncates it silently)."""
 
     _nphd = True
+    _dim_name = "max_dim"
 
     def __init__(
         self,
@@ -684,7 +833,7 @@ class ShardedNphdIndex(ShardedIndex):
     def _vectors_in(self, vectors: Any, n: int) -> Any:
         codes = self._codes(vectors)
         if len(codes) != n:
-            raise ValueError(f"{n} keys for {len(codes)} codes")
+            raise ValueError(_count_mismatch(n, len(codes)))
         return codes
 
     def _take(self, v: Any, idx: np.ndarray) -> Any:
@@ -699,6 +848,11 @@ class ShardedNphdIndex(ShardedIndex):
 
     def _out(self, v: Any) -> Any:
         return np.frombuffer(v, dtype=np.uint8).copy()
+
+    @property
+    def vectors(self) -> ShardedNphdIndexedVectors:
+        """Live codes in the order of :attr:`keys`, a lazy view."""
+        return ShardedNphdIndexedVectors(self)
 
     @property
     def max_dim(self) -> int:
@@ -741,6 +895,17 @@ class ShardedNphdIndex128(ShardedNphdIndex):
     def __init__(self, **kwargs: Any) -> None:
         kwargs.pop("key_kind", None)
         super().__init__(**kwargs)
+
+
+# The smallest segment_size a collection takes; a smaller shard_size seals
+# after the write that passes it (ShardedIndex._rotate_if_full).
+_MIN_SEGMENT = 4096
+# A shard's bytes before its rows, as the rotation rule counts them.
+_SHARD_HEADER = 64
+
+
+def _count_mismatch(keys: int, vectors: int) -> str:
+    return f"Number of keys ({keys}) must match number of vectors ({vectors})"
 
 
 # An empty file marking a multi=True directory (its collection has 128-bit
@@ -794,13 +959,14 @@ class _Multi:
         earlier[order] = np.arange(len(k)) - np.searchsorted(sorted_inv, sorted_inv)
         self._c.add(self._ids(k, self._counts(k) + earlier), v)
         self._dirty += len(k)  # type: ignore[attr-defined]
+        self._rotate_if_full()  # type: ignore[attr-defined]
         return k
 
     def upsert(self, keys: Any, vectors: Any, **kw: Any) -> np.ndarray:
-        raise ValueError("upsert is not supported with multi=True (as in iscc-usearch)")
+        raise ValueError("upsert() requires multi=False")
 
     def remove(self, keys: Any, *, compact: bool = False, **kw: Any) -> int:
-        raise ValueError("remove is not supported with multi=True (as in iscc-usearch)")
+        raise ValueError("remove() requires multi=False")
 
     def reset(self) -> None:
         keys = list(self._c.keys())
