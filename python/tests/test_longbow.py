@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 from longbow import LongbowClient
-from server_util import Server
+from server_util import Server, raw
 
 import sagitta
 
@@ -500,6 +500,114 @@ def test_hybrid_search_action_with_text_query(server):
     assert {5, 17} <= set(ids)
     assert hits[ids.index(5)]["Distance"] is not None
     assert hits == sorted(hits, key=lambda h: -h["Score"])
+
+
+def text_rows(n: int = 60, seed: int = 5) -> tuple[pd.DataFrame, np.ndarray]:
+    """Rows as Longbow's perf_test.py puts them: `meta` text and a
+    `category` string beside the vector; row 17's text and row 30's
+    category hold words no other row has."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, DIM))
+    meta = [f"ordinary note number {i}" for i in range(n)]
+    meta[17] = "zeppelin harmonica recital"
+    cats = ["A" if i % 2 == 0 else "B" for i in range(n)]
+    cats[30] = "walrus"
+    df = pd.DataFrame({"id": np.arange(n, dtype=np.int64), "meta": meta, "category": cats})
+    df["vector"] = list(x)
+    return df, x
+
+
+def text_fields(server, name: str) -> list:
+    status, _, info = raw(server, "GET", f"/collections/{name}")
+    assert status == 200, info
+    return [f["name"] for f in info["text_fields"]]
+
+
+def test_a_dataset_made_by_doput_indexes_its_string_columns_for_hybrid_search(sdk, server):
+    """No setting, no create call: the string columns of the first batch
+    are the dataset's text fields, and stay payload (returned, filtered)."""
+    df, x = text_rows()
+    sdk.insert("lb-auto-text", df)
+    assert text_fields(server, "lb-auto-text") == ["meta", "category"]
+    # Hybrid, as Longbow's SDK and perf_test.py send it: the text match
+    # (row 17) and the dense match (row 5) both come.
+    res = sdk.search(
+        "lb-auto-text", vector=x[5].tolist(), k=5, text_query="zeppelin recital", alpha=0.5
+    )
+    ids = res["id"].tolist()
+    assert {5, 17} <= set(ids), ids
+    row17 = res[res["id"] == 17].iloc[0]
+    assert row17["meta"] == "zeppelin harmonica recital" and row17["text_rank"] == 1
+    # Text only: the word of one category value finds that row alone.
+    res = sdk.search("lb-auto-text", vector=[], k=3, text_query="walrus")
+    assert res["id"].tolist() == [30]
+    # Filters on a text field still test the payload value.
+    res = sdk.search(
+        "lb-auto-text",
+        vector=x[5].tolist(),
+        k=10,
+        filters=[{"field": "category", "op": "Eq", "value": "A"}],
+    )
+    assert len(res) == 10 and (res["category"] == "A").all()
+
+
+def test_a_dataset_that_exists_without_text_fields_keeps_none(server):
+    """Text fields are chosen when a dataset is created: one created
+    before without them (here by create-collection) stays without, and a
+    hybrid search says so."""
+    action(server, "create-collection", {"name": "lb-no-text", "dims": DIM})
+    df, x = text_rows()
+    t = pa.table(
+        {
+            "id": pa.array(df["id"]),
+            "vector": pa.FixedSizeListArray.from_arrays(
+                pa.array(x.astype(np.float32).ravel()), DIM
+            ),
+            "meta": pa.array(df["meta"]),
+        }
+    )
+    client = fl.FlightClient(server.flight_url)
+    put(client, "lb-no-text", *t.to_batches())
+    assert text_fields(server, "lb-no-text") == []
+    ticket = {"search": {"dataset": "lb-no-text", "vector": x[0].tolist(), "k": 3}}
+    ticket["search"].update(text_query="zeppelin", alpha=0.5)
+    with pytest.raises(pa.ArrowInvalid, match="no text fields"):
+        client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
+
+
+@pytest.mark.parametrize(
+    "args,env,want",
+    [
+        # Longbow's settings by environment (LONGBOW_ prefix first), or
+        # the `serve` flags, which win over the environment.
+        ([], {"LONGBOW_HYBRID_TEXT_COLUMNS": "meta"}, ["meta"]),
+        (["--hybrid-text-columns", "category,absent"], {}, ["category"]),
+        ([], {"HYBRID_SEARCH_ENABLED": "false"}, []),
+        (["--hybrid-search-enabled", "true"], {"LONGBOW_HYBRID_SEARCH_ENABLED": "0"}, None),
+    ],
+    ids=["env-columns", "flag-columns", "env-off", "flag-over-env"],
+)
+def test_longbows_hybrid_settings_choose_the_text_columns(tmp_path, monkeypatch, args, env, want):
+    for k in ("HYBRID_SEARCH_ENABLED", "HYBRID_TEXT_COLUMNS"):
+        monkeypatch.delenv(k, raising=False)
+        monkeypatch.delenv(f"LONGBOW_{k}", raising=False)
+    with Server(tmp_path / "data", *args, env=env) as srv:
+        sdk = LongbowClient(uri=srv.flight_url, meta_uri=srv.flight_url)
+        df, x = text_rows()
+        sdk.insert("lb-set", df)
+        got = text_fields(srv, "lb-set")
+        assert got == (["meta", "category"] if want is None else want)
+        q = {"vector": x[5].tolist(), "k": 5, "text_query": "zeppelin", "alpha": 0.5}
+        if "meta" in got:
+            assert 17 in sdk.search("lb-set", **q)["id"].tolist()
+        elif not got:
+            with pytest.raises(Exception, match="no text fields"):
+                sdk.search("lb-set", **q)
+        else:
+            # `meta` not indexed: its words match nothing; the dense leg answers.
+            res = sdk.search("lb-set", **q)
+            assert res["text_rank"].isna().all() and 5 in res["id"].tolist()
+        assert srv.stop() == 0, srv.log()[-2000:]
 
 
 def test_delete_vector_takes_the_id_rows_were_put_with(server):

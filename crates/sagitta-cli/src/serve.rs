@@ -64,6 +64,34 @@ pub struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     pub log_format: String,
+    /// Index text columns for BM25 in datasets a Flight DoPut creates
+    /// (true or false; Longbow's setting; default true). Also read from
+    /// LONGBOW_HYBRID_SEARCH_ENABLED, else HYBRID_SEARCH_ENABLED.
+    #[arg(long, value_name = "BOOL", value_parser = parse_go_bool)]
+    pub hybrid_search_enabled: Option<bool>,
+    /// The columns indexed for BM25 in datasets a Flight DoPut creates,
+    /// comma-separated (Longbow's setting; default: every string column of
+    /// the first batch). Also read from LONGBOW_HYBRID_TEXT_COLUMNS, else
+    /// HYBRID_TEXT_COLUMNS.
+    #[arg(long, value_name = "COLUMNS")]
+    pub hybrid_text_columns: Option<String>,
+}
+
+/// A boolean as Longbow's settings take it (Go's `strconv.ParseBool`).
+fn parse_go_bool(s: &str) -> std::result::Result<bool, String> {
+    match s {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Ok(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Ok(false),
+        _ => Err(format!("{s:?}: expected true or false")),
+    }
+}
+
+/// A Longbow setting: the flag, else `LONGBOW_<NAME>`, else `<NAME>` (as
+/// Longbow's envconfig reads it).
+fn longbow_env(name: &str) -> Option<(String, String)> {
+    [format!("LONGBOW_{name}"), name.to_string()]
+        .into_iter()
+        .find_map(|k| std::env::var(&k).ok().map(|v| (k, v)))
 }
 
 impl ServeArgs {
@@ -107,6 +135,21 @@ impl ServeArgs {
         }
         d.timeout = Duration::from_millis(self.timeout_ms);
         cfg.max_body = self.max_body_mib.max(1) << 20;
+        let enabled = match (
+            self.hybrid_search_enabled,
+            longbow_env("HYBRID_SEARCH_ENABLED"),
+        ) {
+            (Some(b), _) => Some(b),
+            (None, Some((k, v))) => {
+                Some(parse_go_bool(&v).map_err(|e| anyhow::anyhow!("{k}: {e}"))?)
+            }
+            (None, None) => None,
+        };
+        let columns = self
+            .hybrid_text_columns
+            .clone()
+            .or_else(|| longbow_env("HYBRID_TEXT_COLUMNS").map(|(_, v)| v));
+        cfg.text_columns = sagitta_store::TextColumns::from_settings(enabled, columns.as_deref());
         Ok(cfg)
     }
 }
@@ -146,6 +189,7 @@ fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
 pub fn serve(args: &ServeArgs) -> Result<()> {
     init_logs(&args.log_level, &args.log_format)?;
     let cfg = args.config()?;
+    tracing::info!(text_columns = ?cfg.text_columns, "text fields of datasets a DoPut creates");
     runtime(args.io_threads)?.block_on(async move {
         let bound = sagitta_server::bind(cfg).await?;
         {

@@ -431,12 +431,18 @@ impl Flight {
                             .get_or_create(&name2, || {
                                 // A collection created by its first put: cosine, the
                                 // storage type of the vector elements, default index
-                                // settings (create it beforehand for others).
+                                // settings (create it beforehand for others), and as
+                                // text fields the batch's columns the server's
+                                // `text_columns` names (its string columns by default).
                                 let dtype = convert::dtype_for(&ing.element);
                                 let mut req = crate::api::CreateCollection {
                                     name: name2.clone(),
                                     dims: ing.vectors.width(),
                                     dtype: Some(dtype.name().into()),
+                                    text_fields: crate::text::first_put_text_fields(
+                                        &st.text_columns,
+                                        ing.payload.as_ref(),
+                                    ),
                                     ..Default::default()
                                 };
                                 if dtype == sagitta_index::DType::B1 {

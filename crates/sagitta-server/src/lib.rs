@@ -60,6 +60,11 @@ pub struct ServerConfig {
     pub exec: ExecConfig,
     /// Largest HTTP body and Flight message, bytes.
     pub max_body: usize,
+    /// The text (BM25) fields of a collection a Flight DoPut creates:
+    /// Longbow's `HYBRID_SEARCH_ENABLED` / `HYBRID_TEXT_COLUMNS`, chosen
+    /// by the store from the first batch's columns (default: its string
+    /// columns).
+    pub text_columns: sagitta_store::TextColumns,
 }
 
 impl ServerConfig {
@@ -75,6 +80,7 @@ impl ServerConfig {
             allow_unauthenticated_remote: false,
             exec: ExecConfig::default(),
             max_body: 64 << 20,
+            text_columns: sagitta_store::TextColumns::default(),
         }
     }
 }
@@ -171,6 +177,7 @@ pub async fn bind(cfg: ServerConfig) -> Result<Bound, ServeError> {
         keys: cfg.keys.clone(),
         accepting: AtomicBool::new(true),
         max_body: cfg.max_body,
+        text_columns: cfg.text_columns.clone(),
         http_addr: http.to_string(),
         flight_addr: flight.to_string(),
         namespaces: state::Namespaces::default(),

@@ -25,6 +25,8 @@ pub struct State {
     pub accepting: AtomicBool,
     /// Largest body.
     pub max_body: usize,
+    /// Text fields of collections a DoPut creates ([`crate::ServerConfig`]).
+    pub text_columns: sagitta_store::TextColumns,
     /// Bound HTTP address.
     pub http_addr: String,
     /// Bound Flight address.

@@ -4,7 +4,7 @@
 //! is the store's [`sagitta_store::Query`].
 
 use crate::error::{ApiError, ApiResult};
-use sagitta_store::{Collection, Fusion, TextFieldOption};
+use sagitta_store::{Collection, Fusion, Payload, TextColumns, TextFieldOption};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -37,6 +37,25 @@ impl TextFieldReq {
             },
         }
     }
+}
+
+/// The text fields of a collection created by a DoPut whose first batch
+/// has `payload`, as the server's `columns` setting and the store's rule
+/// ([`TextColumns::fields`]) choose them (None: no text fields).
+pub fn first_put_text_fields(
+    columns: &TextColumns,
+    payload: Option<&Payload>,
+) -> Option<Vec<TextFieldReq>> {
+    let fields = columns.fields(payload.map_or(&[][..], |p| &p.fields));
+    (!fields.is_empty()).then(|| {
+        fields
+            .into_iter()
+            .map(|f| TextFieldReq::Spec {
+                name: f.name,
+                analyzer: f.analyzer,
+            })
+            .collect()
+    })
 }
 
 /// A text field as a collection describes it.

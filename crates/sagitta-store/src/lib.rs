@@ -47,8 +47,8 @@ pub use collection::{
 pub use embedder::Embedder;
 pub use error::{ModelError, Result, StoreError};
 pub use request::{
-    Answer, CollectionOptions, CollectionSearch, Query, TextFieldOption, DEFAULT_DEPTH,
-    DEFAULT_FUSION,
+    Answer, CollectionOptions, CollectionSearch, Query, TextColumns, TextFieldOption,
+    DEFAULT_DEPTH, DEFAULT_FUSION,
 };
 /// Fault injection into the store's file-system calls (tests only: cargo
 /// feature `failpoints`; see the `fault` module's docs).

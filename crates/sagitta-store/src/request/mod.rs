@@ -16,6 +16,6 @@ mod query;
 
 pub use options::{
     parse_dtype, parse_durability, parse_id_type, parse_kind, parse_metric, parse_space,
-    CollectionOptions, TextFieldOption,
+    CollectionOptions, TextColumns, TextFieldOption,
 };
 pub use query::{Answer, CollectionSearch, Query, DEFAULT_DEPTH, DEFAULT_FUSION};

@@ -8,7 +8,8 @@
 
 use crate::collection::config::{codes_named, CollectionConfig, ConfigFile, Durability};
 use crate::error::{Result, StoreError};
-use crate::ids::IdType;
+use crate::ids::{IdType, STRING_ID_FIELD};
+use crate::payload::{Field, FieldType};
 use sagitta_index::{DType, HnswParams, IndexKind, IvfParams, Metric, Space};
 use sagitta_text::{AnalyzerKind, TextFieldSpec};
 
@@ -29,6 +30,70 @@ impl TextFieldOption {
             name: name.into(),
             analyzer: None,
         }
+    }
+}
+
+/// Which payload columns a collection created by its first write (a
+/// Flight DoPut into a missing dataset) indexes for full text (BM25), as
+/// a server is configured (Longbow's `HYBRID_SEARCH_ENABLED` and
+/// `HYBRID_TEXT_COLUMNS`). Text fields stay payload columns too
+/// (returned, filterable); they are chosen once, when the collection is
+/// created, from the first write's columns.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum TextColumns {
+    /// No text fields.
+    Off,
+    /// Every string column of the first write (the default).
+    #[default]
+    Strings,
+    /// The named columns, those of the first write that are strings
+    /// (a name it lacks, or holds in another type, is skipped, as
+    /// Longbow skips it).
+    Named(Vec<String>),
+}
+
+impl TextColumns {
+    /// The rule of Longbow's two settings: `enabled` false turns text
+    /// indexing off; otherwise `columns` (comma-separated; blanks around
+    /// names dropped) names the columns, and none named (or neither
+    /// setting given) means every string column.
+    pub fn from_settings(enabled: Option<bool>, columns: Option<&str>) -> TextColumns {
+        let named: Vec<String> = columns
+            .unwrap_or("")
+            .split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(String::from)
+            .collect();
+        match enabled {
+            Some(false) => TextColumns::Off,
+            _ if named.is_empty() => TextColumns::Strings,
+            _ => TextColumns::Named(named),
+        }
+    }
+
+    /// The text fields (English analyzer) of a collection whose first
+    /// write has the payload columns `fields`; the reserved string-id
+    /// column is never one.
+    pub fn fields(&self, fields: &[Field]) -> Vec<TextFieldOption> {
+        let text = |name: &str| {
+            name != STRING_ID_FIELD
+                && fields
+                    .iter()
+                    .any(|f| f.name == name && f.ty == FieldType::String)
+        };
+        let names: Vec<&str> = match self {
+            TextColumns::Off => Vec::new(),
+            TextColumns::Strings => fields.iter().map(|f| f.name.as_str()).collect(),
+            TextColumns::Named(n) => n.iter().map(String::as_str).collect(),
+        };
+        let mut out: Vec<TextFieldOption> = Vec::new();
+        for n in names {
+            if text(n) && !out.iter().any(|o| o.name == n) {
+                out.push(TextFieldOption::named(n));
+            }
+        }
+        out
     }
 }
 
@@ -215,7 +280,8 @@ impl CollectionOptions {
             cfg.durability = parse_durability(p)?;
         }
         match (self.id_type.as_deref(), self.key_bits) {
-            (None, None) => {}
+            // Neither given: open until the first write by ids fixes it.
+            (None, None) => cfg.id_type_open = true,
             (None, Some(bits)) => cfg = cfg.with_key_bits(bits),
             (Some(t), bits) => {
                 cfg.id_type = parse_id_type(t)?;
@@ -271,8 +337,8 @@ impl CollectionOptions {
             idle_seal_ms: Some(cfg.idle_seal_ms),
             optimizer_threads: Some(cfg.optimizer_threads),
             durability: Some(cfg.durability.name()),
-            id_type: Some(cfg.id_type.name().into()),
-            key_bits: Some(cfg.key_bits),
+            id_type: (!cfg.id_type_left_open()).then(|| cfg.id_type.name().into()),
+            key_bits: (!cfg.id_type_left_open()).then_some(cfg.key_bits),
             text_fields: cfg
                 .text
                 .iter()
@@ -383,6 +449,47 @@ mod tests {
         assert_eq!(cfg.id_type, IdType::String);
         let back = CollectionOptions::from_config(&cfg).to_config().unwrap();
         assert_eq!(back, cfg);
+    }
+
+    #[test]
+    fn text_columns_of_a_first_write_follow_longbows_settings() {
+        let f = |name: &str, ty| Field {
+            name: name.into(),
+            ty,
+        };
+        let cols = [
+            f("meta", FieldType::String),
+            f("n", FieldType::Int64),
+            f("category", FieldType::String),
+            f(STRING_ID_FIELD, FieldType::String),
+            f("tags", FieldType::Tags),
+        ];
+        let names = |t: TextColumns| -> Vec<String> {
+            t.fields(&cols).into_iter().map(|o| o.name).collect()
+        };
+        let strings = TextColumns::from_settings(None, None);
+        assert_eq!(strings, TextColumns::Strings);
+        assert_eq!(names(strings), ["meta", "category"]);
+        assert_eq!(
+            TextColumns::from_settings(Some(true), Some(" , ")),
+            TextColumns::Strings
+        );
+        assert_eq!(
+            TextColumns::from_settings(Some(false), Some("meta")),
+            TextColumns::Off
+        );
+        assert!(names(TextColumns::Off).is_empty());
+        // Named: in the order named, once each; absent, non-string and
+        // reserved columns skipped.
+        let named = TextColumns::from_settings(None, Some("category, n,absent,meta,category"));
+        assert_eq!(names(named), ["category", "meta"]);
+        let one = TextColumns::from_settings(Some(true), Some("meta"));
+        assert_eq!(names(one.clone()), ["meta"]);
+        let opts = CollectionOptions {
+            text_fields: one.fields(&cols),
+            ..CollectionOptions::new(4)
+        };
+        assert_eq!(opts.to_config().unwrap().text_fields().len(), 1);
     }
 
     #[test]
