@@ -138,6 +138,8 @@ def _key128(key: Any) -> bytes:
 def _key128_array(keys: Any) -> np.ndarray:
     """128-bit keys as a 1-D ``V16`` array (each 16 bytes, big-endian)."""
     if _is_key128(keys):
+        if len(bytes(keys)) != 16:
+            raise ValueError(f"UUID key must be exactly 16 bytes, got {len(bytes(keys))}")
         keys = [bytes(keys)]
     if isinstance(keys, np.ndarray) and keys.dtype.kind in "VS" and keys.dtype.itemsize == 16:
         return np.ascontiguousarray(keys).reshape(-1).view("V16")

@@ -781,7 +781,7 @@ class ShardedNphdIndexedVectors(ShardedIndexedVectors):
                 "Use list(idx.vectors) instead."
             )
         if not items:
-            return np.empty((0, 0), dtype=dtype or np.uint8)
+            return np.empty(0, dtype=dtype or np.uint8)
         return np.stack(items).astype(dtype or np.uint8, copy=False)
 
 
