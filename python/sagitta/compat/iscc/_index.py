@@ -29,6 +29,7 @@ from ._args import (
     scalar_kind,
 )
 from ._results import BatchMatches, Matches
+from ._shared import Shared, acquire, release
 
 
 class _LazyView:
@@ -150,10 +151,10 @@ class ShardedIndex:
         self._path = Path(path)
         self._dirty = 0
         self._ef: int | None = None
-        self._coll: Collection | None = None
+        self._shared: Shared | None = None
         if (self._path / "MANIFEST").is_file():
             self._check_dir(self._path)
-            self._c = Collection.open(self._path, read_only=read_only)
+            self._shared = acquire(self._path, read_only)
         elif read_only:
             raise ValueError("read_only=True requires existing shards, but none were found")
         else:
@@ -166,7 +167,9 @@ class ShardedIndex:
             kw: dict[str, Any] = {
                 "ndim": int(ndim),
                 "metric": _metric(metric),
-                "segment_size": min(64 << 20, size),
+                # below 4 KiB, _rotate_if_full seals (after a whole add, as
+                # iscc-usearch rotates), not the collection mid-batch
+                "segment_size": min(64 << 20, size if size > _MIN_SEGMENT else 1 << 20),
                 "max_segment_size": size,
             }
             if dtype is not None:
@@ -183,7 +186,9 @@ class ShardedIndex:
                 kw["expansion_search"] = int(expansion_search)
             if self._wide or self._multi:
                 kw["key_bits"] = 128
-            self._c = Collection.create(self._path, **kw)
+            self._shared = acquire(
+                self._path, False, create=lambda: Collection.create(self._path, **kw)
+            )
             if self._multi:
                 (self._path / _MULTI_MARK).write_bytes(b"")
         self._shard_size = int(shard_size)
@@ -198,13 +203,10 @@ class ShardedIndex:
     def _c(self) -> Collection:
         """The collection (``RuntimeError`` once :meth:`close` ran, as
         iscc-usearch raises)."""
-        if self._coll is None:
+        coll = None if self._shared is None else self._shared.coll
+        if coll is None:
             raise RuntimeError("index is closed")
-        return self._coll
-
-    @_c.setter
-    def _c(self, coll: Collection) -> None:
-        self._coll = coll
+        return coll
 
     def _writable(self) -> Collection:
         """The collection, for a write (``ReadOnlyError``, a
@@ -571,14 +573,19 @@ class ShardedIndex:
         if not (path / "MANIFEST").is_file():
             raise FileNotFoundError(f"no index in {path}")
         self._check_dir(path)
-        old = self._coll
-        if old is not None and not old.read_only and path.resolve() == self._path.resolve():
-            old.close()  # releases the writer lock before reopening
+        old, self._shared = self._shared, None
+        writer_here = old is not None and old.coll is not None and not old.coll.read_only
+        if writer_here and path.resolve() == self._path.resolve():
+            release(old)  # the last user closes it, sealing its tail
             old = None
-        new = Collection.open(path, read_only=read_only)
+        try:
+            self._shared = acquire(path, read_only)
+        except BaseException:
+            self._shared = old
+            raise
         if old is not None:
-            old.close()
-        self._c = new
+            release(old)
+        new = self._c
         self._path = path
         self._dirty = 0
         self._ef = None
@@ -599,9 +606,9 @@ class ShardedIndex:
         """Seals the tail (nothing to replay at the next open) and releases
         the directory; later calls raise ``RuntimeError``. Closing twice
         is allowed."""
-        if self._coll is not None:
-            self._coll.close()
-            self._coll = None
+        if self._shared is not None:
+            release(self._shared)
+            self._shared = None
 
     def __enter__(self) -> ShardedIndex:
         return self
