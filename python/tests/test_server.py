@@ -437,12 +437,12 @@ def test_flight_put_get_search_actions(server, data):
         }
     }
     res = client.do_get(fl.Ticket(json.dumps(ticket).encode())).read_all()
-    # Ids in the collection's id type (uint64: it was made by
-    # create-collection), the payload beside them.
+    # Ids in the collection's id type (int64: it was made by
+    # create-collection without one, and the first put's ids were int64),
+    # the payload beside them.
     assert res.schema.names == ["id", "score", "cat", "year"]
     assert (
-        res.schema.field("id").type == pa.uint64()
-        and res.schema.field("score").type == pa.float32()
+        res.schema.field("id").type == pa.int64() and res.schema.field("score").type == pa.float32()
     )
     np.testing.assert_array_equal(res["id"].to_numpy(), brute_force(x, q, "l2", 5)[0][0])
     # Filters in the flat list form.

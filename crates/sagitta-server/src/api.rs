@@ -159,7 +159,9 @@ pub struct CollectionInfo {
     pub codes: Option<String>,
     /// Index kind.
     pub kind: String,
-    /// Type of the ids: `uint64`, `int64` or `string`.
+    /// Type of the ids: `uint64`, `int64`, `string` or `uint128`. A
+    /// collection created without one reads `uint64` until its first
+    /// write, which fixes it (see docs/SERVER.md, "Ids").
     pub id_type: String,
     /// WAL policy.
     pub durability: String,
@@ -194,8 +196,11 @@ pub struct CollectionList {
 /// An id as the user gives it: an integer or a string. A collection's
 /// ids have one type (`id_type`: uint64, int64, string or uint128; see
 /// docs/SERVER.md) and results carry them in that type (uint128 ids as
-/// strings of 32 hexadecimal digits).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, ToSchema)]
+/// strings of 32 hexadecimal digits). JSON integers are read exactly from
+/// -2^63 to 2^64 - 1; one outside that range (or with a fraction) is
+/// refused, naming the value, since it would lose digits: a 128-bit id
+/// past 2^64 - 1 is given as a string.
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum Id {
     /// A non-negative integer.
@@ -205,6 +210,55 @@ pub enum Id {
     /// A string (string collections; in integer collections, a decimal
     /// string is read as its number).
     Str(String),
+}
+
+impl<'de> Deserialize<'de> for Id {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Id, D::Error> {
+        d.deserialize_any(IdVisitor)
+    }
+}
+
+/// Reads an [`Id`]: integers exactly, strings as they are; a number that
+/// JSON's parser could only read as a float is refused with the reason.
+struct IdVisitor;
+
+impl serde::de::Visitor<'_> for IdVisitor {
+    type Value = Id;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an id: an integer or a string")
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, v: u64) -> Result<Id, E> {
+        Ok(Id::UInt(v))
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, v: i64) -> Result<Id, E> {
+        Ok(u64::try_from(v).map_or(Id::Int(v), Id::UInt))
+    }
+
+    fn visit_u128<E: serde::de::Error>(self, v: u128) -> Result<Id, E> {
+        Ok(Id::Str(v.to_string()))
+    }
+
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Id, E> {
+        Err(E::custom(if v.fract() == 0.0 && v.abs() >= 9.2e18 {
+            format!(
+                "id {v:e}: a JSON number outside -2^63..2^64-1 cannot be read exactly; \
+                 give a larger id (128-bit) as a string: 32 hexadecimal digits or decimal"
+            )
+        } else {
+            format!("id {v}: not an integer (an id is an integer or a string)")
+        }))
+    }
+
+    fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Id, E> {
+        Ok(Id::Str(v.to_owned()))
+    }
+
+    fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Id, E> {
+        Ok(Id::Str(v))
+    }
 }
 
 impl Id {

@@ -293,7 +293,13 @@ fn u128_array(ids: impl Iterator<Item = Option<u128>>) -> ArrayRef {
 /// (a string collection's key without a stored string, written before id
 /// types, reads as its decimal key).
 pub fn id_array(coll: &Collection, keys: &[u64]) -> ApiResult<ArrayRef> {
-    Ok(match coll.id_type() {
+    typed_id_array(coll, coll.id_type(), keys)
+}
+
+/// [`id_array`] in id type `t` (read once by a caller that also names the
+/// column's type: an open id type may be fixed in between).
+fn typed_id_array(coll: &Collection, t: IdType, keys: &[u64]) -> ApiResult<ArrayRef> {
+    Ok(match t {
         IdType::UInt64 => Arc::new(UInt64Array::from(keys.to_vec())),
         IdType::Int64 => Arc::new(Int64Array::from(
             keys.iter().map(|&k| k as i64).collect::<Vec<_>>(),
@@ -351,11 +357,15 @@ pub fn hits_batch(
     legs: Vec<(Field, ArrayRef)>,
     with_vectors: bool,
 ) -> ApiResult<RecordBatch> {
+    let t = coll.id_type();
     let mut fields = vec![
-        Field::new("id", id_data_type(coll.id_type()), false),
+        Field::new("id", id_data_type(t), false),
         Field::new("score", DataType::Float32, false),
     ];
-    let mut cols: Vec<ArrayRef> = vec![id_array(coll, keys)?, Arc::new(Float32Array::from(scores))];
+    let mut cols: Vec<ArrayRef> = vec![
+        typed_id_array(coll, t, keys)?,
+        Arc::new(Float32Array::from(scores)),
+    ];
     for (f, c) in legs {
         fields.push(f);
         cols.push(c);
@@ -455,7 +465,17 @@ pub fn scan_batch(
 ) -> ApiResult<Option<RecordBatch>> {
     let space = coll.config().space;
     let vb = space.vector_bytes();
-    let t = coll.id_type();
+    // The id type `schema` was laid out in (an open one may have been
+    // fixed since the scan started, which then had no rows).
+    let t = [
+        IdType::UInt64,
+        IdType::Int64,
+        IdType::String,
+        IdType::UInt128,
+    ]
+    .into_iter()
+    .find(|&t| schema.fields().first().map(|f| f.data_type()) == Some(&id_data_type(t)))
+    .unwrap_or_else(|| coll.id_type());
     let sid = scan_schema.field(STRING_ID_COLUMN).ok().map(|(i, _)| i);
     let ids: Vec<Id> = b
         .keys

@@ -138,7 +138,7 @@ pub fn describe(e: &Entry) -> CollectionInfo {
             .keeps_full()
             .then(|| cfg.built_space().dtype.name().into()),
         kind: cfg.kind.name().into(),
-        id_type: cfg.id_type.name().into(),
+        id_type: e.coll.id_type().name().into(),
         durability: cfg.durability.name(),
         segment_size: cfg.segment_size,
         index_threshold: cfg.index_threshold_rows(),
@@ -244,8 +244,34 @@ pub fn upsert(
 }
 
 /// The ids of a JSON write as one column (the collection's type decides
-/// how each is read; see [`sagitta_store::IdType::key`]).
+/// how each is read; see [`sagitta_store::IdType::key`]). In a collection
+/// whose id type is still open (created without one), integers of which
+/// one is negative are int64 ids: the write fixes the type to int64.
 pub fn id_column(coll: &Collection, ids: &[Id]) -> ApiResult<IdColumn> {
+    if coll.id_type_open()
+        && ids.iter().any(|id| matches!(id, Id::Int(_)))
+        && ids.iter().all(|id| !matches!(id, Id::Str(_)))
+    {
+        return ids
+            .iter()
+            .enumerate()
+            .map(|(row, id)| match id {
+                Id::Int(i) => Ok(*i),
+                Id::UInt(u) => i64::try_from(*u).map_err(|_| {
+                    sagitta_store::StoreError::InvalidId {
+                        row,
+                        source: sagitta_store::IdError {
+                            id: u.to_string(),
+                            want: sagitta_store::IdType::Int64,
+                        },
+                    }
+                    .into()
+                }),
+                Id::Str(_) => Err(ApiError::Internal("string id among integers".into())),
+            })
+            .collect::<ApiResult<Vec<i64>>>()
+            .map(IdColumn::Int);
+    }
     Ok(match coll.id_type() {
         sagitta_store::IdType::String => IdColumn::Str(
             ids.iter()

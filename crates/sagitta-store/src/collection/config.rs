@@ -100,6 +100,14 @@ pub struct CollectionConfig {
     /// (default), `int64`, or `string` (hashed to keys, the string kept in
     /// the reserved payload column `_id`).
     pub id_type: IdType,
+    /// The collection was created without an id type (a server's create
+    /// request with neither `id_type` nor `key_bits`): with `id_type`
+    /// uint64 the type stays open until the first write by ids fixes it
+    /// ([`crate::Collection::write_ids`]): that write's type when the
+    /// collection is empty and its ids are 64-bit ones (int64 ids put as
+    /// int64 come back int64), else uint64. Until then the manifest has no
+    /// `id_type` (read as uint64, as in collections made before id types).
+    pub id_type_open: bool,
     /// Compact codes the built HNSW segments traverse the graph with
     /// (`Sq8`, `Sq16` or `F16`), keeping the vectors of `space` (f32) beside
     /// them as full-precision rows: each search re-scores its beam from
@@ -173,6 +181,7 @@ impl CollectionConfig {
             durability: Durability::Batch,
             key_bits: 64,
             id_type: IdType::UInt64,
+            id_type_open: false,
             codes: default_codes(&space),
             text: Vec::new(),
             embed_model: None,
@@ -192,6 +201,12 @@ impl CollectionConfig {
             self.id_type = IdType::UInt64;
         }
         self
+    }
+
+    /// Whether the id type is left to the first write by ids
+    /// ([`Self::id_type_open`] with the uint64 it reads as meanwhile).
+    pub(crate) fn id_type_left_open(&self) -> bool {
+        self.id_type_open && self.id_type == IdType::UInt64
     }
 
     /// The full-text fields.
@@ -453,7 +468,8 @@ impl ConfigFile {
             segment_size: c.segment_size,
             durability: c.durability.name(),
             key_bits: c.key_bits,
-            id_type: Some(c.id_type.name().into()),
+            // Absent while open (see `CollectionConfig::id_type_open`).
+            id_type: (!c.id_type_left_open()).then(|| c.id_type.name().into()),
             ivf_bits: c.ivf.bits,
             ivf_partitions: c.ivf.partitions,
             ivf_partition_size: c.ivf.partition_size,

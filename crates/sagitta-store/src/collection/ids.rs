@@ -7,11 +7,73 @@ use crate::ids::{Id, IdColumn, IdType, STRING_ID_FIELD};
 use crate::payload::{Field, Payload, PayloadError, Value};
 use sagitta_index::VectorRef;
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+/// An id type and whether it is still open, as one byte (`Inner::id_type`).
+pub(super) fn pack(t: IdType, open: bool) -> u8 {
+    let code = match t {
+        IdType::UInt64 => 0,
+        IdType::Int64 => 1,
+        IdType::String => 2,
+        IdType::UInt128 => 3,
+    };
+    code | if open { 0x80 } else { 0 }
+}
+
+fn unpack(b: u8) -> (IdType, bool) {
+    let t = match b & 0x7f {
+        1 => IdType::Int64,
+        2 => IdType::String,
+        3 => IdType::UInt128,
+        _ => IdType::UInt64,
+    };
+    (t, b & 0x80 != 0)
+}
 
 impl Collection {
-    /// The type of this collection's ids.
+    /// The type of this collection's ids (an open one reads as uint64
+    /// until the first write by ids fixes it; see
+    /// [`crate::CollectionConfig::id_type_open`]).
     pub fn id_type(&self) -> IdType {
-        self.inner.config.id_type
+        unpack(self.inner.id_type.load(Ordering::Acquire)).0
+    }
+
+    /// Whether the id type is still open: the collection was created
+    /// without one and nothing has been written to it by ids since.
+    pub fn id_type_open(&self) -> bool {
+        unpack(self.inner.id_type.load(Ordering::Acquire)).1
+    }
+
+    /// The id type a write of ids of type `given` writes under: an open
+    /// type is fixed here, once, and recorded in the manifest before the
+    /// write is logged (`given` when the collection is empty and `given`
+    /// is a 64-bit type, else uint64). A read-only handle changes nothing.
+    fn settle_id_type(&self, given: IdType) -> Result<IdType> {
+        let (t, open) = unpack(self.inner.id_type.load(Ordering::Acquire));
+        if !open || self.inner.mode != super::OpenMode::ReadWrite {
+            return Ok(t);
+        }
+        // The manifest's lock serialises this with commits and with other
+        // first writes (it is never taken while the writer lock is held).
+        let mut mg = self.inner.manifest.lock();
+        let (t, open) = unpack(self.inner.id_type.load(Ordering::Acquire));
+        if !open {
+            return Ok(t);
+        }
+        let fixed = if given.key_bits() == 64 && self.is_empty() {
+            given
+        } else {
+            t
+        };
+        let mut m = mg.clone();
+        m.generation += 1;
+        m.config.id_type = Some(fixed.name().into());
+        m.write(&self.inner.dir)?;
+        *mg = m;
+        self.inner
+            .id_type
+            .store(pack(fixed, false), Ordering::Release);
+        Ok(fixed)
     }
 
     /// The key of `id`, or [`StoreError::InvalidId`] when it is not of
@@ -134,7 +196,6 @@ impl Collection {
         payload: Option<&Payload>,
         mode: IdWrite,
     ) -> Result<Vec<u64>> {
-        let t = self.id_type();
         if ids.len() != vectors.len() {
             return Err(StoreError::Config(format!(
                 "{} ids for {} vectors",
@@ -146,6 +207,11 @@ impl Collection {
             // Caught here, not only by the schema: `_id` is reserved.
             reserved(p)?;
         }
+        let t = if ids.is_empty() {
+            self.id_type()
+        } else {
+            self.settle_id_type(ids.id_type())?
+        };
         let canon: Vec<Id> = (0..ids.len())
             .map(|row| {
                 t.canonical(&ids.get(row))

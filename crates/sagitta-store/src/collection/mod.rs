@@ -87,7 +87,7 @@ use rayon::prelude::*;
 use sagitta_index::{Index, IndexRead};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Frozen parts allowed in memory at once: past this the writer keeps
@@ -139,13 +139,17 @@ const KEEP_LOG_BUF: usize = 64 << 20;
 /// The config a manifest records (read by the one parser of collection
 /// options), or why it cannot be one.
 fn manifest_config(dir: &Path, manifest: &Manifest) -> Result<CollectionConfig> {
-    crate::request::CollectionOptions::from(&manifest.config)
+    let mut config = crate::request::CollectionOptions::from(&manifest.config)
         .to_config()
         .map_err(|e| StoreError::Corrupt {
             file: dir.join(MANIFEST),
             offset: 0,
             reason: format!("invalid config in manifest: {e}"),
-        })
+        })?;
+    // No id type recorded: open until the first write by ids.
+    config.id_type_open =
+        manifest.config.id_type.is_none() && config.id_type == crate::ids::IdType::UInt64;
+    Ok(config)
 }
 
 /// A collection's manifest, read without opening it
@@ -230,6 +234,10 @@ pub(crate) struct Inner {
     /// `ef_construction` of the graphs built from now on: the config's,
     /// unless [`Collection::set_expansion_add`] changed it since open.
     build_ef: AtomicUsize,
+    /// The id type, and whether it is still open (`ids::pack`; see
+    /// [`CollectionConfig::id_type_open`]): `config.id_type` until the
+    /// first write by ids fixes an open one.
+    id_type: AtomicU8,
     /// Milliseconds (since `epoch`) of the last write.
     last_write: AtomicU64,
     epoch: std::time::Instant,
@@ -391,6 +399,10 @@ impl Collection {
             config.id_type = crate::ids::IdType::String;
         }
         let build_ef = AtomicUsize::new(config.hnsw.ef_construction);
+        let id_open =
+            manifest.config.id_type.is_none() && config.id_type == crate::ids::IdType::UInt64;
+        config.id_type_open = id_open;
+        let id_type = AtomicU8::new(ids::pack(config.id_type, id_open));
         let inner = Inner {
             dir: dir.to_path_buf(),
             mode,
@@ -406,6 +418,7 @@ impl Collection {
             manifest: Mutex::new(manifest.clone()),
             next_id: AtomicU64::new(manifest.next_segment_id),
             build_ef,
+            id_type,
             last_write: AtomicU64::new(0),
             epoch: std::time::Instant::now(),
             opt: optimizer::Shared::default(),
