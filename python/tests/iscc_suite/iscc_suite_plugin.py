@@ -13,8 +13,8 @@ _SKIP_FILE = Path(__file__).with_name("skip.txt")
 
 
 def _read_skips() -> dict[str, str]:
-    """``{"test_file.py::test_name": reason}``; a file's ``#`` section
-    heading is the reason of the names under it."""
+    """``{"test_file.py::test_name": reason}``: a ``#`` line is the reason
+    of the names under it; text after a name's ``#`` is added to it."""
     out: dict[str, str] = {}
     reason = ""
     for raw in _SKIP_FILE.read_text().splitlines():
@@ -26,7 +26,8 @@ def _read_skips() -> dict[str, str]:
             continue
         if not reason:
             raise pytest.UsageError(f"{_SKIP_FILE}: {line} has no reason above it")
-        out[line] = reason
+        name, _, detail = line.partition("#")
+        out[name.strip()] = f"{reason} ({detail.strip()})" if detail.strip() else reason
     return out
 
 
