@@ -18,10 +18,11 @@ the places where Sagitta deliberately differs are in
   there.
 - ``add(None, ...)`` returns keys that are not in use (iscc-usearch counts
   from the active shard's length and can hand out existing keys).
-- Every uint64 key works, ``2**63`` and up included, with the bloom
-  filter (iscc-usearch raises ``OverflowError`` after storing the vector).
+- Every uint64 key works, ``2**63`` and up included (``2**64 - 1``
+  too), with the bloom filter (iscc-usearch raises ``OverflowError`` after storing the vector).
 - Writes are durable when acknowledged (per the collection's durability);
-  ``save()`` forces an fsync. One writer per directory (a lock file).
+  ``save()`` forces an fsync. One writer process per directory (a lock
+  file); objects of one process opened on a directory share it.
 - ``ShardedIndex128`` / ``ShardedNphdIndex128`` take keys as ``bytes(16)``
   or ``V16`` arrays and return them so (as iscc-usearch); the collection
   is created with ``key_bits=128``, the bytes read as a big-endian
@@ -33,8 +34,6 @@ the places where Sagitta deliberately differs are in
 - ``load()`` / ``view()`` reopen the object in place on a directory,
   writable or read-only (iscc-usearch 0.8.1's sharded classes have
   neither; these follow usearch's ``Index.load`` / ``Index.view``).
-- ``serialized_length`` and ``capacity`` describe the whole index
-  (iscc-usearch reports the active shard only, 0 when read-only).
 - a new ``expansion_add`` applies to the graphs built afterwards, by
   this object; a reopen takes the value the index was created with.
 """
