@@ -400,3 +400,60 @@ def test_load_view_and_storage_figures(tmp_path, rng):
     w.add(1, base[0])
     assert w.dirty == 1
     w.close()
+
+
+def test_one_directory_shared_by_objects_of_a_process(tmp_path, rng):
+    """Two objects opened writable on one directory share its collection
+    (as iscc-usearch lets two objects open it): each sees the other's
+    writes, the directory stays open until the last one closes, a closed
+    object raises RuntimeError, and another process is still kept out."""
+    import subprocess
+    import sys
+
+    base = rng.standard_normal((6, 16)).astype(np.float32)
+    a = small(tmp_path / "d")
+    a.add([1, 2], base[:2])
+    b = ShardedIndex(path=tmp_path / "d")
+    assert len(b) == 2 and 2 in b
+    b.add(3, base[2])
+    assert 3 in a and len(a) == 3
+    np.testing.assert_array_equal(a.get(3), base[2])
+    probe = (
+        "import sys, sagitta\n"
+        "try:\n"
+        "    sagitta.Collection.open(sys.argv[1])\n"
+        "except sagitta.LockedError:\n"
+        "    sys.exit(7)\n"
+    )
+    run = [sys.executable, "-c", probe, str(tmp_path / "d")]
+    assert subprocess.run(run).returncode == 7  # another process: locked
+    a.close()
+    with pytest.raises(RuntimeError, match="index is closed"):
+        a.add(4, base[3])
+    with pytest.raises(RuntimeError, match="index is closed"):
+        len(a.keys)
+    b.add(4, base[3])  # b still holds the directory
+    assert subprocess.run(run).returncode == 7
+    b.close()
+    b.close()  # closing twice is allowed
+    assert subprocess.run(run).returncode == 0  # released with the last one
+    with ShardedIndex(path=tmp_path / "d") as c:
+        assert sorted(c.keys) == [1, 2, 3, 4]
+
+
+def test_tiny_shard_size_rotates_after_each_add(tmp_path, rng):
+    """A shard_size under the smallest segment (4 KiB) seals the unsealed
+    rows after the add that passes it, as iscc-usearch rotates: one
+    segment per add at shard_size=1, and every row still found."""
+    base = rng.standard_normal((5, 16)).astype(np.float32)
+    idx = ShardedIndex(path=tmp_path / "t", ndim=16, metric="l2sq", shard_size=1)
+    assert idx.shard_count == 0
+    for i in range(5):
+        idx.add(i, base[i])
+        assert idx.stats()["active_shard_vectors"] == 0
+    assert idx.shard_count >= 2  # the optimizer may merge some
+    for i in range(5):
+        assert idx.search(base[i], 1).keys[0] == i
+    big = ShardedIndex(path=tmp_path / "b", ndim=16, metric="l2sq", shard_size=1 << 20)
+    big.add(np.arange(5), base)
+    assert big.shard_count == 1  # unsealed rows, or (idle-sealed) one segment
