@@ -62,15 +62,14 @@ impl Space {
         Ok(space)
     }
 
-    /// Whether stored float vectors are normalised at insert (cosine over
-    /// f32 / f16): they then compare with a plain dot product, and `get`
-    /// returns the unit-length vector.
+    /// Whether stored vectors are normalised at insert: only the
+    /// scalar-quantized codes under cosine (sq8 / sq16, internal graph
+    /// codes, compared with a dot product of unit vectors). Cosine over
+    /// f32 / f16 / i8 stores the vector as given (`get` returns it) and
+    /// compares with the full cosine, whose norms come from the same pass
+    /// over the row as the dot product.
     pub fn normalizes(&self) -> bool {
-        self.metric == Metric::Cos
-            && matches!(
-                self.dtype,
-                DType::F32 | DType::F16 | DType::Sq8 | DType::Sq16
-            )
+        self.metric == Metric::Cos && self.dtype.is_quantized()
     }
 
     /// The distance function for this space.
@@ -178,7 +177,8 @@ impl Space {
     }
 
     /// Copies `x` into `out` as the float query the index compares with:
-    /// unit length under cosine, unchanged otherwise.
+    /// unit length under cosine (IVF estimators need it; the full cosine
+    /// of f32 rows does not mind), unchanged otherwise.
     pub fn float_query(&self, x: &[f32], out: &mut [f32]) {
         let scale = self.cos_scale(x);
         for (o, v) in out.iter_mut().zip(x) {
@@ -188,27 +188,39 @@ impl Space {
 
     fn encode_floats(&self, x: &[f32], out: &mut [u8]) -> Result<()> {
         self.check_floats(x)?;
-        let scale = self.cos_scale(x);
         match self.dtype {
+            // Every metric stores the vector as given (cosine included:
+            // its kernels compute the norms), so `get` returns it.
             DType::F32 => {
-                let scale = if self.normalizes() { scale } else { 1.0 };
                 for (o, v) in out.chunks_exact_mut(4).zip(x) {
-                    o.copy_from_slice(&(v * scale).to_ne_bytes());
+                    o.copy_from_slice(&v.to_ne_bytes());
                 }
             }
             DType::F16 => {
+                // Under cosine (scale invariant) a vector past f16's range
+                // is stored as its unit vector rather than as infinities.
+                let overflows =
+                    self.metric == Metric::Cos && x.iter().any(|v| !f16::from_f32(*v).is_finite());
+                let scale = if overflows { self.cos_scale(x) } else { 1.0 };
                 for (o, v) in out.chunks_exact_mut(2).zip(x) {
                     o.copy_from_slice(&f16::from_f32(v * scale).to_ne_bytes());
                 }
             }
             DType::I8 => {
+                // Cosine is scale invariant: integer-valued inputs in the
+                // i8 range are stored as given (`get` returns them), any
+                // other vector as its unit vector mapped onto [-127, 127].
+                let as_given = self.metric != Metric::Cos || x.iter().all(|v| fits_i8(*v));
+                let scale = if as_given { 1.0 } else { self.cos_scale(x) };
                 for (i, (o, v)) in out.iter_mut().zip(x).enumerate() {
                     let q = if self.metric == Metric::Cos {
-                        // Cosine is scale invariant: map the unit vector onto
-                        // [-127, 127].
-                        (v * scale * 127.0).round()
+                        if as_given {
+                            *v
+                        } else {
+                            (v * scale * 127.0).round()
+                        }
                     } else {
-                        if v.fract() != 0.0 || *v < -128.0 || *v > 127.0 {
+                        if !fits_i8(*v) {
                             return Err(IndexError::OutOfRange {
                                 index: i,
                                 value: *v,
@@ -234,7 +246,24 @@ impl Space {
         Ok(())
     }
 
-    /// Decodes stored bytes back into floats (float dtypes) for `get`.
+    /// The stored vector decoded to floats as a model compares them: unit
+    /// length under cosine (IVF training and codes, whose estimators
+    /// assume it), else as [`Space::decode_floats`]. A zero vector stays
+    /// zero.
+    pub fn model_floats(&self, stored: &[u8]) -> Option<Vec<f32>> {
+        let mut x = self.decode_floats(stored)?;
+        if self.metric == Metric::Cos {
+            let scale = self.cos_scale(&x);
+            x.iter_mut().for_each(|v| *v *= scale);
+        }
+        Some(x)
+    }
+
+    /// Decodes stored bytes back into floats (float dtypes) for `get`:
+    /// the vector as given for f32, as rounded to f16 for f16, as given
+    /// for integer-valued i8 inputs (see [`Space::encode`]). Segments
+    /// written before vectors were kept as given (format 4 and older) hold
+    /// cosine vectors at unit length, and return those.
     pub fn decode_floats(&self, stored: &[u8]) -> Option<Vec<f32>> {
         match self.dtype {
             DType::F32 => Some(
@@ -275,4 +304,9 @@ impl Space {
             DType::B1 => None,
         }
     }
+}
+
+/// Whether `v` is an integer in the i8 range (stored exactly as i8).
+fn fits_i8(v: f32) -> bool {
+    v.fract() == 0.0 && (-128.0..=127.0).contains(&v)
 }

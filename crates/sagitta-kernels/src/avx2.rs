@@ -109,7 +109,28 @@ unsafe fn dot_norms_f32_impl(a: &[f32], b: &[f32]) -> (f32, f32, f32) {
             _mm256_setzero_ps(),
             _mm256_setzero_ps(),
         );
-        while i + 8 <= n {
+        // Two sets of accumulators: six independent FMA chains, so the
+        // loop is bound by FMA throughput rather than latency (cosine
+        // stores rows as given and computes both norms in this pass).
+        let (mut ab1, mut aa1, mut bb1) = (
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        while i + 16 <= n {
+            let va = _mm256_loadu_ps(pa.add(i));
+            let vb = _mm256_loadu_ps(pb.add(i));
+            let wa = _mm256_loadu_ps(pa.add(i + 8));
+            let wb = _mm256_loadu_ps(pb.add(i + 8));
+            ab = _mm256_fmadd_ps(va, vb, ab);
+            aa = _mm256_fmadd_ps(va, va, aa);
+            bb = _mm256_fmadd_ps(vb, vb, bb);
+            ab1 = _mm256_fmadd_ps(wa, wb, ab1);
+            aa1 = _mm256_fmadd_ps(wa, wa, aa1);
+            bb1 = _mm256_fmadd_ps(wb, wb, bb1);
+            i += 16;
+        }
+        if i + 8 <= n {
             let va = _mm256_loadu_ps(pa.add(i));
             let vb = _mm256_loadu_ps(pb.add(i));
             ab = _mm256_fmadd_ps(va, vb, ab);
@@ -117,7 +138,11 @@ unsafe fn dot_norms_f32_impl(a: &[f32], b: &[f32]) -> (f32, f32, f32) {
             bb = _mm256_fmadd_ps(vb, vb, bb);
             i += 8;
         }
-        let (mut sab, mut saa, mut sbb) = (hsum256(ab), hsum256(aa), hsum256(bb));
+        let (mut sab, mut saa, mut sbb) = (
+            hsum256(_mm256_add_ps(ab, ab1)),
+            hsum256(_mm256_add_ps(aa, aa1)),
+            hsum256(_mm256_add_ps(bb, bb1)),
+        );
         while i < n {
             let (x, y) = (*a.get_unchecked(i), *b.get_unchecked(i));
             sab += x * y;

@@ -120,6 +120,26 @@ unsafe fn dot_norms_f32_impl(a: &[f32], b: &[f32]) -> (f32, f32, f32) {
             _mm512_setzero_ps(),
             _mm512_setzero_ps(),
         );
+        // Two sets of accumulators: six independent FMA chains (cosine
+        // stores rows as given and computes both norms in this pass).
+        let (mut ab1, mut aa1, mut bb1) = (
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+            _mm512_setzero_ps(),
+        );
+        while i + 32 <= n {
+            let va = _mm512_loadu_ps(pa.add(i));
+            let vb = _mm512_loadu_ps(pb.add(i));
+            let wa = _mm512_loadu_ps(pa.add(i + 16));
+            let wb = _mm512_loadu_ps(pb.add(i + 16));
+            ab = _mm512_fmadd_ps(va, vb, ab);
+            aa = _mm512_fmadd_ps(va, va, aa);
+            bb = _mm512_fmadd_ps(vb, vb, bb);
+            ab1 = _mm512_fmadd_ps(wa, wb, ab1);
+            aa1 = _mm512_fmadd_ps(wa, wa, aa1);
+            bb1 = _mm512_fmadd_ps(wb, wb, bb1);
+            i += 32;
+        }
         while i < n {
             let m = tail_mask16(n - i);
             let va = _mm512_maskz_loadu_ps(m, pa.add(i));
@@ -130,9 +150,9 @@ unsafe fn dot_norms_f32_impl(a: &[f32], b: &[f32]) -> (f32, f32, f32) {
             i += 16;
         }
         (
-            _mm512_reduce_add_ps(ab),
-            _mm512_reduce_add_ps(aa),
-            _mm512_reduce_add_ps(bb),
+            _mm512_reduce_add_ps(_mm512_add_ps(ab, ab1)),
+            _mm512_reduce_add_ps(_mm512_add_ps(aa, aa1)),
+            _mm512_reduce_add_ps(_mm512_add_ps(bb, bb1)),
         )
     }
 }

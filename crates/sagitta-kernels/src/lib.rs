@@ -300,14 +300,18 @@ pub fn isa() -> Isa {
     kernels().isa
 }
 
-/// `1 - ab / sqrt(aa * bb)`, clamped to [0, 2]; 1.0 when either norm is 0.
+/// `1 - ab / (sqrt(aa) sqrt(bb))`, clamped to [0, 2]; 1.0 when either
+/// norm is 0.
 #[inline]
 pub(crate) fn cos_from_parts(ab: f32, aa: f32, bb: f32) -> f32 {
-    let denom = aa * bb;
+    // The product of the norms, not of the squared norms (which overflows
+    // f32 once the norms' product passes about 1.8e19: cosine vectors are
+    // stored as given, not at unit length).
+    let denom = aa.sqrt() * bb.sqrt();
     if denom <= 0.0 || !denom.is_finite() {
         return 1.0;
     }
-    (1.0 - ab / denom.sqrt()).clamp(0.0, 2.0)
+    (1.0 - ab / denom).clamp(0.0, 2.0)
 }
 
 /// Hints the CPU to bring the cache line at `p` into L1 (no-op where the

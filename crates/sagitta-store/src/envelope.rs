@@ -25,7 +25,7 @@ pub(crate) const SEGMENT: FileKind = FileKind {
     name: "segment",
     magic: b"SGTASEG\0",
     oldest: 1,
-    newest: 4,
+    newest: 5,
 };
 
 /// Write-ahead logs (`wal-*.log`).
@@ -33,7 +33,7 @@ pub(crate) const WAL: FileKind = FileKind {
     name: "write-ahead log",
     magic: b"SGTAWAL\0",
     oldest: 1,
-    newest: 2,
+    newest: 3,
 };
 
 /// Bloom filters (`bloom-*.bin`).

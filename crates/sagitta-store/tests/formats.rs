@@ -5,7 +5,7 @@
 //! - `wal-v1/`: a collection directory whose write-ahead log is version 1
 //!   (puts and removes only), its bytes laid out by hand from
 //!   docs/FORMAT.md, not by the writer: replayed, appended to (the log is
-//!   relabelled version 2 in place) and reopened.
+//!   relabelled to the newest version, 3, in place) and reopened.
 //! - `ids128/`: a collection written by this release: MANIFEST format 1
 //!   with the newest optional keys (uint128 ids, payload, a text field,
 //!   index threshold), a version-4 segment with payload and text, a
@@ -188,7 +188,8 @@ fn wal_version_1_replays_and_is_appended_to() {
         .unwrap();
     drop(c); // no close: the rows stay in the log only
     let log = wal_file(dir.path());
-    assert_eq!(u32_at(&std::fs::read(&log).unwrap(), 8), 2);
+    // Relabelled to the newest log version (3: vectors as given).
+    assert_eq!(u32_at(&std::fs::read(&log).unwrap(), 8), 3);
     let c = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
     check_wal_v1_rows(&c, &[99]);
     assert_eq!(

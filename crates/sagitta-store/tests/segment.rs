@@ -112,11 +112,12 @@ fn ivf_round_trip_gives_identical_results() {
         assert_eq!((ivf.partitions, ivf.bits, ivf.listed), (7, bits, 2000));
         assert_eq!(seg.len(), 1997);
         assert!(seg.ivf_resident_bytes() > 0 && seg.ivf_resident_bytes() < info.file_len as usize);
-        // IVF files need a version-2 reader; flat/HNSW ones do not.
+        // IVF files need a version-2 reader, and these (cosine vectors
+        // kept as given) a version-5 one; flat/HNSW ones over l2 do not.
         let head = std::fs::read(&path).unwrap();
         assert_eq!(
             u32::from_le_bytes([head[12], head[13], head[14], head[15]]),
-            2
+            5
         );
         for q in rows(30, 40, 77) {
             for (nprobe, refine) in [(1, 0), (3, 20), (7, 100)] {
@@ -148,14 +149,22 @@ fn ivf_round_trip_gives_identical_results() {
         assert_eq!(r.len(), 5);
         assert!(r.iter().all(|n| allowed.contains(&n.key)));
     }
+    // A flat file over l2 is laid out as version 1 says; over cosine it
+    // holds vectors as given, which a version-5 reader expects.
     let (flat, _) = build(IndexKind::Flat, 10);
-    let p = dir.path().join("flat.sgt");
-    Segment::write(&flat, &p).unwrap();
-    let head = std::fs::read(&p).unwrap();
-    assert_eq!(
-        u32::from_le_bytes([head[12], head[13], head[14], head[15]]),
-        1
-    );
+    let l2 = Index::flat(Space::new(16, Metric::L2, DType::F32).unwrap()).unwrap();
+    for (i, r) in rows(10, 16, 42).iter().enumerate() {
+        l2.add(i as u64, VectorRef::F32(r)).unwrap();
+    }
+    for (idx, want) in [(&l2, 1u32), (&flat, 5)] {
+        let p = dir.path().join("flat.sgt");
+        Segment::write(idx, &p).unwrap();
+        let head = std::fs::read(&p).unwrap();
+        assert_eq!(
+            u32::from_le_bytes([head[12], head[13], head[14], head[15]]),
+            want
+        );
+    }
 }
 
 #[test]
@@ -232,12 +241,8 @@ fn round_trip_gives_identical_results() {
         assert_eq!(seg.get(1500), None);
         assert!(seg.contains(1001));
         assert_eq!(seg.get_raw(1001), idx.get_raw(1001));
-        let v = seg.get(1001).unwrap();
-        let n: f32 = data[1].iter().map(|x| x * x).sum::<f32>().sqrt();
-        assert!(v
-            .iter()
-            .zip(&data[1])
-            .all(|(a, b)| (a - b / n).abs() < 1e-5));
+        // The vector as given, cosine included.
+        assert_eq!(seg.get(1001).unwrap(), data[1]);
         // Filters over a segment's slots.
         let allowed: Vec<u64> = (1000..4000).step_by(3).collect();
         let f = seg.filter_for_keys(&allowed);

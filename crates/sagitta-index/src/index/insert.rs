@@ -41,9 +41,10 @@ impl Index {
         let mut scratch = self.scratch.take();
         let stride = self.space.stride();
         scratch.full.clear();
-        if let (VectorRef::F32(x), true) = (v, self.space.dtype.is_quantized()) {
-            scratch.full.resize(x.len(), 0.0);
-            self.space.float_query(x, &mut scratch.full);
+        // The full-precision row of an index keeping them (codes of f16,
+        // sq8 or sq16): the vector as given, whatever the metric.
+        if let (VectorRef::F32(x), DType::F16 | DType::Sq8 | DType::Sq16) = (v, self.space.dtype) {
+            scratch.full.extend_from_slice(x);
         }
         let r = self
             .space

@@ -193,8 +193,10 @@ impl Index {
         Ok(out)
     }
 
+    /// A stored vector as the IVF model sees it: unit length under cosine
+    /// (rows are stored as given).
     pub(super) fn stored_floats(&self, stored: &[u8]) -> Vec<f32> {
-        self.space.decode_floats(stored).unwrap_or_default()
+        self.space.model_floats(stored).unwrap_or_default()
     }
 
     /// A copy of the IVF model and partitions, `None` unless trained.

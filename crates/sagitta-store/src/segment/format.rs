@@ -3,18 +3,19 @@
 //! Nothing here reads a file or maps memory; `reader.rs` and `writer.rs`
 //! call these on bytes they hold.
 //!
-//! ## Layout (format version 4, little-endian)
+//! ## Layout (format version 5, little-endian)
 //!
 //! [`FORMAT_VERSION`] is the version written; a file says in bytes 12..16
 //! the oldest reader version that can read it (1 for flat / HNSW over the
 //! version-1 dtypes, 2 for IVF or sq8 / sq16, 3 with payload sections, 4
-//! with a text section). `docs/FORMAT.md` has the version table and the
+//! with a text section, 5 for cosine f32 / f16 vectors or full rows kept
+//! as given rather than at unit length). `docs/FORMAT.md` has the version table and the
 //! contents of each section in full.
 //!
 //! | offset | size | field                                                        |
 //! |-------:|-----:|--------------------------------------------------------------|
 //! | 0      | 8    | magic `b"SGTASEG\0"`                                         |
-//! | 8      | 4    | format version written (4; older files say 1, 2 or 3)        |
+//! | 8      | 4    | format version written (5; older files say 1 to 4)           |
 //! | 12     | 4    | oldest format version whose reader can read this file       |
 //! | 16     | 4    | dims                                                         |
 //! | 20     | 1    | dtype (0 f32, 1 f16, 2 i8, 3 b1, 4 sq8, 5 sq16)              |
@@ -345,8 +346,9 @@ pub(super) fn encode_table(sections: &[Section]) -> Vec<u8> {
 
 /// Encodes the fixed header of a file described by `info`, with `nsec`
 /// sections, the raw `entry` slot and the CRC of its section table.
-/// `sections_need` is the reader version its optional sections need (4
-/// with a text section, 3 with payload, 0 with neither).
+/// `sections_need` is the reader version its contents need (5 for cosine
+/// vectors kept as given, 4 with a text section, 3 with payload, 0 with
+/// none of these).
 pub(super) fn encode_header(
     info: &SegmentInfo,
     nsec: u32,

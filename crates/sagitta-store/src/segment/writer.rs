@@ -16,7 +16,8 @@ use crate::payload::{PayloadError, Schema};
 use crate::pindex;
 use arrow_array::RecordBatch;
 use sagitta_index::{
-    Bitset, GraphView, Index, IndexError, IndexKind, IndexRead, IndexView, IvfExport, Space,
+    Bitset, DType, GraphView, Index, IndexError, IndexKind, IndexRead, IndexView, IvfExport,
+    Metric, Space,
 };
 use sagitta_text::{MemText, TextFieldSpec, TextSection};
 use std::io::{BufWriter, Seek, SeekFrom};
@@ -222,7 +223,9 @@ impl<'a> SegmentWriter<'a> {
             nsec as u32,
             entry,
             crc32c::crc32c(&table),
-            if text.is_some() {
+            if keeps_cos_as_given(space, has_full) {
+                5
+            } else if text.is_some() {
                 4
             } else if payload.is_some() {
                 3
@@ -379,6 +382,16 @@ fn write_graph(w: &mut SectionWriter<'_>, view: &IndexView<'_>, m0: usize) -> Re
     w.put(&body)?;
     w.end();
     Ok((entry, top))
+}
+
+/// Whether a file of `space` (with full-precision rows or not) holds
+/// cosine vectors as given rather than at unit length (format 5): f32 /
+/// f16 rows, or the f32 rows of section 13. A reader before format 5
+/// would compare them as unit vectors, so such a file needs a version-5
+/// reader. (i8 cosine has always been compared by the full cosine, and
+/// sq8 / sq16 codes stay unit length.)
+fn keeps_cos_as_given(space: Space, has_full: bool) -> bool {
+    space.metric == Metric::Cos && (matches!(space.dtype, DType::F32 | DType::F16) || has_full)
 }
 
 /// The full-precision rows, `fstride` bytes per slot: from `full_rows`
