@@ -613,6 +613,15 @@ pub fn run_get(e: &Entry, req: GetRequest) -> ApiResult<GetResponse> {
 /// Runs an upsert request.
 pub fn run_upsert(e: &Entry, req: UpsertRequest) -> ApiResult<UpsertResponse> {
     if req.vectors.is_empty() && !req.ids.is_empty() && e.coll.config().embed_model.is_some() {
+        // The store embeds rows by key: a hashed id (string, uint128)
+        // would lose the id it keeps beside the row.
+        let t = e.coll.id_type();
+        if t.hashed() {
+            return Err(ApiError::BadRequest(format!(
+                "vectors: rows without vectors are embedded by key, which {t} ids \
+                 are not; give the vectors (or create the collection with integer ids)"
+            )));
+        }
         let keys = keys_of(&e.coll, &req.ids)?;
         let rows = req.payload.as_deref().unwrap_or_default();
         if rows.len() != keys.len() {
