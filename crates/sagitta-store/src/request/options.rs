@@ -415,7 +415,13 @@ mod tests {
     fn defaults_match_the_config_defaults() {
         let o = CollectionOptions::new(8);
         let space = Space::new(8, Metric::Cos, DType::F32).unwrap();
-        assert_eq!(o.to_config().unwrap(), CollectionConfig::new(space));
+        // The one difference: no id type given leaves it open (to the
+        // first write by ids).
+        let open = CollectionConfig {
+            id_type_open: true,
+            ..CollectionConfig::new(space)
+        };
+        assert_eq!(o.to_config().unwrap(), open);
         let bits = CollectionOptions {
             metric: Some("hamming".into()),
             ..CollectionOptions::new(256)
