@@ -37,12 +37,10 @@ operation); only one engine is measured at any time.
 7. **Delete** (DoAction ``delete``, one id per action, ids as strings):
    ops/s, then the rows a full download returns.
 
-Engine-specific setup only: Sagitta's collection is created beforehand by
-the ``create-collection`` action with ``text_fields: ["text"]`` and
-``dtype: f32`` (what a DoPut-created collection gets, plus a BM25 index on
-``text``), since hybrid search needs declared text fields; Longbow is
+No engine-specific setup: both create the dataset at the first DoPut and
+index its string columns for BM25 there (Sagitta by default, Longbow
 started by ``shared/peers/longbow.sh`` with ``LONGBOW_HYBRID_TEXT_COLUMNS=
-meta,text``. An operation that fails is recorded as ``error: <message>``
+meta,text``). An operation that fails is recorded as ``error: <message>``
 for that engine; the run goes on.
 
 ``python -m sagitta_bench longbow --rows 20000 --queries 1000``

@@ -45,7 +45,7 @@ def cell(op: str, r) -> str:
             f"{r['still_present_int']} of those deleted by number"
         )
     if op == "prepare":
-        return "create-collection (text_fields [text], dtype f32)" if r else "–"
+        return f"create-collection {r['create_collection']}" if r else "–"
     s = f"{r['qps']:,.0f} QPS, p50 {r['p50_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms"
     if r.get("recall_at_10") is not None:
         s += f", recall@10 {r['recall_at_10']:.3f}"

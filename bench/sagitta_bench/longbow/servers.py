@@ -121,18 +121,10 @@ class SagittaServer:
         }
 
     def prepare(self, dataset: str, dims: int) -> dict:
-        """Creates the collection with a BM25 index on ``text`` (else the
-        first DoPut would create it without text fields)."""
-        body = {"name": dataset, "dims": dims, "dtype": "f32", "text_fields": ["text"]}
-        client = flight_client(self.meta_uri)
-        try:
-            res = list(client.do_action(action("create-collection", body), call_opts(60)))
-            return {
-                "create_collection": body,
-                "answer": json.loads(res[0].body.to_pybytes()) if res else None,
-            }
-        finally:
-            client.close()
+        """Nothing: the first DoPut creates the dataset, its string columns
+        (``meta``, ``text``) indexed for BM25 by default, as Longbow does
+        with ``HYBRID_TEXT_COLUMNS``."""
+        return {}
 
     def wait_indexed(self, dataset: str, cap_s: float) -> dict:
         """Seconds until the optimizer has indexed every row, then until it
