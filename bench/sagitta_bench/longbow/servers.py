@@ -19,8 +19,6 @@ from pathlib import Path
 
 import numpy as np
 
-from .flight import action, call_opts, flight_client
-
 REPO = Path(__file__).resolve().parents[3]  # sagitta_bench/longbow/ in bench/
 # $SAGITTA_BIN, as the server tests take it (e.g. to set two builds side by side).
 SAGITTA_BIN = Path(os.environ.get("SAGITTA_BIN") or REPO / "target" / "release" / "sagitta")
