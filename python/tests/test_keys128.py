@@ -90,13 +90,17 @@ def test_128_bit_key_errors(tmp_path):
         (-1, ValueError),
         (b"short", ValueError),
         ("xyz", ValueError),
-        (2**128 - 1, ValueError),  # reserved: marks an empty result slot
         (True, TypeError),
         (np.zeros(3, np.float32), TypeError),
     ]:
         with pytest.raises(err):
             c.add(bad, v)
     assert len(c) == 0
+    # The largest key is a key like any other (results carry counts, so
+    # no key marks an empty slot).
+    c.add(2**128 - 1, v + 1)
+    assert 2**128 - 1 in c and len(c) == 1
+    np.testing.assert_array_equal(c.get(2**128 - 1), v + 1)
     with pytest.raises(ValueError):
         c.add([1, 1], np.zeros((2, 2), np.float32))  # one key twice
     with pytest.raises(ValueError):
@@ -119,3 +123,52 @@ def test_set_payload_by_128_bit_keys(tmp_path):
         c.set_payload([keys[0], 2**101], values={"n": 7})
     _, t = c.get(keys, payload=True)
     assert t.column("n").to_pylist() == [0, 10, 20, 3, 4]
+
+
+def test_128_bit_keys_are_the_same_ids_over_python_http_and_flight(tmp_path, rng):
+    """A collection written by sagitta.Collection, served by the real binary:
+    HTTP carries its ids as 32 hex digits, Flight as the same 16 big-endian
+    bytes Python takes; rows the server writes read back in Python."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.flight as fl
+    from server_util import Server, raw, vector_array
+
+    keys = [as_int(k) for k in ids_of(50, seed=3)] + [0, 2**64 - 1, 2**64, 2**128 - 1]
+    x = rng.standard_normal((len(keys), D)).astype(np.float32)
+    c = sagitta.Collection.create(tmp_path / "data" / "py", ndim=D, metric="l2", key_bits=128)
+    c.add(keys, x)
+    c.close()
+    more = [2**127 + i for i in range(3)]
+    with Server(tmp_path / "data") as s:
+        status, _, r = raw(
+            s, "POST", "/collections/py/get", json.dumps({"ids": [str(k) for k in keys]}).encode()
+        )
+        # get answers each id as given (decimal here); search and scan in
+        # the one form.
+        assert status == 200 and [it["id"] for it in r["items"]] == [str(k) for k in keys]
+        np.testing.assert_allclose([it["vector"] for it in r["items"]], x, rtol=1e-6)
+        body = {"vector": x[7].tolist(), "k": 1, "exact": True}
+        status, _, r = raw(s, "POST", "/collections/py/search", json.dumps(body).encode())
+        assert int(r["hits"][0]["id"], 16) == keys[7]
+        client = fl.FlightClient(s.flight_url)
+        got = client.do_get(fl.Ticket(json.dumps({"name": "py"}).encode())).read_all()
+        assert got.schema.field("id").type == pa.binary(16)
+        assert sorted(got["id"].to_pylist()) == sorted(k.to_bytes(16, "big") for k in keys)
+        y = rng.standard_normal((3, D)).astype(np.float32)
+        t = pa.table(
+            {
+                "id": pa.array([k.to_bytes(16, "big") for k in more], pa.binary(16)),
+                "vector": vector_array(y),
+            }
+        )
+        writer, reader = client.do_put(fl.FlightDescriptor.for_path("py"), t.schema)
+        writer.write_table(t)
+        writer.done_writing()
+        assert json.loads(reader.read().to_pybytes())["rows"] == 3
+        writer.close()
+    c = sagitta.Collection.open(tmp_path / "data" / "py", read_only=True)
+    assert len(c) == len(keys) + 3
+    assert all(k in c for k in more) and (2**127 + 3) not in c
+    np.testing.assert_array_equal(c.get(more[1]), y[1])
