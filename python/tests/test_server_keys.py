@@ -88,6 +88,23 @@ def test_uint128_ids_round_trip_over_every_surface(server):
     )
     assert put(client, "wide", table)["rows"] == len(rest)
 
+    # Arrow's uuid extension type (fixed_size_binary(16) underneath) too.
+    u = 2**128 - 2**64 + 12345
+    table = pa.table(
+        {
+            "id": pa.ExtensionArray.from_storage(
+                pa.uuid(), pa.array([u.to_bytes(16, "big")], pa.binary(16))
+            ),
+            "vector": vector_array(np.ones((1, D), np.float32)),
+            "n": pa.array([-2], pa.int64()),
+        }
+    )
+    assert put(client, "wide", table)["rows"] == 1
+    status, _, r = post(server, "/collections/wide/get", {"ids": [hex32(u)]})
+    assert r["items"][0]["payload"]["n"] == -2, r
+    status, _, r = post(server, "/collections/wide/delete", {"ids": [hex32(u)]})
+    assert r["deleted"] == 1
+
     # HTTP get: every id back in the one documented form (32 hex digits).
     status, _, r = post(server, "/collections/wide/get", {"ids": [hex32(v) for v in ids]})
     assert status == 200 and not r["missing"], r
@@ -257,6 +274,13 @@ def test_int64_ids_come_back_int64_in_a_collection_created_without_id_type(tmp_p
         got = client.do_get(ticket({"name": "json_neg"})).read_all()
         assert got.schema.field("id").type == pa.int64()
         assert sorted(got["id"].to_pylist()) == [-9, 4]
+        # utf8 ids put first: string.
+        create(s, "str_first")
+        x = np.zeros((2, D), np.float32)
+        put(client, "str_first", pa.table({"id": ["a", "7"], "vector": vector_array(x)}))
+        got = client.do_get(ticket({"name": "str_first"})).read_all()
+        assert got.schema.field("id").type == pa.string()
+        assert sorted(got["id"].to_pylist()) == ["7", "a"]
         # uint64 ids put first: uint64, and above 2**63 - 1 exact.
         create(s, "u64_first")
         put(client, "u64_first", int_table([2**64 - 2, 1], pa.uint64())[0])
