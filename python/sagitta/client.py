@@ -140,6 +140,22 @@ def _rows_of(payload: Any, n: int) -> list | None:
     return rows
 
 
+def _wire_id(k: Any) -> Any:
+    """An id as JSON carries it: ints past 2**64 - 1 and ``bytes(16)`` as
+    32 hex digits (the server's uint128 form; JSON numbers stop at
+    2**64 - 1), everything else as :func:`_plain` gives it."""
+    if isinstance(k, (bytes, bytearray)) and len(k) == 16:
+        return bytes(k).hex()
+    k = _plain(k)
+    if isinstance(k, int) and not isinstance(k, bool) and k >= 2**64:
+        return f"{k:032x}"
+    return k
+
+
+def _wire_ids(keys: Any) -> list:
+    return [_wire_id(k) for k in (keys.tolist() if hasattr(keys, "tolist") else keys)]
+
+
 def _plain(v: Any) -> Any:
     """numpy scalars and timestamps into JSON-ready values."""
     if isinstance(v, np.generic):
@@ -366,7 +382,7 @@ class RemoteCollection:
         """Inserts or replaces rows; returns once they are durable. With
         ``vectors=None`` a collection with an embedding model embeds each
         row's text (from ``payload``)."""
-        keys = [_plain(k) for k in (keys.tolist() if hasattr(keys, "tolist") else keys)]
+        keys = _wire_ids(keys)
         body: dict = {"ids": keys}
         if vectors is not None:
             vecs = np.asarray(vectors)
@@ -480,7 +496,7 @@ class RemoteCollection:
         """Vectors of ``keys`` (a 2-d float32 array, NaN rows for missing
         keys); with ``payload=True`` also a list of payload dicts (None for
         missing keys)."""
-        keys = [_plain(k) for k in (keys.tolist() if hasattr(keys, "tolist") else keys)]
+        keys = _wire_ids(keys)
         body: dict = {"ids": keys, "include_payload": bool(payload or columns is not None)}
         if columns is not None:
             body["columns"] = list(columns)
@@ -501,9 +517,7 @@ class RemoteCollection:
         if (keys is None) == (where is None):
             raise ValueError("give exactly one of keys or where")
         if keys is not None:
-            body = {
-                "ids": [_plain(k) for k in (keys.tolist() if hasattr(keys, "tolist") else keys)]
-            }
+            body = {"ids": _wire_ids(keys)}
         else:
             body = {"filter": _json_filter(where)}
         return self._post("delete", body)["deleted"]
@@ -518,7 +532,7 @@ class RemoteCollection:
             raise ValueError("give exactly one of keys or where")
         body: dict = {"payload": {k: _plain(v) for k, v in dict(values).items()}}
         if keys is not None:
-            body["ids"] = [_plain(k) for k in (keys.tolist() if hasattr(keys, "tolist") else keys)]
+            body["ids"] = _wire_ids(keys)
         else:
             body["filter"] = _json_filter(where)
         return self._post("set_payload", body)["updated"]

@@ -468,6 +468,9 @@ impl Flight {
                 let refs: Vec<sagitta_index::VectorRef<'_>> =
                     (0..ing.ids.len()).map(|i| ing.vectors.row(i)).collect();
                 let n = ops::upsert(&e, &ing.ids, &refs, ing.payload.as_ref())?;
+                // The first write to a collection without an id type fixes
+                // it: keys the type refused before the write exist now.
+                let keys = keys.or_else(|| ing.ids.keys(e.coll.id_type()).ok());
                 if let Some(keys) = keys {
                     seen2.insert(e.coll.id_type(), &keys);
                 }
