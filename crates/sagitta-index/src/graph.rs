@@ -555,7 +555,10 @@ pub(crate) fn select_neighbors<G: GraphView + ?Sized>(
             break;
         }
         let cv = g.vector(c.slot);
-        let good = out.iter().all(|&r| dist.eval(cv, g.vector(r)) >= c.dist);
+        // Two stored vectors: neither is a unit-length query.
+        let good = out
+            .iter()
+            .all(|&r| dist.eval_pair(cv, g.vector(r)) >= c.dist);
         if good {
             out.push(c.slot);
         }

@@ -73,7 +73,7 @@ pub mod search {
             f: impl FnOnce(&[u8], &mut SearchScratch) -> R,
         ) -> Result<R> {
             let stride = space.stride();
-            space.encode(query, self.0.query_buf(stride))?;
+            space.encode_query(query, self.0.query_buf(stride))?;
             let q = self.0.take_query();
             let r = f(scratch::query_bytes(&q, stride), self);
             self.0.put_query(q);

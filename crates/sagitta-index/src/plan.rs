@@ -251,7 +251,7 @@ pub(crate) fn execute<G: GraphView + ?Sized>(
     s: &mut Scratch,
 ) -> Result<Vec<Neighbor>> {
     let stride = space.stride();
-    space.encode(query, s.query_buf(stride))?;
+    space.encode_query(query, s.query_buf(stride))?;
     let reads_full = match plan {
         Plan::Exact => true,
         Plan::Graph { rerank, .. } | Plan::Scan { rerank } => rerank > 0,
@@ -296,7 +296,7 @@ pub(crate) fn execute<G: GraphView + ?Sized>(
 }
 
 /// The bytes of an f32 slice (4-byte aligned, as the f32 kernels need).
-fn f32_bytes(v: &[f32]) -> &[u8] {
+pub(crate) fn f32_bytes(v: &[f32]) -> &[u8] {
     // SAFETY: any f32 is 4 plain bytes; the length is the slice's in bytes.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast::<u8>(), std::mem::size_of_val(v)) }
 }

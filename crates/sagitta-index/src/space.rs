@@ -72,9 +72,44 @@ impl Space {
         self.metric == Metric::Cos && self.dtype.is_quantized()
     }
 
-    /// The distance function for this space.
+    /// The distance function for this space. Cosine over f32 compares a
+    /// unit-length query (as [`Space::encode_query`] writes it) with rows
+    /// stored as given, by `1 - q·x / |x|` at the cost of a dot product;
+    /// two stored vectors compare by the full cosine
+    /// ([`Distance::eval_pair`]).
     pub fn distance(&self) -> Result<Distance> {
+        if self.metric == Metric::Cos && self.dtype == DType::F32 {
+            return Ok(Distance::unit_query(self.metric, self.dtype)?);
+        }
         Ok(Distance::new(self.metric, self.dtype, self.normalizes())?)
+    }
+
+    /// Validates `v` and writes it into `out` as a query is compared:
+    /// [`Space::encode`], then under cosine over f32 scaled to unit length
+    /// (what [`Space::distance`] expects of the first argument).
+    pub fn encode_query(&self, v: VectorRef<'_>, out: &mut [u8]) -> Result<()> {
+        self.encode(v, out)?;
+        if let (VectorRef::F32(x), true) = (v, self.unit_queries()) {
+            let scale = self.cos_scale(x);
+            for (o, v) in out.chunks_exact_mut(4).zip(x) {
+                o.copy_from_slice(&(v * scale).to_ne_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether queries are compared at unit length (cosine over f32).
+    pub(crate) fn unit_queries(&self) -> bool {
+        self.metric == Metric::Cos && self.dtype == DType::F32
+    }
+
+    /// A stored vector as a unit-length query (cosine over f32), `None`
+    /// where a stored vector is its own query form.
+    pub(crate) fn stored_as_query(&self, stored: &[u8]) -> Option<Vec<f32>> {
+        if !self.unit_queries() {
+            return None;
+        }
+        self.model_floats(stored)
     }
 
     /// Meaningful bytes per vector.

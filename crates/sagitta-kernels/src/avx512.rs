@@ -163,6 +163,52 @@ pub(crate) fn cos_f32(a: &[f32], b: &[f32]) -> f32 {
     crate::cos_from_parts(ab, aa, bb)
 }
 
+/// (a·b, b·b), four chains each as `dot_f32`: a unit-length query costs
+/// about a dot product.
+#[target_feature(enable = "avx512f")]
+unsafe fn dot_bnorm_f32_impl(a: &[f32], b: &[f32]) -> (f32, f32) {
+    let n = a.len().min(b.len());
+    let (pa, pb) = (a.as_ptr(), b.as_ptr());
+    let mut i = 0;
+    // SAFETY: as in `dot_f32_impl`: full loads stay below n, the tail is
+    // masked.
+    unsafe {
+        let mut ab = [_mm512_setzero_ps(); 4];
+        let mut bb = [_mm512_setzero_ps(); 4];
+        while i + 64 <= n {
+            for j in 0..4 {
+                let o = i + 16 * j;
+                let vb = _mm512_loadu_ps(pb.add(o));
+                ab[j] = _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(o)), vb, ab[j]);
+                bb[j] = _mm512_fmadd_ps(vb, vb, bb[j]);
+            }
+            i += 64;
+        }
+        let mut j = 0;
+        while i < n {
+            let m = tail_mask16(n - i);
+            let vb = _mm512_maskz_loadu_ps(m, pb.add(i));
+            ab[j] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, pa.add(i)), vb, ab[j]);
+            bb[j] = _mm512_fmadd_ps(vb, vb, bb[j]);
+            j = (j + 1) & 3;
+            i += 16;
+        }
+        let sum = |v: [__m512; 4]| {
+            _mm512_reduce_add_ps(_mm512_add_ps(
+                _mm512_add_ps(v[0], v[1]),
+                _mm512_add_ps(v[2], v[3]),
+            ))
+        };
+        (sum(ab), sum(bb))
+    }
+}
+
+pub(crate) fn cos_unit_f32(a: &[f32], b: &[f32]) -> f32 {
+    // SAFETY: see module docs.
+    let (ab, bb) = unsafe { dot_bnorm_f32_impl(a, b) };
+    crate::cos_unit_from_parts(ab, bb)
+}
+
 /// Returns (a·b, a·a, b·b) over halves (for cosine).
 #[target_feature(enable = "avx512f,avx512bw,avx512vl")]
 unsafe fn f16_dot_norms(a: &[f16], b: &[f16]) -> (f32, f32, f32) {

@@ -215,6 +215,9 @@ pub struct Distance {
     dtype: DType,
     one_minus: bool,
     kern: Kern,
+    /// The kernel of [`Distance::eval_pair`] where it differs from
+    /// `kern` (a unit-length-query cosine: the full cosine).
+    pair: Option<FloatKernel<f32>>,
 }
 
 impl std::fmt::Debug for Distance {
@@ -281,7 +284,43 @@ impl Distance {
             dtype,
             one_minus,
             kern,
+            pair: None,
         })
+    }
+
+    /// Binds `metric` over `dtype` for queries of unit length against
+    /// vectors stored as given: cosine over f32 is then `1 - q·b / |b|`
+    /// (`cos_unit_f32`: the row's norm from the same pass as the dot
+    /// product, about the cost of a dot product), and
+    /// [`Distance::eval_pair`] compares two stored vectors by the full
+    /// cosine. Every other combination is [`Distance::new`] with
+    /// `normalized = false`.
+    pub fn unit_query(metric: Metric, dtype: DType) -> Result<Self, KernelError> {
+        let k = kernels();
+        let mut d = Self::with_kernels(k, metric, dtype, false)?;
+        if metric == Metric::Cos && dtype == DType::F32 {
+            d.kern = Kern::F32(k.cos_unit_f32);
+            d.pair = Some(k.cos_f32);
+        }
+        Ok(d)
+    }
+
+    /// Whether the first argument of [`Distance::eval`] must be a
+    /// unit-length query ([`Distance::unit_query`] over cosine f32): two
+    /// stored vectors are then compared with [`Distance::eval_pair`].
+    pub fn wants_unit_query(&self) -> bool {
+        self.pair.is_some()
+    }
+
+    /// Distance between two stored vectors (neither a normalised query):
+    /// [`Distance::eval`] except for a unit-query cosine, where it is the
+    /// full cosine.
+    #[inline]
+    pub fn eval_pair(&self, a: &[u8], b: &[u8]) -> f32 {
+        match self.pair {
+            Some(f) => f(cast::<f32>(a), cast::<f32>(b)),
+            None => self.eval(a, b),
+        }
     }
 
     /// The metric.

@@ -109,6 +109,10 @@ pub struct Kernels {
     pub dot_f32: FloatKernel<f32>,
     /// Cosine distance `1 - cos`.
     pub cos_f32: FloatKernel<f32>,
+    /// Cosine distance from a unit-length query `a` to a vector `b` stored
+    /// as given: `1 - a·b / |b|`, `|b|` from the same pass as the dot
+    /// product (as fast as `dot_f32` where loads bound the loop).
+    pub cos_unit_f32: FloatKernel<f32>,
     /// Squared Euclidean distance over halves.
     pub l2sq_f16: FloatKernel<f16>,
     /// Dot product over halves.
@@ -157,6 +161,7 @@ impl Kernels {
         l2sq_f32: scalar::l2sq_f32,
         dot_f32: scalar::dot_f32,
         cos_f32: scalar::cos_f32,
+        cos_unit_f32: scalar::cos_unit_f32,
         l2sq_f16: scalar::l2sq_f16,
         dot_f16: scalar::dot_f16,
         cos_f16: scalar::cos_f16,
@@ -185,6 +190,7 @@ impl Kernels {
                 l2sq_f32: avx2::l2sq_f32,
                 dot_f32: avx2::dot_f32,
                 cos_f32: avx2::cos_f32,
+                cos_unit_f32: avx2::cos_unit_f32,
                 l2sq_f16: avx2::l2sq_f16,
                 dot_f16: avx2::dot_f16,
                 cos_f16: avx2::cos_f16,
@@ -208,6 +214,7 @@ impl Kernels {
                     l2sq_f32: avx512::l2sq_f32,
                     dot_f32: avx512::dot_f32,
                     cos_f32: avx512::cos_f32,
+                    cos_unit_f32: avx512::cos_unit_f32,
                     l2sq_f16: avx512::l2sq_f16,
                     dot_f16: avx512::dot_f16,
                     cos_f16: avx512::cos_f16,
@@ -246,6 +253,7 @@ impl Kernels {
                 l2sq_f32: neon::l2sq_f32,
                 dot_f32: neon::dot_f32,
                 cos_f32: neon::cos_f32,
+                cos_unit_f32: scalar::cos_unit_f32,
                 l2sq_f16: scalar::l2sq_f16,
                 dot_f16: scalar::dot_f16,
                 cos_f16: scalar::cos_f16,
@@ -312,6 +320,16 @@ pub(crate) fn cos_from_parts(ab: f32, aa: f32, bb: f32) -> f32 {
         return 1.0;
     }
     (1.0 - ab / denom).clamp(0.0, 2.0)
+}
+
+/// `1 - ab / sqrt(bb)` for a unit-length query (`ab` its dot product with
+/// a row of squared norm `bb`), clamped to [0, 2]; 1.0 for a zero row.
+#[inline]
+pub(crate) fn cos_unit_from_parts(ab: f32, bb: f32) -> f32 {
+    if bb <= 0.0 || !bb.is_finite() {
+        return 1.0;
+    }
+    (1.0 - ab / bb.sqrt()).clamp(0.0, 2.0)
 }
 
 /// Hints the CPU to bring the cache line at `p` into L1 (no-op where the

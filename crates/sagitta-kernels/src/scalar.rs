@@ -85,6 +85,13 @@ pub fn cos_f32(a: &[f32], b: &[f32]) -> f32 {
     crate::cos_from_parts(ab, aa, bb)
 }
 
+/// Cosine distance from a unit-length query `a` to `b` as stored:
+/// `1 - a·b / |b|`.
+pub fn cos_unit_f32(a: &[f32], b: &[f32]) -> f32 {
+    let (ab, _, bb) = dot_norms_f32(a, b);
+    crate::cos_unit_from_parts(ab, bb)
+}
+
 fn widen(a: &[f16], out: &mut [f32; LANES]) {
     for (o, x) in out.iter_mut().zip(a) {
         *o = x.to_f32();

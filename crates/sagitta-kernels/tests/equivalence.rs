@@ -59,6 +59,13 @@ proptest! {
             prop_assert!(close((k.l2sq_f32)(&a, &b), scalar::l2sq_f32(&a, &b), scale), "{} l2 len {}", k.isa, a.len());
             prop_assert!(close((k.dot_f32)(&a, &b), scalar::dot_f32(&a, &b), scale), "{} dot len {}", k.isa, a.len());
             prop_assert!(close((k.cos_f32)(&a, &b), scalar::cos_f32(&a, &b), 10.0), "{} cos len {}", k.isa, a.len());
+            // A unit-length query against a row as given: the full cosine.
+            let n = a.iter().map(|x| x * x).sum::<f32>().sqrt();
+            if n > 0.0 {
+                let u: Vec<f32> = a.iter().map(|x| x / n).collect();
+                prop_assert!(close((k.cos_unit_f32)(&u, &b), scalar::cos_unit_f32(&u, &b), 10.0), "{} cos_unit len {}", k.isa, a.len());
+                prop_assert!(close((k.cos_unit_f32)(&u, &b), scalar::cos_f32(&a, &b), 10.0), "{} cos_unit vs cos len {}", k.isa, a.len());
+            }
         }
     }
 
@@ -209,6 +216,7 @@ proptest! {
 fn cosine_of_zero_vector_is_one() {
     for k in Kernels::available() {
         assert_eq!((k.cos_f32)(&[0.0; 7], &[1.0; 7]), 1.0);
+        assert_eq!((k.cos_unit_f32)(&[1.0; 7], &[0.0; 7]), 1.0);
         assert_eq!((k.cos_i8)(&[0; 40], &[3; 40]), 1.0);
     }
 }

@@ -117,7 +117,11 @@ impl Index {
                     store: &store,
                     m: self.params.m,
                 };
-                self.link(&g, links, slot as u32, qb, scratch);
+                // The walk compares the new vector as a query: at unit
+                // length under cosine over f32 (it is stored as given).
+                let unit = self.space.stored_as_query(qb);
+                let walk = unit.as_deref().map_or(qb, crate::plan::f32_bytes);
+                self.link(&g, links, slot as u32, walk, scratch);
             }
             if let Some(t) = trained {
                 self.ivf_append(t, slot as u32, qb);
@@ -276,7 +280,15 @@ impl Index {
             let base = view.vector(node);
             cur.push(new);
             let mut d = Vec::with_capacity(cur.len());
-            graph::eval_slots(view, &self.dist, base, &cur, &mut d);
+            if self.dist.wants_unit_query() {
+                // The node's stored vector is no unit-length query.
+                d.extend(
+                    cur.iter()
+                        .map(|&n| self.dist.eval_pair(base, view.vector(n))),
+                );
+            } else {
+                graph::eval_slots(view, &self.dist, base, &cur, &mut d);
+            }
             let mut cands: Vec<Cand> = cur
                 .iter()
                 .zip(&d)

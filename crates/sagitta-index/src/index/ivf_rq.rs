@@ -258,7 +258,7 @@ impl Index {
         };
         let mut s = self.scratch.take();
         let stride = self.space.stride();
-        if let Err(e) = self.space.encode(query, s.query_buf(stride)) {
+        if let Err(e) = self.space.encode_query(query, s.query_buf(stride)) {
             self.scratch.give(s);
             return Err(e);
         }
