@@ -189,8 +189,13 @@ unsafe fn dot_bnorm_f32_impl(a: &[f32], b: &[f32]) -> (f32, f32) {
             bb0 = _mm256_fmadd_ps(vb, vb, bb0);
             i += 8;
         }
-        let mut sab = hsum256(_mm256_add_ps(ab0, ab1));
-        let mut sbb = hsum256(_mm256_add_ps(bb0, bb1));
+        // Both sums in one reduction: [ab ab bb bb | ab ab bb bb] pairs,
+        // the halves added, then one more pairwise add.
+        let h = _mm256_hadd_ps(_mm256_add_ps(ab0, ab1), _mm256_add_ps(bb0, bb1));
+        let h = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+        let h = _mm_hadd_ps(h, h);
+        let mut sab = _mm_cvtss_f32(h);
+        let mut sbb = _mm_cvtss_f32(_mm_shuffle_ps(h, h, 1));
         while i < n {
             let (x, y) = (*a.get_unchecked(i), *b.get_unchecked(i));
             sab += x * y;
