@@ -154,12 +154,17 @@ mod tests {
     fn marked_threads_pause_only_while_searches_run() {
         // No search active (the window after any earlier one passed).
         std::thread::sleep(ACTIVE_WINDOW * 2);
+        let ended_before = LAST_END.load(Ordering::Acquire);
         let quiet = std::thread::spawn(|| {
             mark_writer();
             work(Duration::from_millis(5))
         })
         .join()
         .unwrap();
+        // Whether another test of this process searched meanwhile (then
+        // the run was not quiet: pausing was right).
+        let undisturbed = LAST_END.load(Ordering::Acquire) == ended_before
+            && SEARCHES.load(Ordering::Acquire) == 0;
         let s = search();
         let unmarked = std::thread::spawn(|| work(Duration::from_millis(5)))
             .join()
@@ -178,9 +183,11 @@ mod tests {
         .unwrap();
         drop(s);
         assert_eq!(unmarked, Duration::ZERO);
-        // Other tests in this process may search meanwhile: a quiet run
-        // can pause a little, never as a writer under searches does.
-        assert!(quiet < Duration::from_millis(3), "{quiet:?}");
+        // A run with no search anywhere in the process does not pause (a
+        // little scheduling noise aside).
+        if undisturbed {
+            assert!(quiet < Duration::from_millis(3), "{quiet:?}");
+        }
         // A writer paused about as long as it worked (at least one pause
         // per RUN of its 10 ms minus the pauses themselves), a background
         // thread about three times as long per run.
