@@ -52,6 +52,12 @@ fn _sagitta(m: &Bound<'_, PyModule>) -> PyResult<()> {
     limits.set_item("beam", sagitta_store::limits::MAX_BEAM)?;
     limits.set_item("depth", sagitta_store::limits::MAX_DEPTH)?;
     limits.set_item("batch_queries", sagitta_store::limits::MAX_BATCH_QUERIES)?;
+    // The smallest segment_size a collection takes (sagitta.compat.iscc
+    // seals by itself below it).
+    limits.set_item(
+        "min_segment_size",
+        sagitta_store::collection::MIN_SEGMENT_SIZE,
+    )?;
     m.add("LIMITS", limits)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(isa, m)?)?;

@@ -23,7 +23,11 @@ def test_module_surface():
 
 def test_limits_are_the_ones_the_store_enforces(tmp_path, rng):
     lim = sagitta.LIMITS
-    assert set(lim) == {"k", "beam", "depth", "batch_queries"}
+    assert set(lim) == {"k", "beam", "depth", "batch_queries", "min_segment_size"}
+    small = lim["min_segment_size"]
+    with pytest.raises(ValueError, match=f"at least {small}"):
+        sagitta.Collection.create(tmp_path / "s", ndim=4, segment_size=small - 1)
+    sagitta.Collection.create(tmp_path / "s", ndim=4, segment_size=small).close()
     c = sagitta.Collection.create(tmp_path / "c", ndim=4)
     c.upsert(np.arange(3), rng.random((3, 4), dtype=np.float32))
     q = np.ones(4, np.float32)

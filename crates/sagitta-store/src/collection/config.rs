@@ -63,6 +63,8 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 1 << 30;
 /// Default idle time after which a non-empty mutable part is frozen.
 pub const DEFAULT_IDLE_SEAL_MS: u64 = 1000;
+/// Smallest `segment_size` a collection takes (bytes).
+pub const MIN_SEGMENT_SIZE: u64 = 4096;
 
 /// Settings fixed when a collection is created.
 #[derive(Debug, Clone, PartialEq)]
@@ -239,9 +241,9 @@ impl CollectionConfig {
                 self.key_bits, self.id_type
             )));
         }
-        if self.segment_size < 4096 {
+        if self.segment_size < MIN_SEGMENT_SIZE {
             return Err(StoreError::Config(format!(
-                "segment_size = {} bytes: must be at least 4096",
+                "segment_size = {} bytes: must be at least {MIN_SEGMENT_SIZE}",
                 self.segment_size
             )));
         }

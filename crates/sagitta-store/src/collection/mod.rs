@@ -69,7 +69,7 @@ mod write;
 
 pub use config::{
     codes_named, default_codes, CollectionConfig, Durability, DEFAULT_IDLE_SEAL_MS,
-    DEFAULT_MAX_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE,
+    DEFAULT_MAX_SEGMENT_SIZE, DEFAULT_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
 };
 pub use optimizer::OptimizerStats;
 pub use text::TextHit;

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._sagitta import Collection, ReadOnlyError
+from ..._sagitta import LIMITS, Collection, ReadOnlyError
 from ._args import (
     _dtype,
     _first_of_each,
@@ -904,9 +904,10 @@ class ShardedNphdIndex128(ShardedNphdIndex):
         super().__init__(**kwargs)
 
 
-# The smallest segment_size a collection takes; a smaller shard_size seals
-# after the write that passes it (ShardedIndex._rotate_if_full).
-_MIN_SEGMENT = 4096
+# The smallest segment_size a collection takes (the store's rule); a
+# smaller shard_size seals after the write that passes it
+# (ShardedIndex._rotate_if_full).
+_MIN_SEGMENT = LIMITS["min_segment_size"]
 # A shard's bytes before its rows, as the rotation rule counts them.
 _SHARD_HEADER = 64
 

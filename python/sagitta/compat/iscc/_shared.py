@@ -10,6 +10,7 @@ when they are all garbage)."""
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -38,12 +39,12 @@ def acquire(path: Path, read_only: bool, create: Callable[[], Collection] | None
         s = Shared(Collection.open(path, read_only=True))
         s.users = 1
         return s
+    key = os.path.realpath(path)
     with _LOCK:
-        key = str(path.resolve()) if path.exists() else str(path.absolute())
         s = _WRITERS.get(key)
         if s is None or s.coll is None:
             s = Shared(create() if create is not None else Collection.open(path))
-            _WRITERS[str(path.resolve())] = s
+            _WRITERS[key] = s
         s.users += 1
         return s
 
