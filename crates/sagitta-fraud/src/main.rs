@@ -4,6 +4,7 @@
 mod http;
 mod lb;
 mod refs;
+mod stats;
 mod vectorize;
 mod worker;
 
@@ -76,6 +77,17 @@ enum Cmd {
         /// own (HAProxy, nginx) in front; `--port` and `--bind` are unused.
         #[arg(long, value_name = "DIR")]
         backends: Option<PathBuf>,
+        /// A measurement floor, not a service: the same balancer and API
+        /// processes answer every score request "approved, 0.0" without
+        /// reading its body or searching (the index is checked, not
+        /// mapped). `peer/peer.sh` runs it beside the service to show what
+        /// the host and the transport cost under the load test.
+        #[arg(long)]
+        fixed_answer: bool,
+        /// Each API process prints, every 10 s, its requests' time inside
+        /// it (p50/p99/max), page faults and context switches.
+        #[arg(long)]
+        stats: bool,
         /// Stop when standard input closes (the parent exited; for tests).
         #[arg(long, hide = true)]
         die_with_parent: bool,
@@ -93,6 +105,10 @@ enum Cmd {
         listen: Option<PathBuf>,
         #[arg(long)]
         busy_poll: bool,
+        #[arg(long)]
+        fixed_answer: bool,
+        #[arg(long)]
+        stats: bool,
         #[arg(long)]
         request_timeout_ms: u64,
         #[arg(long)]
@@ -131,6 +147,8 @@ fn main() -> Result<()> {
             request_timeout_ms,
             idle_timeout_ms,
             backends,
+            fixed_answer,
+            stats,
             die_with_parent,
         } => {
             if die_with_parent {
@@ -141,30 +159,40 @@ fn main() -> Result<()> {
                     std::process::exit(0);
                 });
             }
-            let timeouts = [request_timeout_ms, idle_timeout_ms];
+            let flags = WorkerFlags {
+                busy_poll,
+                fixed_answer,
+                stats,
+                timeouts: [request_timeout_ms, idle_timeout_ms],
+            };
             if let Some(dir) = backends {
-                return serve_backends(&index, &dir, workers, cpu, rtprio, busy_poll, timeouts);
+                return serve_backends(&index, &dir, workers, cpu, rtprio, flags);
             }
-            serve(
-                &index, bind, port, workers, cpu, rtprio, busy_poll, timeouts,
-            )
+            serve(&index, bind, port, workers, cpu, rtprio, flags)
         }
         Cmd::Worker {
             index,
             fd,
             listen,
             busy_poll,
+            fixed_answer,
+            stats,
             request_timeout_ms,
             idle_timeout_ms,
         } => {
             // Die with the balancer.
             // SAFETY: plain prctl on this process.
             unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) };
-            let mapped = refs::Mapped::open(&index, true)?;
+            let scorer = if fixed_answer {
+                worker::Scorer::Fixed
+            } else {
+                worker::Scorer::new(refs::Mapped::open(&index, true)?)
+            };
             let opts = worker::Options {
                 busy: busy_poll,
                 request_timeout: std::time::Duration::from_millis(request_timeout_ms),
                 idle_timeout: std::time::Duration::from_millis(idle_timeout_ms),
+                stats,
             };
             let source = match (fd, listen) {
                 (Some(fd), _) => worker::Source::Balancer(fd),
@@ -186,7 +214,7 @@ fn main() -> Result<()> {
                 }
                 (None, None) => bail!("give --fd or --listen"),
             };
-            worker::run(source, worker::Scorer::new(mapped), opts)
+            worker::run(source, scorer, opts)
         }
         Cmd::Check {
             index,
@@ -250,7 +278,16 @@ fn set_fifo(prio: i32) -> Result<()> {
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What `serve` passes on to each API process it starts.
+#[derive(Debug, Clone, Copy)]
+struct WorkerFlags {
+    busy_poll: bool,
+    fixed_answer: bool,
+    stats: bool,
+    /// Request and idle timeouts, milliseconds.
+    timeouts: [u64; 2],
+}
+
 fn serve(
     index: &Path,
     bind: std::net::Ipv4Addr,
@@ -258,8 +295,7 @@ fn serve(
     workers: usize,
     cpu: Option<usize>,
     rtprio: Option<i32>,
-    busy_poll: bool,
-    timeouts: [u64; 2],
+    flags: WorkerFlags,
 ) -> Result<()> {
     let exe = prepare(index, workers, cpu, rtprio)?;
     let (listener, port) = lb::listen(bind, port)?;
@@ -281,7 +317,7 @@ fn serve(
             // The child's end survives exec; ours does not.
             libc::fcntl(pair[1], libc::F_SETFD, 0);
         }
-        let child = worker_command(&exe, index, busy_poll, timeouts)
+        let child = worker_command(&exe, index, flags)
             .arg("--fd")
             .arg(pair[1].to_string())
             .spawn()
@@ -325,17 +361,15 @@ fn prepare(
 }
 
 /// An API process's command line, less where its connections come from.
-fn worker_command(
-    exe: &Path,
-    index: &Path,
-    busy_poll: bool,
-    [request_timeout_ms, idle_timeout_ms]: [u64; 2],
-) -> std::process::Command {
+fn worker_command(exe: &Path, index: &Path, flags: WorkerFlags) -> std::process::Command {
+    let [request_timeout_ms, idle_timeout_ms] = flags.timeouts;
     let mut c = std::process::Command::new(exe);
     c.arg("worker")
         .arg("--index")
         .arg(index)
-        .args(busy_poll.then_some("--busy-poll"))
+        .args(flags.busy_poll.then_some("--busy-poll"))
+        .args(flags.fixed_answer.then_some("--fixed-answer"))
+        .args(flags.stats.then_some("--stats"))
         .arg(format!("--request-timeout-ms={request_timeout_ms}"))
         .arg(format!("--idle-timeout-ms={idle_timeout_ms}"));
     c
@@ -343,15 +377,13 @@ fn worker_command(
 
 /// `serve --backends DIR`: the API processes alone, each listening on
 /// `DIR/api-{i}.sock`, until one of them stops.
-#[allow(clippy::too_many_arguments)]
 fn serve_backends(
     index: &Path,
     dir: &Path,
     workers: usize,
     cpu: Option<usize>,
     rtprio: Option<i32>,
-    busy_poll: bool,
-    timeouts: [u64; 2],
+    flags: WorkerFlags,
 ) -> Result<()> {
     let exe = prepare(index, workers, cpu, rtprio)?;
     std::fs::create_dir_all(dir).with_context(|| format!("create {}", dir.display()))?;
@@ -360,7 +392,7 @@ fn serve_backends(
     for i in 0..workers {
         let path = dir.join(format!("api-{i}.sock"));
         let _ = std::fs::remove_file(&path);
-        let child = worker_command(&exe, index, busy_poll, timeouts)
+        let child = worker_command(&exe, index, flags)
             .arg("--listen")
             .arg(&path)
             .spawn()
@@ -403,6 +435,19 @@ fn summary(times: &mut [f64]) -> String {
         pct(0.99),
         times[times.len() - 1],
     )
+}
+
+/// Reads and writes a line of every 4 KiB of `buf` and reads every other
+/// line, evicting what the caches and the TLB held.
+fn thrash(buf: &mut [u8]) {
+    let mut acc = 0u8;
+    for (i, b) in buf.iter_mut().enumerate().step_by(64) {
+        acc = acc.wrapping_add(*b);
+        if i % 4096 == 0 {
+            *b = acc;
+        }
+    }
+    std::hint::black_box(acc);
 }
 
 fn entries(data: &Path) -> Result<Vec<serde_json::Value>> {
@@ -511,6 +556,32 @@ fn check(index: &Path, data: &Path, vectors: Option<&Path>) -> Result<()> {
         nodes as f64 / n,
         leaves as f64 / n,
         rows as f64 / n,
+    );
+    // Cold: before each of the first COLD requests, 64 MiB of other memory
+    // read (twice the last-level cache here), so neither the caches nor
+    // the TLB hold the index, as for a request after the core ran
+    // something else (the load test's client shares it).
+    const COLD: usize = 1000;
+    let mut evict = vec![1u8; 64 << 20];
+    let mut whole = Vec::with_capacity(COLD);
+    search.clear();
+    for (e, codes) in entries.iter().zip(&queries).take(COLD) {
+        let body = serde_json::to_vec(e.get("request").context("entry without request")?)?;
+        thrash(&mut evict);
+        let t = Instant::now();
+        std::hint::black_box(scorer.frauds(&body).map_err(|e| anyhow::anyhow!(e))?);
+        whole.push(t.elapsed().as_nanos() as f64 / 1e3);
+        thrash(&mut evict);
+        let q = vectorize::as_f32(codes);
+        let t = Instant::now();
+        std::hint::black_box(view.search(&q, worker::K, &mut scratch)?);
+        search.push(t.elapsed().as_nanos() as f64 / 1e3);
+    }
+    println!(
+        "cold (64 MiB read before each, {} requests): parse + vectorize + exact 5-NN {}; exact 5-NN alone {}",
+        whole.len(),
+        summary(&mut whole),
+        summary(&mut search)
     );
     if let Some(path) = vectors {
         let bytes: Vec<u8> = queries

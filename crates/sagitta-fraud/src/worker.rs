@@ -7,6 +7,7 @@
 
 use crate::http::{self, Parsed, Route};
 use crate::refs::{Mapped, FRAUD};
+use crate::stats::Stats;
 use crate::vectorize;
 use anyhow::{bail, Result};
 use sagitta_lowdim::LowDimScratch;
@@ -16,9 +17,17 @@ use std::time::{Duration, Instant};
 
 /// Scores request bodies: vectorize, exact 5-NN, count the frauds.
 #[derive(Debug)]
-pub struct Scorer {
-    mapped: Mapped,
-    scratch: LowDimScratch,
+pub enum Scorer {
+    /// The service: every answer from the exact search.
+    Exact {
+        mapped: Box<Mapped>,
+        scratch: LowDimScratch,
+    },
+    /// A measurement floor (`serve --fixed-answer`): the same processes,
+    /// balancer, HTTP framing and prebuilt answers, but no parse, vector
+    /// or search; every score request is answered "0 frauds". What the
+    /// host and the transport cost, for the load test's reports.
+    Fixed,
 }
 
 /// Neighbours that vote.
@@ -26,8 +35,8 @@ pub const K: usize = 5;
 
 impl Scorer {
     pub fn new(mapped: Mapped) -> Scorer {
-        Scorer {
-            mapped,
+        Scorer::Exact {
+            mapped: Box::new(mapped),
             scratch: LowDimScratch::default(),
         }
     }
@@ -35,12 +44,14 @@ impl Scorer {
     /// Fraudulent references among the 5 nearest, or why the body cannot
     /// be scored.
     pub fn frauds(&mut self, body: &[u8]) -> Result<usize, String> {
-        let codes = vectorize::vectorize(body, &self.mapped.rules).map_err(|e| e.to_string())?;
+        let Scorer::Exact { mapped, scratch } = self else {
+            return Ok(0);
+        };
+        let codes = vectorize::vectorize(body, &mapped.rules).map_err(|e| e.to_string())?;
         let q = vectorize::as_f32(&codes);
-        let hits = self
-            .mapped
+        let hits = mapped
             .view
-            .search(&q, K, &mut self.scratch)
+            .search(&q, K, scratch)
             .map_err(|e| e.to_string())?;
         Ok(hits.iter().filter(|h| h.label == FRAUD).count())
     }
@@ -59,6 +70,8 @@ pub struct Options {
     /// A keep-alive connection idle (nothing buffered either way) this
     /// long is closed.
     pub idle_timeout: Duration,
+    /// Print this process's figures every [`crate::stats::EVERY`].
+    pub stats: bool,
 }
 
 /// How often the loop looks for connections past their timeouts.
@@ -226,6 +239,7 @@ pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
     // is put back at the next sweep.
     let mut listener_paused = false;
     let mut turn = Instant::now();
+    let mut stats = opts.stats.then(|| Stats::new(turn));
     loop {
         let wait_ms = if busy {
             0
@@ -238,6 +252,9 @@ pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
         // SAFETY: `events` is a valid buffer of its length.
         let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, wait_ms) };
         let now = Instant::now();
+        if let Some(s) = &mut stats {
+            s.tick(now);
+        }
         if now.duration_since(swept) >= SWEEP {
             swept = now;
             sweep(&mut conns, now, &opts);
@@ -327,7 +344,7 @@ pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
                 if r > 0 {
                     conn.last = now;
                     conn.inbuf.extend_from_slice(&chunk[..r as usize]);
-                    serve(conn, &mut scorer, &scores, &ready);
+                    serve(conn, &mut scorer, (&scores, &ready), now, stats.as_mut());
                 } else if r == 0 || !matches!(errno(), libc::EAGAIN | libc::EINTR) {
                     dead = true;
                 }
@@ -346,7 +363,14 @@ pub fn run(source: Source, mut scorer: Scorer, opts: Options) -> Result<()> {
 }
 
 /// Answers every whole request in the buffer, in order.
-fn serve(conn: &mut Conn, scorer: &mut Scorer, scores: &[Vec<u8>; 6], ready: &[u8]) {
+/// `woke`: when the loop woke to read them (for `stats`).
+fn serve(
+    conn: &mut Conn,
+    scorer: &mut Scorer,
+    (scores, ready): (&[Vec<u8>; 6], &[u8]),
+    woke: Instant,
+    mut stats: Option<&mut Stats>,
+) {
     let mut at = 0;
     while !conn.closing {
         match http::parse(&conn.inbuf[at..]) {
@@ -359,10 +383,16 @@ fn serve(conn: &mut Conn, scorer: &mut Scorer, scores: &[Vec<u8>; 6], ready: &[u
                 let body = &conn.inbuf[at + h.body.0..at + h.body.0 + h.body.1];
                 let start = conn.out.len();
                 match h.route {
-                    Route::Score => match scorer.frauds(body) {
-                        Ok(f) => conn.out.extend_from_slice(&scores[f]),
-                        Err(why) => conn.out.extend_from_slice(&http::bad_request(&why)),
-                    },
+                    Route::Score => {
+                        let began = stats.as_ref().map(|_| Instant::now());
+                        match scorer.frauds(body) {
+                            Ok(f) => conn.out.extend_from_slice(&scores[f]),
+                            Err(why) => conn.out.extend_from_slice(&http::bad_request(&why)),
+                        }
+                        if let (Some(s), Some(b)) = (stats.as_deref_mut(), began) {
+                            s.record(woke, b);
+                        }
+                    }
                     Route::Ready => conn.out.extend_from_slice(ready),
                     Route::Method => conn.out.extend_from_slice(&http::method_not_allowed()),
                     Route::NotFound => conn.out.extend_from_slice(&http::not_found()),

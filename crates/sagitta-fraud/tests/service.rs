@@ -681,3 +681,38 @@ fn out_of_descriptors_an_api_process_waits_without_spinning_and_serves_later() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[test]
+fn the_fixed_answer_floor_answers_every_score_request_without_the_index() {
+    let base = service();
+    let s = start(&base._dir, &["--fixed-answer"]);
+    let mut c = s.connect().unwrap();
+    let denied = entries()
+        .into_iter()
+        .find(|e| e["info"]["expected_response"]["approved"] == false)
+        .unwrap();
+    // The service denies it; the floor does not look at it.
+    let (status, body) = score(&mut base.connect().unwrap(), &denied["request"]);
+    assert_eq!((status, body.contains("\"approved\":false")), (200, true));
+    for req in [
+        serde_json::to_vec(&denied["request"]).unwrap(),
+        b"not json".to_vec(),
+    ] {
+        let (status, body) = request(&mut c, "POST", "/fraud-score", &req).unwrap();
+        let got: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(got["approved"], true);
+        assert_eq!(got["fraud_score"].as_f64(), Some(0.0));
+    }
+    assert_eq!(request(&mut c, "GET", "/ready", b"").unwrap().0, 200);
+    assert_eq!(request(&mut c, "GET", "/nope", b"").unwrap().0, 404);
+    // Its API processes never map the index.
+    let pid = s.child.id();
+    let kids = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap();
+    let kids: Vec<&str> = kids.split_whitespace().collect();
+    assert_eq!(kids.len(), 2, "{kids:?}");
+    for k in kids {
+        let maps = std::fs::read_to_string(format!("/proc/{k}/maps")).unwrap();
+        assert!(!maps.contains("references.sgld"), "{maps}");
+    }
+}
