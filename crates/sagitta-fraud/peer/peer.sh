@@ -20,9 +20,12 @@
 #            partitioned kd-tree with an early stop, SCM_RIGHTS balancer
 #            `lb`), its Dockerfiles' settings as plain processes
 #
-# 1. Offline search: our exact 5-NN over the 6,100 test requests (`check`)
-#    and nelson's over the same vectors (`peer/search_bench.c`, our driver
-#    around its `search_knn`), interleaved, RUNS times.
+# 1. Offline, one thread, interleaved, RUNS times: our per-request cost and
+#    search over the 6,100 test requests, hot and cold (`check`); nelson's
+#    search over the same vectors (`peer/search_bench.c`, our driver around
+#    its `search_knn`); rauch's per-request path (its `payload::extract`,
+#    `feature::vectorize_payload`, `knn::fraud_count`) and search over the
+#    same bodies and vectors (`peer/rauch_bench.rs`), hot and cold.
 # 2. The contest's load test (harness/run.sh, full mode: ramp to 900 req/s
 #    over 120 s, test-data-6100-3m cycled), RUNS rounds; in each round
 #    every configuration ENGINE-SCHED once, in turn: cfs (the normal
@@ -89,18 +92,35 @@ if [[ $ENGINES == *rauch* ]]; then
         (cd "$RAUCH" && target/release/builder ./resources "$WORK/rauch/blob.bin" >&2)
         git --git-dir="$RAUCH_GIT" rev-parse HEAD > "$WORK/rauch/commit"
     fi
+    # Our driver around its library, a crate of its own beside its sources.
+    mkdir -p "$WORK/rauch/bench/src"
+    cp crates/sagitta-fraud/peer/rauch_bench.rs "$WORK/rauch/bench/src/main.rs"
+    printf '%s\n' '[package]' 'name = "rauch_bench"' 'version = "0.0.0"' 'edition = "2021"' \
+        'publish = false' '[dependencies]' "server = { path = \"$RAUCH/server\" }" \
+        "shared = { path = \"$RAUCH/shared\" }" '[workspace]' '[profile.release]' 'lto = "fat"' \
+        'codegen-units = 1' 'panic = "abort"' > "$WORK/rauch/bench/Cargo.toml"
+    cp "$RAUCH/Cargo.lock" "$WORK/rauch/bench/Cargo.lock"
+    (cd "$WORK/rauch/bench" && RUSTUP_TOOLCHAIN=stable RUSTFLAGS="-C target-cpu=haswell" \
+        cargo build --release >&2)
     echo "rauch: gabrielrauch/rinha-2026 $(cat "$WORK/rauch/commit"); index $(stat -c %s "$WORK/rauch/blob.bin") bytes"
 fi
 echo "ISA: $(grep -o -m1 'avx512[a-z]*' /proc/cpuinfo | head -1 || echo 'avx2, no avx512'); $(nproc) CPUs; $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 
 # --- offline search ---------------------------------------------------------
 if [[ ${OFFLINE:-1} == 1 ]]; then
+    python3 -c "
+import gzip, json, sys
+for e in json.load(gzip.open(sys.argv[1]))['entries']:
+    print(json.dumps(e['request'], separators=(',', ':')))" "$RINHA/test-data-6100-3m.json.gz" > "$OUT/bodies.jsonl"
     for i in $(seq "$RUNS"); do
         echo "offline $i: load $(cut -d' ' -f1 /proc/loadavg)"
         echo "  sagitta: $("$BIN" check --index "$IDX" "$RINHA/test-data-6100-3m.json.gz" --vectors "$OUT/vectors.i16" | tr '\n' ' ')"
         if [[ -n ${NELSON_INDEX:-} ]]; then
-            echo "  nelson (default search): $("$WORK/nelson/search_bench" "$NELSON_INDEX" "$OUT/vectors.i16")"
-            echo "  nelson (SEARCH_V2=1): $(SEARCH_V2=1 "$WORK/nelson/search_bench" "$NELSON_INDEX" "$OUT/vectors.i16")"
+            echo "  nelson (default search): $("$WORK/nelson/search_bench" "$NELSON_INDEX" "$OUT/vectors.i16" | tr '\n' ' ')"
+            echo "  nelson (SEARCH_V2=1): $(SEARCH_V2=1 "$WORK/nelson/search_bench" "$NELSON_INDEX" "$OUT/vectors.i16" | tr '\n' ' ')"
+        fi
+        if [[ $ENGINES == *rauch* ]]; then
+            echo "  rauch: $("$WORK/rauch/bench/target/release/rauch_bench" "$WORK/rauch/blob.bin" "$OUT/bodies.jsonl" "$OUT/vectors.i16" | tr '\n' ' ')"
         fi
     done
 fi
