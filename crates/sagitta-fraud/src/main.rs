@@ -1,6 +1,7 @@
 //! `sagitta-fraud`: the Rinha de Backend 2026 fraud-scoring API on
 //! Sagitta's certified exact low-dimensional kNN. See README.md.
 
+mod fastpath;
 mod http;
 mod lb;
 mod refs;

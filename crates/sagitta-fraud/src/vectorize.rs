@@ -84,6 +84,73 @@ pub struct LastTransaction<'a> {
     pub km_from_current: f64,
 }
 
+/// What the vector is made of, however the body was read.
+#[derive(Debug, PartialEq)]
+pub struct Fields<'a> {
+    pub amount: f64,
+    pub installments: f64,
+    pub requested_at: &'a str,
+    pub avg_amount: f64,
+    pub tx_count_24h: f64,
+    pub known: Known<'a>,
+    pub merchant_id: &'a str,
+    pub mcc: &'a str,
+    pub merchant_avg: f64,
+    pub is_online: bool,
+    pub card_present: bool,
+    pub km_from_home: f64,
+    /// The previous transaction's timestamp and distance.
+    pub last: Option<(&'a str, f64)>,
+}
+
+/// The customer's known merchants.
+#[derive(Debug, PartialEq)]
+pub enum Known<'a> {
+    /// As serde decoded them.
+    Decoded(&'a [Cow<'a, str>]),
+    /// The text between the brackets of an array of plain strings (no
+    /// escapes; `crate::fastpath` checked it).
+    Plain(&'a [u8]),
+}
+
+impl Known<'_> {
+    pub fn contains(&self, id: &str) -> bool {
+        match self {
+            Known::Decoded(list) => list.iter().any(|m| m == id),
+            // Between the brackets: `"a", "b"`; every other piece split
+            // at the quotes is a string.
+            Known::Plain(text) => text
+                .split(|&c| c == b'"')
+                .skip(1)
+                .step_by(2)
+                .any(|m| m == id.as_bytes()),
+        }
+    }
+}
+
+impl<'a> From<&'a Request<'a>> for Fields<'a> {
+    fn from(r: &'a Request<'a>) -> Fields<'a> {
+        Fields {
+            amount: r.transaction.amount,
+            installments: r.transaction.installments,
+            requested_at: &r.transaction.requested_at,
+            avg_amount: r.customer.avg_amount,
+            tx_count_24h: r.customer.tx_count_24h,
+            known: Known::Decoded(&r.customer.known_merchants),
+            merchant_id: &r.merchant.id,
+            mcc: &r.merchant.mcc,
+            merchant_avg: r.merchant.avg_amount,
+            is_online: r.terminal.is_online,
+            card_present: r.terminal.card_present,
+            km_from_home: r.terminal.km_from_home,
+            last: r
+                .last_transaction
+                .as_ref()
+                .map(|l| (l.timestamp.as_ref(), l.km_from_current)),
+        }
+    }
+}
+
 /// Why a request cannot be scored.
 #[derive(Debug, PartialEq)]
 pub enum BadRequest {
@@ -202,23 +269,32 @@ fn finite(x: f64, field: &'static str) -> Result<f64, BadRequest> {
     }
 }
 
-/// The vector of a request body as grid codes (value × 10⁴, exact).
+/// The vector of a request body as grid codes (value × 10⁴, exact): read
+/// by `crate::fastpath` when it is of the common shape, else by serde.
 pub fn vectorize(body: &[u8], rules: &Rules) -> Result<[i16; DIM], BadRequest> {
-    let r: Request<'_> =
-        serde_json::from_slice(body).map_err(|e| BadRequest::Json(e.to_string()))?;
-    codes(&r, rules)
+    if let Some(f) = crate::fastpath::read(body) {
+        return codes(&f, rules);
+    }
+    vectorize_serde(body, rules)
 }
 
-/// The vector of a parsed request as grid codes.
-pub fn codes(r: &Request<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
+/// [`vectorize`] with serde alone (every body, every error message).
+pub fn vectorize_serde(body: &[u8], rules: &Rules) -> Result<[i16; DIM], BadRequest> {
+    let r: Request<'_> =
+        serde_json::from_slice(body).map_err(|e| BadRequest::Json(e.to_string()))?;
+    codes(&Fields::from(&r), rules)
+}
+
+/// The vector of a request's fields as grid codes.
+pub fn codes(r: &Fields<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
     let n = &rules.norms;
-    let amount = finite(r.transaction.amount, "transaction.amount")?;
-    let installments = finite(r.transaction.installments, "transaction.installments")?;
-    let avg = finite(r.customer.avg_amount, "customer.avg_amount")?;
-    let tx24 = finite(r.customer.tx_count_24h, "customer.tx_count_24h")?;
-    let km_home = finite(r.terminal.km_from_home, "terminal.km_from_home")?;
-    let m_avg = finite(r.merchant.avg_amount, "merchant.avg_amount")?;
-    let now = parse_time(&r.transaction.requested_at)?;
+    let amount = finite(r.amount, "transaction.amount")?;
+    let installments = finite(r.installments, "transaction.installments")?;
+    let avg = finite(r.avg_amount, "customer.avg_amount")?;
+    let tx24 = finite(r.tx_count_24h, "customer.tx_count_24h")?;
+    let km_home = finite(r.km_from_home, "terminal.km_from_home")?;
+    let m_avg = finite(r.merchant_avg, "merchant.avg_amount")?;
+    let now = parse_time(r.requested_at)?;
     let mut v = [0i16; DIM];
     v[0] = code(amount / n.max_amount);
     v[1] = code(installments / n.max_installments);
@@ -235,10 +311,10 @@ pub fn codes(r: &Request<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
     v[3] = code((secs_of_day / 3600) as f64 / 23.0);
     // 1970-01-01 was a Thursday (Monday = 0 makes it 3).
     v[4] = code(((now.div_euclid(86_400) + 3).rem_euclid(7)) as f64 / 6.0);
-    match &r.last_transaction {
-        Some(last) => {
-            let then = parse_time(&last.timestamp)?;
-            let km = finite(last.km_from_current, "last_transaction.km_from_current")?;
+    match r.last {
+        Some((timestamp, km)) => {
+            let then = parse_time(timestamp)?;
+            let km = finite(km, "last_transaction.km_from_current")?;
             v[5] = code((now - then) as f64 / 60.0 / n.max_minutes);
             v[6] = code(km / n.max_km);
         }
@@ -249,9 +325,9 @@ pub fn codes(r: &Request<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
     }
     v[7] = code(km_home / n.max_km);
     v[8] = code(tx24 / n.max_tx_count_24h);
-    v[9] = if r.terminal.is_online { 10_000 } else { 0 };
-    v[10] = if r.terminal.card_present { 10_000 } else { 0 };
-    v[11] = if r.customer.known_merchants.contains(&r.merchant.id) {
+    v[9] = if r.is_online { 10_000 } else { 0 };
+    v[10] = if r.card_present { 10_000 } else { 0 };
+    v[11] = if r.known.contains(r.merchant_id) {
         0
     } else {
         10_000
@@ -259,7 +335,7 @@ pub fn codes(r: &Request<'_>, rules: &Rules) -> Result<[i16; DIM], BadRequest> {
     v[12] = code(
         rules
             .mcc_risk
-            .get(r.merchant.mcc.as_ref())
+            .get(r.mcc)
             .copied()
             .unwrap_or(UNKNOWN_MCC_RISK),
     );
@@ -306,6 +382,69 @@ mod tests {
             v,
             [500, 2500, 2000, 4783, 1667, 417, 50, 100, 2000, 0, 10_000, 0, 1500, 1000]
         );
+    }
+
+    #[test]
+    fn the_fast_path_and_serde_give_the_same_vectors() {
+        let nulled = BODY.replace(
+            r#"{"timestamp":"2026-03-24T10:05:35Z","km_from_current":5.0}"#,
+            "null",
+        );
+        for body in [
+            BODY.to_string(),
+            nulled,
+            BODY.replace("\"MERC-2\"]", "\"MERC-9\"]"),
+            BODY.replace("500.0", "0.1234567890123456789"),
+            BODY.replace("500.0", "-2.5e-3"),
+            BODY.replace("250.0", "0"),
+            BODY.replace("\"5411\"", "\"9999\""),
+            BODY.replace("+", "")
+                .replace("11:05:35Z", "11:05:35.5+03:00"),
+        ] {
+            assert!(crate::fastpath::read(body.as_bytes()).is_some(), "{body}");
+            assert_eq!(
+                vectorize(body.as_bytes(), &rules()),
+                vectorize_serde(body.as_bytes(), &rules()),
+                "{body}"
+            );
+        }
+        // A bad timestamp is refused the same way on both paths.
+        let bad = BODY.replace("2026-03-24T11", "2026-02-30T11");
+        assert!(crate::fastpath::read(bad.as_bytes()).is_some());
+        assert_eq!(
+            vectorize(bad.as_bytes(), &rules()),
+            vectorize_serde(bad.as_bytes(), &rules())
+        );
+        assert!(vectorize(bad.as_bytes(), &rules()).is_err());
+    }
+
+    /// Every request of the contest's test file (compact, as serde_json
+    /// writes it back): read by the fast path, into the vector serde's
+    /// path gives and the file expects.
+    #[test]
+    fn the_fast_path_reads_every_contest_request() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rinha");
+        let rules =
+            crate::refs::read_rules(&dir.join("normalization.json"), &dir.join("mcc_risk.json"))
+                .unwrap();
+        let f = std::fs::File::open(dir.join("test-data-6100-100k.json.gz")).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_reader(flate2::read::GzDecoder::new(f)).unwrap();
+        let entries = v["entries"].as_array().unwrap();
+        assert_eq!(entries.len(), 6100);
+        for e in entries {
+            let body = serde_json::to_vec(&e["request"]).unwrap();
+            assert!(crate::fastpath::read(&body).is_some(), "{}", e["request"]);
+            let fast = vectorize(&body, &rules).unwrap();
+            assert_eq!(fast, vectorize_serde(&body, &rules).unwrap());
+            let want: Vec<f32> = e["info"]["vector"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_f64().unwrap() as f32)
+                .collect();
+            assert_eq!(as_f32(&fast).to_vec(), want, "{}", e["request"]);
+        }
     }
 
     #[test]
