@@ -9,7 +9,7 @@
 //! serde path runs cold through far more code on a core the load test's
 //! client shares (bench/results/fraud-tail-2026-11-29.md).
 
-use crate::vectorize::{Fields, Known};
+use crate::fields::{Fields, Known};
 
 /// The fields of `body`, or `None` when it is not of the common shape.
 pub fn read(body: &[u8]) -> Option<Fields<'_>> {

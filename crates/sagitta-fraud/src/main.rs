@@ -2,6 +2,7 @@
 //! Sagitta's certified exact low-dimensional kNN. See README.md.
 
 mod fastpath;
+mod fields;
 mod http;
 mod lb;
 mod refs;
@@ -232,7 +233,7 @@ fn beside(refs: &Path, name: &str) -> PathBuf {
 fn build(refs_path: &Path, out: &Path, norms: Option<PathBuf>, mcc: Option<PathBuf>) -> Result<()> {
     let norms = norms.unwrap_or_else(|| beside(refs_path, "normalization.json"));
     let mcc = mcc.unwrap_or_else(|| beside(refs_path, "mcc_risk.json"));
-    refs::read_rules(&norms, &mcc)?;
+    vectorize::read_rules(&norms, &mcc)?;
     let t = Instant::now();
     let r = refs::read(refs_path)?;
     let read_s = t.elapsed().as_secs_f64();

@@ -2,12 +2,11 @@
 //! "label": "fraud" | "legit"}, ...]`) streamed into flat rows and labels,
 //! and the index directory `build` writes and `serve` maps.
 
-use crate::vectorize::{Norms, Rules, DIM};
+use crate::vectorize::{read_rules, Rules, DIM};
 use anyhow::{bail, Context, Result};
 use sagitta_lowdim::{LowDimIndex, LowDimView};
 use serde::de::{self, DeserializeSeed, SeqAccess, Visitor};
 use serde::Deserialize;
-use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -92,19 +91,6 @@ fn norms_file(dir: &Path) -> PathBuf {
 }
 fn mcc_file(dir: &Path) -> PathBuf {
     dir.join("mcc_risk.json")
-}
-
-/// Reads the contest's constants.
-pub fn read_rules(norms: &Path, mcc: &Path) -> Result<Rules> {
-    let norms: Norms = serde_json::from_slice(
-        &std::fs::read(norms).with_context(|| format!("read {}", norms.display()))?,
-    )
-    .with_context(|| format!("parse {}", norms.display()))?;
-    let mcc_risk: HashMap<String, f64> = serde_json::from_slice(
-        &std::fs::read(mcc).with_context(|| format!("read {}", mcc.display()))?,
-    )
-    .with_context(|| format!("parse {}", mcc.display()))?;
-    Ok(Rules { norms, mcc_risk })
 }
 
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {

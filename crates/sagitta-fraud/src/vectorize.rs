@@ -3,9 +3,12 @@
 //! clamped to [0, 1] and rounded to 4 decimals; components 5 and 6 are -1
 //! when there is no previous transaction.
 
+use crate::fields::{Fields, Known};
+use anyhow::Context;
 use serde::Deserialize;
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::path::Path;
 
 /// Dimensions of a transaction vector.
 pub const DIM: usize = 14;
@@ -27,6 +30,19 @@ pub struct Norms {
 pub struct Rules {
     pub norms: Norms,
     pub mcc_risk: HashMap<String, f64>,
+}
+
+/// Reads the contest's constants.
+pub fn read_rules(norms: &Path, mcc: &Path) -> anyhow::Result<Rules> {
+    let norms: Norms = serde_json::from_slice(
+        &std::fs::read(norms).with_context(|| format!("read {}", norms.display()))?,
+    )
+    .with_context(|| format!("parse {}", norms.display()))?;
+    let mcc_risk: HashMap<String, f64> = serde_json::from_slice(
+        &std::fs::read(mcc).with_context(|| format!("read {}", mcc.display()))?,
+    )
+    .with_context(|| format!("parse {}", mcc.display()))?;
+    Ok(Rules { norms, mcc_risk })
 }
 
 /// Risk of an MCC the table does not list.
@@ -82,50 +98,6 @@ pub struct LastTransaction<'a> {
     #[serde(borrow)]
     pub timestamp: Cow<'a, str>,
     pub km_from_current: f64,
-}
-
-/// What the vector is made of, however the body was read.
-#[derive(Debug, PartialEq)]
-pub struct Fields<'a> {
-    pub amount: f64,
-    pub installments: f64,
-    pub requested_at: &'a str,
-    pub avg_amount: f64,
-    pub tx_count_24h: f64,
-    pub known: Known<'a>,
-    pub merchant_id: &'a str,
-    pub mcc: &'a str,
-    pub merchant_avg: f64,
-    pub is_online: bool,
-    pub card_present: bool,
-    pub km_from_home: f64,
-    /// The previous transaction's timestamp and distance.
-    pub last: Option<(&'a str, f64)>,
-}
-
-/// The customer's known merchants.
-#[derive(Debug, PartialEq)]
-pub enum Known<'a> {
-    /// As serde decoded them.
-    Decoded(&'a [Cow<'a, str>]),
-    /// The text between the brackets of an array of plain strings (no
-    /// escapes; `crate::fastpath` checked it).
-    Plain(&'a [u8]),
-}
-
-impl Known<'_> {
-    pub fn contains(&self, id: &str) -> bool {
-        match self {
-            Known::Decoded(list) => list.iter().any(|m| m == id),
-            // Between the brackets: `"a", "b"`; every other piece split
-            // at the quotes is a string.
-            Known::Plain(text) => text
-                .split(|&c| c == b'"')
-                .skip(1)
-                .step_by(2)
-                .any(|m| m == id.as_bytes()),
-        }
-    }
 }
 
 impl<'a> From<&'a Request<'a>> for Fields<'a> {
@@ -425,8 +397,7 @@ mod tests {
     fn the_fast_path_reads_every_contest_request() {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/rinha");
         let rules =
-            crate::refs::read_rules(&dir.join("normalization.json"), &dir.join("mcc_risk.json"))
-                .unwrap();
+            read_rules(&dir.join("normalization.json"), &dir.join("mcc_risk.json")).unwrap();
         let f = std::fs::File::open(dir.join("test-data-6100-100k.json.gz")).unwrap();
         let v: serde_json::Value =
             serde_json::from_reader(flate2::read::GzDecoder::new(f)).unwrap();
