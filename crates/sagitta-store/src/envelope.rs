@@ -90,6 +90,27 @@ impl FileKind {
     }
 }
 
+impl FileKind {
+    /// Refuses the file at `path` when it is of this kind (its magic) and
+    /// of a version this build does not read, reading only its first
+    /// bytes. Anything else (a missing, short, foreign or damaged file)
+    /// passes: the full read reports it. Run before anything is created or
+    /// removed in a directory, so that an older build leaves a newer
+    /// directory exactly as it was.
+    pub fn refuse_unreadable(&self, path: &Path) -> Result<(), StoreError> {
+        use std::io::Read;
+        let mut prefix = Vec::with_capacity(PREFIX_LEN);
+        let read = std::fs::File::open(path)
+            .and_then(|f| f.take(PREFIX_LEN as u64).read_to_end(&mut prefix));
+        match read {
+            Ok(PREFIX_LEN) if prefix[..8] == self.magic[..] => {
+                self.version(path, &prefix).map(|_| ())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// Ends a file checksummed whole: appends the CRC32C of all of `buf`.
 pub(crate) fn seal(buf: &mut Vec<u8>) {
     let crc = crc32c::crc32c(buf);

@@ -614,3 +614,121 @@ fn tombstones_of_a_future_version_are_refused_and_nothing_changes() {
         assert_eq!(c.get_raw(k).is_none(), removed.contains(&k), "key {k}");
     }
 }
+
+/// A version no build reads, for the files of a "newer" directory.
+const FUTURE_VERSION: u32 = 9999;
+
+/// Rewrites the MANIFEST of `dir` to say format `version`, its checksum
+/// line recomputed so that only the version is wrong.
+fn set_manifest_format(dir: &Path, version: u32) {
+    let text = std::fs::read_to_string(dir.join("MANIFEST")).unwrap();
+    let body = &text[..text.rfind("crc32c:").unwrap()];
+    assert!(body.contains("\"format\": 1,"), "{body}");
+    let body = body.replacen("\"format\": 1,", &format!("\"format\": {version},"), 1);
+    let crc = crc32c::crc32c(body.as_bytes());
+    std::fs::write(dir.join("MANIFEST"), format!("{body}crc32c:{crc:08x}\n")).unwrap();
+}
+
+/// Sets the version field (bytes 8..12) of the file `name` in `dir`; the
+/// header checksum is left stale: the version is refused before it is read.
+fn set_file_version(dir: &Path, name: &str, version: u32) {
+    let mut b = std::fs::read(dir.join(name)).unwrap();
+    b[8..12].copy_from_slice(&version.to_le_bytes());
+    std::fs::write(dir.join(name), b).unwrap();
+}
+
+#[test]
+fn a_newer_directory_left_by_a_crash_is_refused_before_anything_changes() {
+    let work = tempfile::tempdir().unwrap();
+    let base = work.path().join("base");
+    let c = Collection::create(&base, config()).unwrap();
+    let vs: Vec<[f32; DIMS]> = (0..60).map(vector).collect();
+    let refs: Vec<VectorRef<'_>> = vs.iter().map(|v| VectorRef::F32(v)).collect();
+    let keys: Vec<u64> = (0..60).collect();
+    c.upsert(&keys[..40], &refs[..40]).unwrap();
+    c.seal().unwrap();
+    c.remove(&[5, 6]).unwrap();
+    c.close().unwrap();
+    // Rows in the log only: reopened, written, and the lock dropped without
+    // a close (the writer's shutdown is what a crash skips; its log stays).
+    let c = Collection::open(&base, OpenMode::ReadWrite).unwrap();
+    c.upsert(&keys[40..], &refs[40..]).unwrap();
+    drop(c);
+    // What an interrupted flush, build or log rotation leaves: a temporary
+    // file, a segment the MANIFEST does not name, a log created but never
+    // completed. A writer's open removes all three once it has read every
+    // file; and no LOCK, so that creating one shows too.
+    let names: Vec<String> = dir_bytes(&base).into_keys().collect();
+    let seg = names
+        .iter()
+        .find(|n| n.starts_with("seg-"))
+        .unwrap()
+        .clone();
+    let log = names
+        .iter()
+        .filter(|n| n.starts_with("wal-"))
+        .max()
+        .unwrap()
+        .clone();
+    let bloom = names
+        .iter()
+        .find(|n| n.starts_with("bloom-"))
+        .unwrap()
+        .clone();
+    std::fs::copy(base.join(&seg), base.join("seg-99999999.sgt")).unwrap();
+    std::fs::write(base.join("seg-99999999.sgt.tmp"), b"half a segment").unwrap();
+    let seq = wal::parse_name(&log).unwrap();
+    let incomplete = wal::file_name(seq + 1_000_000);
+    std::fs::write(base.join(&incomplete), b"SGTA").unwrap();
+    std::fs::remove_file(base.join("LOCK")).unwrap();
+    let leftovers = [
+        "seg-99999999.sgt",
+        "seg-99999999.sgt.tmp",
+        incomplete.as_str(),
+    ];
+
+    // The same directory at this build's versions: a writer opens it, and
+    // the open does change it (the leftovers go, a LOCK appears), so the
+    // byte comparison below would see a premature change.
+    let control = work.path().join("control");
+    copy_dir(&base, &control);
+    let c = Collection::open(&control, OpenMode::ReadWrite).unwrap();
+    assert_eq!(c.len(), 58);
+    c.close().unwrap();
+    let after = dir_bytes(&control);
+    for name in leftovers {
+        assert!(!after.contains_key(name), "{name} was not removed");
+    }
+    assert!(after.contains_key("LOCK"));
+
+    // One file kind at a time says a version this build does not read.
+    for (i, file) in ["MANIFEST", &seg, &log, &bloom].into_iter().enumerate() {
+        let dir = work.path().join(format!("newer-{i}"));
+        copy_dir(&base, &dir);
+        if file == "MANIFEST" {
+            set_manifest_format(&dir, FUTURE_VERSION);
+        } else {
+            set_file_version(&dir, file, FUTURE_VERSION);
+        }
+        let before = dir_bytes(&dir);
+        for mode in [OpenMode::ReadWrite, OpenMode::ReadOnly] {
+            match Collection::open(&dir, mode) {
+                Err(StoreError::UnsupportedVersion { file: f, found, .. }) => {
+                    assert_eq!(f, dir.join(file), "{mode:?}");
+                    assert_eq!(found, FUTURE_VERSION, "{mode:?} {file}");
+                }
+                Err(other) => panic!("{mode:?} {file}: expected UnsupportedVersion, got {other}"),
+                Ok(_) => panic!("{mode:?}: a version-{FUTURE_VERSION} {file} was accepted"),
+            }
+            let after = dir_bytes(&dir);
+            assert_eq!(
+                after.keys().collect::<Vec<_>>(),
+                before.keys().collect::<Vec<_>>(),
+                "{mode:?} {file}: files created or removed"
+            );
+            for (name, bytes) in &before {
+                assert!(after[name] == *bytes, "{mode:?} {file}: {name} changed");
+            }
+        }
+    }
+}

@@ -5,7 +5,7 @@
 use super::config::ConfigFile;
 use super::part::Part;
 use crate::durable::write_durably;
-use crate::envelope::{self, TOMBSTONES};
+use crate::envelope::{self, BLOOM, SEGMENT, TOMBSTONES, WAL};
 use crate::error::{io, Result, StoreError};
 use crate::fault;
 use crate::payload::{Field, FieldType, Schema};
@@ -280,15 +280,49 @@ pub(crate) fn logs(dir: &Path) -> Result<Vec<(u64, PathBuf)>> {
     Ok(logs)
 }
 
-/// A log is obsolete when the next one starts at or before `wal_seq + 1`:
-/// all its records are then in segments.
-fn remove_obsolete_logs(dir: &Path, wal_seq: u64) -> Result<()> {
+/// The logs in `dir` split into the ones still to replay and the obsolete
+/// ones. A log is obsolete when the next one starts at or before
+/// `wal_seq + 1`: all its records are then in segments. The last log is
+/// never obsolete.
+pub(crate) fn split_logs(dir: &Path, wal_seq: u64) -> Result<(Vec<PathBuf>, Vec<PathBuf>)> {
     let wals = logs(dir)?;
-    for i in 0..wals.len() {
+    let (mut live, mut obsolete) = (Vec::new(), Vec::new());
+    for (i, (_, path)) in wals.iter().enumerate() {
         let next_first = wals.get(i + 1).map(|w| w.0);
         if next_first.is_some_and(|n| n <= wal_seq + 1) {
-            fault::remove(&wals[i].1).map_err(io("remove", &wals[i].1))?;
+            obsolete.push(path.clone());
+        } else {
+            live.push(path.clone());
         }
+    }
+    Ok((live, obsolete))
+}
+
+fn remove_obsolete_logs(dir: &Path, wal_seq: u64) -> Result<()> {
+    for path in split_logs(dir, wal_seq)?.1 {
+        fault::remove(&path).map_err(io("remove", &path))?;
+    }
+    Ok(())
+}
+
+/// Refuses a directory holding any file of a format version this build
+/// does not read: the manifest (already read into `m`), the segments,
+/// tombstones and bloom filter it names, and every log. Reads only the
+/// files' first bytes, and runs before a writer creates its lock or
+/// removes anything, so an older build leaves a newer directory as it
+/// found it.
+pub(crate) fn check_versions(dir: &Path, m: &Manifest) -> Result<()> {
+    for s in &m.segments {
+        SEGMENT.refuse_unreadable(&dir.join(&s.file))?;
+    }
+    if let Some(t) = &m.tombstones {
+        TOMBSTONES.refuse_unreadable(&dir.join(t))?;
+    }
+    if let Some(b) = &m.bloom {
+        BLOOM.refuse_unreadable(&dir.join(b))?;
+    }
+    for (_, path) in logs(dir)? {
+        WAL.refuse_unreadable(&path)?;
     }
     Ok(())
 }

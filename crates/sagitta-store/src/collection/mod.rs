@@ -345,6 +345,12 @@ impl Collection {
     }
 
     fn open_once(dir: &Path, mode: OpenMode) -> Result<Collection> {
+        // Nothing is created (a writer's lock) or removed before this build
+        // knows it reads every file: an older build refusing a newer
+        // directory leaves it byte for byte as it was. Readers refuse the
+        // same files (a newer bloom filter too, which they would otherwise
+        // rebuild in memory).
+        files::check_versions(dir, &Manifest::read(dir)?)?;
         let lock = match mode {
             OpenMode::ReadWrite => Some(take_lock(dir)?),
             OpenMode::ReadOnly => None,
@@ -353,9 +359,6 @@ impl Collection {
         let mut config = manifest_config(dir, &manifest)?;
         if let Some(m) = &config.embed_model {
             embed::check_model(m, config.space.dims)?;
-        }
-        if mode == OpenMode::ReadWrite {
-            files::remove_leftovers(dir, &manifest)?;
         }
         let parts: Vec<Arc<Part>> = manifest
             .segments
@@ -425,12 +428,19 @@ impl Collection {
             history: Mutex::default(),
             _lock: lock,
         };
-        let (last_seq, tail) = inner.replay(manifest.wal_seq)?;
+        let replayed = inner.replay(manifest.wal_seq)?;
         let inner = Arc::new(inner);
         let mut background = None;
         if mode == OpenMode::ReadWrite {
-            let next_seq = last_seq.max(manifest.wal_seq) + 1;
-            let wal = match tail {
+            // Every file is read: only now does the writer change the
+            // directory (leftovers of interrupted work, a log never
+            // completed, a torn log tail).
+            files::remove_leftovers(dir, &manifest)?;
+            for path in &replayed.incomplete {
+                crate::fault::remove(path).map_err(crate::error::io("remove", path))?;
+            }
+            let next_seq = replayed.last_seq.max(manifest.wal_seq) + 1;
+            let wal = match replayed.tail {
                 Some((path, valid_len)) => {
                     Wal::open_append(&path, valid_len, inner.config.durability.unsynced())?
                 }

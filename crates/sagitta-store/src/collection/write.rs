@@ -441,15 +441,20 @@ impl Inner {
     }
 
     /// Replays WAL records after `after_seq` (freezing the mutable part
-    /// whenever it fills, as the writer did); returns the last sequence
-    /// number seen and the newest log with the length of its valid prefix.
-    pub(super) fn replay(&self, after_seq: u64) -> Result<(u64, Option<(PathBuf, u64)>)> {
-        let logs = super::files::logs(&self.dir)?;
+    /// whenever it fills, as the writer did), reading only: obsolete logs
+    /// are skipped, and a log created but never completed is not removed
+    /// here but returned, so that nothing in the directory changes before
+    /// every file has been read. Returns the last sequence number seen,
+    /// the newest log with the length of its valid prefix, and the
+    /// never-completed logs for a writer to remove.
+    pub(super) fn replay(&self, after_seq: u64) -> Result<Replayed> {
+        let logs = super::files::split_logs(&self.dir, after_seq)?.0;
         let mut last = after_seq;
         let mut tail = None;
+        let mut incomplete = Vec::new();
         let vb = self.config.space.vector_bytes();
         let per_segment = self.config.rows_per_segment() as usize;
-        for (_, path) in &logs {
+        for path in &logs {
             let r = wal::read(path)?;
             let mut batch: Vec<(u64, &[u8], Option<Row>)> = Vec::new();
             let mut pos: HashMap<u64, usize> = HashMap::new();
@@ -498,14 +503,17 @@ impl Inner {
             self.freeze_if_full(last);
             tail = Some((path.clone(), r.valid_len.max(wal::HEADER_LEN)));
             if r.valid_len < wal::HEADER_LEN {
-                // Created but never completed: start a fresh log instead.
+                // Created but never completed: a writer starts a fresh log
+                // instead (and removes this one once the open succeeds).
                 tail = None;
-                if self.mode == super::OpenMode::ReadWrite {
-                    crate::fault::remove(path).map_err(crate::error::io("remove", path))?;
-                }
+                incomplete.push(path.clone());
             }
         }
-        Ok((last, tail))
+        Ok(Replayed {
+            last_seq: last,
+            tail,
+            incomplete,
+        })
     }
 
     fn freeze_if_full(&self, last_seq: u64) {
@@ -568,4 +576,15 @@ fn kill_in(parts: &[Arc<Part>], kills: &HashMap<u64, Vec<u64>>) {
             s.kill(keys);
         }
     }
+}
+
+/// What [`Inner::replay`] found in the logs.
+pub(super) struct Replayed {
+    /// The last sequence number seen (at least the one replay started after).
+    pub last_seq: u64,
+    /// The newest log and the length of its valid prefix, to append to.
+    pub tail: Option<(PathBuf, u64)>,
+    /// Logs created but never completed (shorter than their header): a
+    /// writer removes them (and starts a fresh log when the newest is one).
+    pub incomplete: Vec<PathBuf>,
 }
