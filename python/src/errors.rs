@@ -83,6 +83,12 @@ pub fn store_err(e: StoreError) -> PyErr {
         }
         e @ StoreError::Model(_) => PyOSError::new_err(e.to_string()),
         e @ StoreError::Optimizer(_) => PyOSError::new_err(e.to_string()),
+        // OSError(ENOSPC, ...) when the flush failed for want of room, as
+        // a write refused by a full disk is.
+        e @ StoreError::Stalled { .. } if e.is_disk_full() => {
+            PyOSError::new_err((libc_enospc(), e.to_string()))
+        }
+        e @ StoreError::Stalled { .. } => PyOSError::new_err(e.to_string()),
         StoreError::Payload(e) => PayloadError::new_err(e.to_string()),
         e @ StoreError::KeyNotFound { .. } => PyKeyError::new_err(e.to_string()),
         e @ (StoreError::InvalidId { .. }
@@ -96,4 +102,9 @@ pub fn read_only(op: &str) -> PyErr {
     ReadOnlyError::new_err(format!(
         "{op}: this index was opened from a file and is read-only"
     ))
+}
+
+/// `ENOSPC` on Linux and macOS.
+fn libc_enospc() -> i32 {
+    28
 }

@@ -95,6 +95,9 @@ pub enum Class {
     Internal,
     /// 501 / UNIMPLEMENTED.
     Unsupported,
+    /// 507 Insufficient Storage / RESOURCE_EXHAUSTED: the disk under a
+    /// collection is full; nothing of the request was written.
+    StorageFull,
 }
 
 impl ApiError {
@@ -112,6 +115,7 @@ impl ApiError {
             ApiError::Busy(_) | ApiError::ShuttingDown => Class::Unavailable,
             ApiError::Timeout(_) => Class::Timeout,
             ApiError::Internal(_) => Class::Internal,
+            ApiError::Store(e) if e.is_disk_full() => Class::StorageFull,
             ApiError::Store(e) => match e {
                 StoreError::Index(_)
                 | StoreError::Payload(_)
@@ -126,6 +130,7 @@ impl ApiError {
                 StoreError::NotACollection { .. } | StoreError::KeyNotFound { .. } => {
                     Class::NotFound
                 }
+                StoreError::Stalled { .. } => Class::Unavailable,
                 StoreError::Io { .. }
                 | StoreError::Optimizer(_)
                 | StoreError::Model(_)
@@ -140,6 +145,13 @@ impl ApiError {
     /// generic (the detail goes to the log).
     pub fn public_message(&self) -> String {
         match self.class() {
+            Class::StorageFull => {
+                // The detail names server paths: the log has it.
+                tracing::warn!(error = %self, "storage full");
+                "storage full: the disk under this collection has no room left; nothing of this \
+                 request was written (retry once space is freed)"
+                    .into()
+            }
             Class::Internal => {
                 tracing::error!(error = %self, detail = ?self, "internal error");
                 match self {
@@ -169,6 +181,7 @@ impl ApiError {
             Class::Timeout => "deadline_exceeded",
             Class::Internal => "internal",
             Class::Unsupported => "unimplemented",
+            Class::StorageFull => "resource_exhausted",
         }
     }
 
@@ -185,6 +198,7 @@ impl ApiError {
             Class::Timeout => StatusCode::GATEWAY_TIMEOUT,
             Class::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Class::Unsupported => StatusCode::NOT_IMPLEMENTED,
+            Class::StorageFull => StatusCode::INSUFFICIENT_STORAGE,
         }
     }
 
@@ -201,6 +215,7 @@ impl ApiError {
             Class::Timeout => tonic::Status::deadline_exceeded(msg),
             Class::Internal => tonic::Status::internal(msg),
             Class::Unsupported => tonic::Status::unimplemented(msg),
+            Class::StorageFull => tonic::Status::resource_exhausted(msg),
         }
     }
 }
@@ -223,7 +238,7 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable code: invalid_argument, too_large, not_found, already_exists,
     /// unauthenticated, permission_denied, unavailable, deadline_exceeded,
-    /// internal.
+    /// resource_exhausted (disk full), internal, unimplemented.
     pub code: String,
     /// Human-readable message.
     pub message: String,

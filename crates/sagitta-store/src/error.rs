@@ -86,6 +86,21 @@ pub enum StoreError {
     /// User error from the index layer (bad query, bad k, ...).
     #[error(transparent)]
     Index(#[from] IndexError),
+    /// Environment error: the write was refused, nothing of it logged,
+    /// because the mutable part is full and [`MAX_FROZEN`] frozen parts
+    /// wait for a flush that fails (`reason`: its error, e.g. a full disk)
+    /// or has not finished one for [`STALL_TIMEOUT`]. Memory stays
+    /// bounded; writes are taken again once a flush gets through (retry).
+    ///
+    /// [`MAX_FROZEN`]: crate::collection::MAX_FROZEN
+    /// [`STALL_TIMEOUT`]: crate::collection::STALL_TIMEOUT
+    #[error("writes stalled: the mutable part is full and {frozen} frozen parts wait to be flushed ({reason}); nothing of this write was logged, retry once space is free")]
+    Stalled {
+        /// Frozen parts waiting.
+        frozen: usize,
+        /// Why they wait: the flush's last error, or that it is slow.
+        reason: String,
+    },
     /// Environment error: background work (flushing the mutable part,
     /// building or merging segments) failed, e.g. with a full disk. The
     /// collection keeps serving and taking writes into its log; the
@@ -146,6 +161,26 @@ pub(crate) fn io<'a>(
         source,
     }
 }
+
+impl StoreError {
+    /// Whether this is the file system running out of room: no space
+    /// (`ENOSPC`), a quota (`EDQUOT`) or a file-size limit (`EFBIG`), or
+    /// writes stalled behind a flush that failed so.
+    pub fn is_disk_full(&self) -> bool {
+        use std::io::ErrorKind::{FileTooLarge, QuotaExceeded, StorageFull};
+        match self {
+            StoreError::Io { source, .. } => {
+                matches!(source.kind(), StorageFull | QuotaExceeded | FileTooLarge)
+            }
+            StoreError::Stalled { reason, .. } => reason.contains(DISK_FULL_MARK),
+            _ => false,
+        }
+    }
+}
+
+/// Put in a stall's reason when the flush failed for want of room, so that
+/// [`StoreError::is_disk_full`] can say so.
+pub(crate) const DISK_FULL_MARK: &str = "disk full: ";
 
 /// Why a collection's embedding model could not be used.
 #[derive(Debug, thiserror::Error)]

@@ -18,7 +18,7 @@
 use sagitta_index::{DType, Index, IndexRead, IndexWrite, Metric, SearchOptions, Space, VectorRef};
 use sagitta_store::failpoints::{self, Fault, IoOp};
 use sagitta_store::{
-    Collection, CollectionConfig, CollectionSearch, Durability, OpenMode, StoreError,
+    Collection, CollectionConfig, CollectionSearch, Durability, OpenMode, StoreError, MAX_FROZEN,
 };
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -577,4 +577,57 @@ fn open() {
             &format!("{outcome}; opens once cleared; 0 lost"),
         );
     }
+}
+
+/// The flush fails (no space for segment files) while the log still
+/// grows: writes go on until MAX_FROZEN frozen parts wait and the mutable
+/// part is full, then are refused with `Stalled` (typed as disk full,
+/// nothing logged) instead of growing the mutable part without bound;
+/// once the flush gets through, the next write waits for it and goes on.
+#[test]
+fn a_failing_flush_stalls_writes_with_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = config(u64::MAX, Durability::Batch);
+    let part_rows = 400;
+    let c = Collection::create(dir.path(), cfg).unwrap();
+    failpoints::inject(Fault::new(IoOp::Create, dir.path(), ENOSPC).named("seg-"));
+    let mut m = Model::default();
+    let (mut next, mut max_active) = (0u64, 0usize);
+    let stall = loop {
+        assert!(next < 100 * part_rows, "never stalled: {:?}", c.stats());
+        match m.upsert(&c, next..next + 50, 0) {
+            Ok(()) => next += 50,
+            Err(e) => break e,
+        }
+        max_active = max_active.max(c.stats().active_vectors);
+    };
+    match &stall {
+        StoreError::Stalled { frozen, reason } => {
+            assert_eq!(*frozen, MAX_FROZEN);
+            assert!(reason.contains("No space left"), "{reason}");
+        }
+        other => panic!("expected Stalled, got {other}"),
+    }
+    assert!(stall.is_disk_full(), "{stall}");
+    let s = c.stats();
+    assert_eq!(s.frozen_segments, MAX_FROZEN, "{s:?}");
+    // Refused again at once, and nothing of the refused writes is there.
+    for _ in 0..3 {
+        let e = m.upsert(&c, next..next + 50, 0).unwrap_err();
+        assert!(matches!(e, StoreError::Stalled { .. }), "{e}");
+    }
+    assert!(
+        max_active <= part_rows as usize + 50,
+        "mutable part reached {max_active} rows"
+    );
+    // Reads and removes still work (a remove adds no row).
+    check(&c, &m, &(next..next + 50).collect::<Vec<_>>());
+    // The fault goes: the next write waits for the flush, then lands.
+    assert!(failpoints::clear(dir.path()) > 0);
+    m.upsert(&c, next..next + 50, 0).unwrap();
+    settles(|| c.optimize());
+    check(&c, &m, &[]);
+    c.close().unwrap();
+    let c = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    check(&c, &m, &[]);
 }

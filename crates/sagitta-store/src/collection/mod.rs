@@ -90,11 +90,17 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// Frozen parts allowed in memory at once: past this the writer keeps
-/// filling the mutable part instead of freezing (the flush thread is
-/// behind, e.g. the disk is full), so memory and replay stay bounded by
-/// what the log holds.
+/// Frozen parts allowed in memory at once. Past this the writer stops
+/// freezing; once the mutable part is full too, a write waits for the
+/// flush (at most [`STALL_TIMEOUT`] without one finishing) or, when the
+/// flush is failing (a full disk), is refused with
+/// [`StoreError::Stalled`]: memory stays bounded by about
+/// `MAX_FROZEN + 1` parts plus the batches in flight.
 pub const MAX_FROZEN: usize = 4;
+
+/// How long a write waits for a flush to free a frozen part before it is
+/// refused ([`StoreError::Stalled`]); each finished flush starts it again.
+pub const STALL_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 #[derive(Debug)]
 pub(crate) struct State {

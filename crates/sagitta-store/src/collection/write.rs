@@ -52,6 +52,7 @@ impl Collection {
         op: &'static str,
     ) -> Result<parking_lot::MutexGuard<'_, Option<super::Writer>>> {
         self.inner.writable(op)?;
+        self.inner.wait_for_room()?;
         let g = self.inner.writer.lock();
         if g.is_none() {
             return Err(StoreError::ReadOnly { op });
@@ -349,6 +350,58 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Before a write takes the writer lock: while the mutable part is
+    /// full and [`MAX_FROZEN`](super::MAX_FROZEN) frozen parts wait, waits
+    /// for the flush to free one; refuses the write ([`StoreError::Stalled`])
+    /// at once when the flush is failing, or after
+    /// [`STALL_TIMEOUT`](super::STALL_TIMEOUT) without a flush finishing.
+    /// Writers that pass together may each still add their batch: memory
+    /// is bounded by the parts plus the batches in flight.
+    pub(super) fn wait_for_room(&self) -> Result<()> {
+        let mut seen = self.opt.wait_flush(
+            &super::optimizer::FlushState {
+                flushes: u64::MAX,
+                passes: u64::MAX,
+                error: None,
+            },
+            std::time::Duration::ZERO,
+        );
+        let mut since = std::time::Instant::now();
+        loop {
+            let st = self.snapshot();
+            let frozen = st.frozen().count();
+            if frozen < super::MAX_FROZEN || !self.is_full(&st) || self.opt.stopping() {
+                return Ok(());
+            }
+            drop(st);
+            // A pass begun now (the flush thread retries at once when
+            // woken): the write is refused only on a failure seen after
+            // this write began waiting, so freed space is used at once.
+            self.opt.wake();
+            let now = self
+                .opt
+                .wait_flush(&seen, std::time::Duration::from_millis(100));
+            if now.flushes != seen.flushes {
+                since = std::time::Instant::now();
+            }
+            if let Some(reason) = &now.error {
+                if now.passes != seen.passes {
+                    return Err(StoreError::Stalled {
+                        frozen,
+                        reason: reason.clone(),
+                    });
+                }
+            }
+            seen = now;
+            if since.elapsed() >= super::STALL_TIMEOUT {
+                return Err(StoreError::Stalled {
+                    frozen,
+                    reason: format!("no flush finished in {} s", super::STALL_TIMEOUT.as_secs()),
+                });
+            }
+        }
     }
 
     /// Whether the mutable part has reached `segment_size`.

@@ -92,6 +92,22 @@ struct Status {
     force: bool,
     /// Callers inside `optimize()` / `compact()` (no deferring then).
     waiters: usize,
+    /// The flush thread's last error while it is failing (cleared by its
+    /// next success): what a stalled write reports.
+    flush_error: Option<String>,
+    /// Passes of the flush thread finished (with or without an error).
+    flush_passes: u64,
+}
+
+/// Where the flush thread stands ([`Shared::wait_flush`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FlushState {
+    /// Frozen parts flushed since open.
+    pub flushes: u64,
+    /// Passes finished since open.
+    pub passes: u64,
+    /// The last pass's error, while it is failing.
+    pub error: Option<String>,
 }
 
 impl Shared {
@@ -105,6 +121,7 @@ impl Shared {
         let mut s = self.status.lock();
         s.stats.flushes += 1;
         s.stats.rows_flushed += rows;
+        s.flush_error = None;
         s.wakes += 1;
         drop(s);
         self.cv.notify_all();
@@ -123,7 +140,44 @@ impl Shared {
         self.cv.notify_all();
     }
 
-    fn stopping(&self) -> bool {
+    /// The flush thread's pass failed: also what stalled writes report.
+    pub(super) fn flush_failed(&self, e: &StoreError) {
+        let reason = if e.is_disk_full() {
+            format!("{}{e}", crate::error::DISK_FULL_MARK)
+        } else {
+            e.to_string()
+        };
+        let mut s = self.status.lock();
+        s.flush_error = Some(reason);
+        s.flush_passes += 1;
+        drop(s);
+        self.failed(e);
+    }
+
+    /// The flush thread's pass left no frozen part behind.
+    pub(super) fn flush_ok(&self) {
+        let mut s = self.status.lock();
+        s.flush_error = None;
+        s.flush_passes += 1;
+        drop(s);
+        self.cv.notify_all();
+    }
+
+    /// Waits (at most `timeout`) until the flush thread has moved past
+    /// `seen` (a flush or a pass finished), unless it has already.
+    pub(crate) fn wait_flush(&self, seen: &FlushState, timeout: Duration) -> FlushState {
+        let mut s = self.status.lock();
+        if s.stats.flushes == seen.flushes && s.flush_passes == seen.passes && !self.stopping() {
+            self.cv.wait_for(&mut s, timeout);
+        }
+        FlushState {
+            flushes: s.stats.flushes,
+            passes: s.flush_passes,
+            error: s.flush_error.clone(),
+        }
+    }
+
+    pub(crate) fn stopping(&self) -> bool {
         self.stop.load(Ordering::Acquire)
     }
 

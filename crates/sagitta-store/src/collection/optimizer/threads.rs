@@ -51,9 +51,12 @@ pub(super) fn flush_loop(c: &Inner) {
                     .and_then(|()| c.checkpoint());
             }
         }
-        if let Err(e) = r {
-            c.opt.failed(&e);
-            c.opt.wait(&mut seen, RETRY);
+        match r {
+            Ok(()) => c.opt.flush_ok(),
+            Err(e) => {
+                c.opt.flush_failed(&e);
+                c.opt.wait(&mut seen, RETRY);
+            }
         }
     }
 }
