@@ -42,7 +42,7 @@ pub mod wal;
 pub use collection::{
     codes_named, default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionStats,
     Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent, PartSummary, Scan,
-    ScanBatch, TextHit, MAX_FROZEN, STALL_TIMEOUT,
+    ScanBatch, SearchRows, TextHit, MAX_FROZEN, STALL_TIMEOUT,
 };
 pub use embedder::Embedder;
 pub use error::{ModelError, Result, StoreError};

@@ -6,7 +6,9 @@
 //! Longbow and the Flight convention answer.
 
 use super::handler::{call, json_body, vector_body, Action, Body, Cx, Handler, NoBody, On, Reply};
-use super::search::{filter_of, hybrid_json, ipc_bytes, search_batch, ten, SearchTicket};
+use super::search::{
+    dense_rows, filter_of, hybrid_json, ids_of_rows, ipc_bytes, search_batch, ten, SearchTicket,
+};
 use crate::api::{self, Id};
 use crate::auth::Role;
 use crate::error::{ApiError, ApiResult};
@@ -14,6 +16,7 @@ use crate::exec::Work;
 use crate::longbow;
 use crate::ops::{self, Knobs};
 use crate::registry::Entry;
+use sagitta_store::Query;
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use tonic::Status;
@@ -406,16 +409,22 @@ fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
     } else {
         a.k + 1
     };
-    let mut hits = ops::search(&e.coll, &[q], k, &knobs, pred.as_ref())?
-        .pop()
-        .unwrap_or_default();
-    hits.retain(|h| h.0 != key);
-    hits.truncate(a.k);
-    let keys: Vec<u64> = hits.iter().map(|h| h.0).collect();
-    Ok(json!({
-        "ids": ops::ids_of(&e.coll, &keys)?,
-        "scores": hits.iter().map(|h| h.1).collect::<Vec<_>>(),
-    }))
+    let query = Query {
+        opts: knobs.opts(pred.as_ref()),
+        ..Query::dense(vec![q.as_ref()], k)
+    };
+    // Ids from the rows the search found (a hashed id is kept in its row),
+    // not read again by key.
+    let (hits, rows, schema) = dense_rows(&e.coll, &query, false)?;
+    let ids = ids_of_rows(&e.coll, &rows, &schema);
+    let (ids, scores): (Vec<Id>, Vec<f32>) = hits
+        .iter()
+        .zip(ids)
+        .filter(|(h, _)| h.key != key)
+        .take(a.k)
+        .map(|(h, id)| (id, h.distance))
+        .unzip();
+    Ok(json!({ "ids": ids, "scores": scores }))
 }
 
 #[cfg(test)]

@@ -2,17 +2,28 @@
 //! body of the `VectorSearch` / `HybridSearch` actions ([`SearchTicket`]),
 //! translated into the store's [`Query`], and their answers (an Arrow
 //! batch, or Longbow's `HybridSearch` JSON).
+//!
+//! A dense search reads each hit's id, vector and payload with the search
+//! itself ([`Collection::search_rows`]: the part and slot that answered,
+//! in the same snapshot), never by key afterwards: a row overwritten or
+//! removed meanwhile would come back as its newer version, or without
+//! payload. Text and hybrid searches still read their rows by key after
+//! the search.
 
+use crate::api::Id;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::fastjson::WithVector;
 use crate::ops::{self, Knobs};
 use crate::registry::Entry;
 use crate::text;
+use arrow_array::{ArrayRef, Float32Array, RecordBatch};
+use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use bytes::Bytes;
-use sagitta_store::{Answer, Query};
+use sagitta_store::{Answer, Collection, Query, ScanBatch, Schema, STRING_ID_FIELD};
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
+use std::sync::Arc;
 
 /// `{"search": {...}}`. Fields marked "accepted" are taken and not acted on.
 /// The answer is [`convert::hits_batch`]: `id`, `score`, with `text_query`
@@ -125,6 +136,10 @@ pub fn search_batch(
         _ => Some(ops::json_vector(&space, vector, 0)?),
     };
     let q = query_of(s, text, v.as_ref(), &knobs, pred.as_ref())?;
+    if q.text.is_none() {
+        let (hits, rows, schema) = dense_rows(&e.coll, &q, with_vectors)?;
+        return dense_batch(&e.coll, &hits, rows, &schema, with_vectors);
+    }
     match ops::query(&e.coll, &q)? {
         Answer::Dense(mut d) => {
             let hits = d.pop().unwrap_or_default();
@@ -134,6 +149,78 @@ pub fn search_batch(
         }
         Answer::Fused(hits) => convert::text_hits_batch(&e.coll, &hits, with_vectors),
     }
+}
+
+/// The one query of a dense `q`: its hits and their rows as the search
+/// found them (with `with_vectors` their stored vectors), and the schema
+/// the rows are laid out by.
+pub fn dense_rows(
+    coll: &Collection,
+    q: &Query<'_>,
+    with_vectors: bool,
+) -> ApiResult<(Vec<sagitta_index::Neighbor>, ScanBatch, Schema)> {
+    let mut found = coll.search_rows(q, with_vectors)?;
+    let hits = found.hits.pop().unwrap_or_default();
+    let rows = found.rows.pop().unwrap_or_default();
+    Ok((hits, rows, found.schema))
+}
+
+/// A dense search's answer as [`convert::hits_batch`] lays it out (`id`,
+/// `score`, with `with_vectors` the `vector`, then every payload column),
+/// built from the rows the search found (`rows`, laid out by `schema`)
+/// rather than read again by key.
+fn dense_batch(
+    coll: &Collection,
+    hits: &[sagitta_index::Neighbor],
+    mut rows: ScanBatch,
+    schema: &Schema,
+    with_vectors: bool,
+) -> ApiResult<RecordBatch> {
+    if hits.is_empty() {
+        // No rows to read: the empty batch, laid out as any other.
+        return convert::hits_batch(coll, &[], Vec::new(), Vec::new(), with_vectors);
+    }
+    if !with_vectors {
+        // `scan_batch` lays out a vector column; this one is dropped below.
+        rows.vectors = vec![0; hits.len() * coll.config().space.vector_bytes()];
+    }
+    let layout = convert::row_schema(coll);
+    let t = convert::scan_batch(coll, &layout, schema, rows, |_| true)?
+        .ok_or_else(|| ApiError::Internal("search rows: an empty batch of hits".into()))?;
+    let ts = t.schema();
+    let mut fields: Vec<Field> = vec![
+        ts.field(0).clone(),
+        Field::new("score", DataType::Float32, false),
+    ];
+    let mut cols: Vec<ArrayRef> = vec![
+        t.column(0).clone(),
+        Arc::new(Float32Array::from_iter_values(
+            hits.iter().map(|h| h.distance),
+        )),
+    ];
+    let from = if with_vectors { 1 } else { 2 };
+    for i in from..t.num_columns() {
+        fields.push(ts.field(i).clone());
+        cols.push(t.column(i).clone());
+    }
+    RecordBatch::try_new(Arc::new(ArrowSchema::new(fields)), cols)
+        .map_err(|e| ApiError::Internal(e.to_string()))
+}
+
+/// The ids of `rows` (found by a search, laid out by `schema`): the key
+/// itself for integer ids, the id kept in the row for hashed ones (as
+/// [`ops::ids_of`] reads them by key).
+pub fn ids_of_rows(coll: &Collection, rows: &ScanBatch, schema: &Schema) -> Vec<Id> {
+    let t = coll.id_type();
+    let sid = schema.field(STRING_ID_FIELD).ok().map(|(i, _)| i);
+    rows.keys
+        .iter()
+        .zip(&rows.rows)
+        .map(|(&k, r)| {
+            t.id_of(k, sid.and_then(|i| r.get(i)))
+                .map_or(Id::UInt(k), Id::from_store)
+        })
+        .collect()
 }
 
 /// A search ticket's text query: Longbow's `text_query`, unless blank (a
@@ -200,6 +287,22 @@ pub fn hybrid_json(e: &Entry, s: &SearchTicket) -> ApiResult<Json> {
         _ => Some(ops::json_vector(&space, s.vector.clone(), 0)?),
     };
     let q = query_of(s, text, v.as_ref(), &knobs, pred.as_ref())?;
+    if q.text.is_none() {
+        // Dense: ids and metadata from the rows the search found.
+        let (hits, rows, schema) = dense_rows(&e.coll, &q, false)?;
+        let ids = ids_of_rows(&e.coll, &rows, &schema);
+        let picks = ops::payload_picks(&schema, None)?;
+        return Ok(Json::Array(
+            hits.iter()
+                .zip(ids)
+                .zip(&rows.rows)
+                .map(|((h, id), r)| {
+                    json!({"ID": id, "Distance": h.distance, "Score": h.distance,
+                           "Metadata": ops::row_json(&schema, &picks, r)})
+                })
+                .collect(),
+        ));
+    }
     let rows: Vec<(u64, Json, f32)> = match ops::query(&e.coll, &q)? {
         Answer::Dense(mut d) => d
             .pop()

@@ -63,6 +63,7 @@ mod scan;
 mod search;
 pub use ids::IdWrite;
 pub use scan::{Scan, ScanBatch};
+pub use search::SearchRows;
 mod text;
 mod update;
 mod write;

@@ -5,14 +5,15 @@
 
 use super::part::{Body, Dead, Part};
 use super::write::row_err;
-use super::{Collection, Inner, State};
+use super::{Collection, Inner, ScanBatch, State};
 use crate::error::{Result, StoreError};
 use crate::filter::Bound;
-use crate::payload::{self, Field, Schema, Value};
+use crate::payload::{self, Field, Row, Schema, Value};
 use crate::request::{Answer, CollectionSearch, Query};
 use rayon::prelude::*;
 use sagitta_index::{Bitset, GraphView, IndexError, IndexRead, Neighbor, SearchOptions, VectorRef};
 use std::collections::HashSet;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// One part as a search sees it.
@@ -30,6 +31,73 @@ pub(super) struct Seg<'a> {
 }
 
 impl Seg<'_> {
+    /// Whether the part can return anything.
+    fn answers(&self) -> bool {
+        self.live > 0 && self.allowed != Some(0)
+    }
+
+    /// The `k` (checked, at least 1) nearest of `q` in this part.
+    fn search(
+        &self,
+        q: VectorRef<'_>,
+        k: usize,
+        opts: &CollectionSearch<'_>,
+    ) -> Result<Vec<Neighbor>> {
+        let kk = k
+            .min(self.live)
+            .min(self.seg.len())
+            .min(self.allowed.unwrap_or(usize::MAX));
+        if kk == 0 {
+            return Ok(Vec::new());
+        }
+        let o = SearchOptions {
+            ef: opts.ef,
+            filter: self.filter(),
+            exact: opts.exact,
+            nprobe: opts.nprobe,
+            refine: opts.refine,
+        };
+        let found = self.seg.search(q, kk, &o)?;
+        if found.len() < kk && !opts.exact && self.combined.is_some() {
+            // A filtered walk (or probe) that came back short while
+            // enough vectors match: scan the allowed slots exactly,
+            // so a search never returns fewer than k matches when
+            // k exist.
+            return Ok(self
+                .seg
+                .search(q, kk, &SearchOptions { exact: true, ..o })?);
+        }
+        Ok(found)
+    }
+
+    /// Restricts the mutable part (`self`, the first part of `st`'s
+    /// segments) to the rows whose writes had completed (vector, payload
+    /// and text) and were live at this moment: each key then has at most
+    /// one slot this part can return, and that slot's row never changes,
+    /// however many writes land while the search runs.
+    pub(super) fn cut_active(&mut self, st: &State) {
+        let done = st.rows.complete.load(Ordering::Acquire);
+        let live = st.active.view().live_slots();
+        let mut words = live.words().to_vec();
+        let n = live.len().min(done);
+        words.truncate(n.div_ceil(64));
+        if !n.is_multiple_of(64) {
+            if let Some(last) = words.last_mut() {
+                *last &= (1u64 << (n % 64)) - 1;
+            }
+        }
+        words.resize(live.len().div_ceil(64), 0);
+        let cut = Bitset::from_words(words, live.len());
+        let combined = match self.combined.take() {
+            Some(c) => c.and(&cut),
+            None => cut,
+        };
+        let allowed = combined.count();
+        self.live = allowed;
+        self.allowed = Some(allowed);
+        self.combined = Some(combined);
+    }
+
     fn filter(&self) -> Option<&Bitset> {
         self.combined
             .as_ref()
@@ -253,6 +321,133 @@ impl Collection {
         self.dense_in(&segs, queries, k, opts)
     }
 
+    /// A dense [`Query`] ([`Collection::query`] without a text), each hit
+    /// with its row as the search found it: the payload row (and with
+    /// `with_vectors` the stored vector) of the very part and slot that
+    /// answered, in the same snapshot. A hit therefore always comes with
+    /// the payload written together with the vector it was scored on,
+    /// whatever is overwritten, removed, frozen, flushed or merged while
+    /// the query runs, where a lookup by key after the search
+    /// ([`Collection::payload_rows`]) can find a newer version, or none.
+    /// Of the mutable part, the search sees the rows whose writes had
+    /// completed when it began. A text or hybrid query is
+    /// [`StoreError::InvalidQuery`].
+    pub fn search_rows(&self, q: &Query<'_>, with_vectors: bool) -> Result<SearchRows> {
+        q.check()?;
+        if q.text.is_some() {
+            return Err(StoreError::InvalidQuery(
+                "search_rows runs dense queries; a text or hybrid query runs in query".into(),
+            ));
+        }
+        let opts = &q.opts;
+        let _running = sagitta_index::sched::foreground::search();
+        let st = self.inner.snapshot();
+        let k = crate::limits::check_k(q.k, st.live())?;
+        crate::limits::check_knobs(opts.ef, opts.nprobe, opts.refine)?;
+        let mut segs = self.inner.segments(&st, opts.filter, opts.predicate)?;
+        segs[0].cut_active(&st);
+        let found = if k == 0 {
+            vec![Vec::new(); q.vectors.len()]
+        } else {
+            dense_tagged(&segs, &q.vectors, k, opts)?
+        };
+        // Taken after the search: every row it can return was written
+        // under this schema or a shorter one (schemas only grow).
+        let schema = self.inner.schema.read().clone();
+        let vb = with_vectors.then(|| self.inner.config.space.vector_bytes());
+        let rows = found
+            .iter()
+            .map(|f| self.rows_found(&st, &segs, f, &schema, vb))
+            .collect::<Result<_>>()?;
+        Ok(SearchRows {
+            schema,
+            hits: found
+                .into_iter()
+                .map(|f| f.into_iter().map(|(n, _)| n).collect())
+                .collect(),
+            rows,
+        })
+    }
+
+    /// The rows of `found` (hits tagged with the index of the part in
+    /// `segs` that returned them): keys, payload rows laid out by
+    /// `schema`, and with `vb` the first `vb` bytes of each stored vector.
+    fn rows_found(
+        &self,
+        st: &State,
+        segs: &[Seg<'_>],
+        found: &[(Neighbor, usize)],
+        schema: &Schema,
+        vb: Option<usize>,
+    ) -> Result<ScanBatch> {
+        let n = found.len();
+        let mut out = ScanBatch {
+            keys: found.iter().map(|(h, _)| h.key).collect(),
+            vectors: vec![0; n * vb.unwrap_or(0)],
+            rows: Vec::with_capacity(n),
+        };
+        // Where each key of the mutable part is now (its key map, read
+        // before the view is taken).
+        let now: Vec<Option<u32>> = found
+            .iter()
+            .map(|&(h, i)| match segs[i].part {
+                None => st.active.slot_of(h.key),
+                Some(_) => None,
+            })
+            .collect();
+        // Slots, and the mutable part's vectors under its view; its rows
+        // are read after the view is let go (a write holds the rows' lock
+        // while it may need the index's exclusively, to grow it).
+        let mut slots = Vec::with_capacity(n);
+        {
+            let view = st.active.view();
+            for (j, &(h, i)) in found.iter().enumerate() {
+                let part = segs[i].part;
+                let slot = match part {
+                    None => active_slot(&view, segs[i].combined.as_ref(), now[j], h.key),
+                    Some(p) => p.read().slot_of(h.key),
+                };
+                let Some(slot) = slot else {
+                    return Err(StoreError::Corrupt {
+                        file: self.inner.dir.clone(),
+                        offset: 0,
+                        reason: format!(
+                            "in memory: key {} of a search hit is not in the part that \
+                             returned it",
+                            h.key
+                        ),
+                    });
+                };
+                match (part, vb) {
+                    (None, Some(vb)) => {
+                        out.vectors[j * vb..(j + 1) * vb].copy_from_slice(&view.vector(slot)[..vb])
+                    }
+                    (Some(p), _) => p.prefetch_payload(slot),
+                    (None, None) => {}
+                }
+                slots.push(slot);
+            }
+        }
+        for (j, (&(_, i), &slot)) in found.iter().zip(&slots).enumerate() {
+            let row: Row = match segs[i].part {
+                None => st.rows.get(slot).unwrap_or_default(),
+                Some(p) => {
+                    if let Some(vb) = vb {
+                        let to = &mut out.vectors[j * vb..(j + 1) * vb];
+                        p.with_view(|g| {
+                            let r = g.full(slot).unwrap_or_else(|| g.vector(slot));
+                            let m = vb.min(r.len());
+                            to[..m].copy_from_slice(&r[..m]);
+                        });
+                    }
+                    p.payload_row(schema, slot)?
+                }
+            };
+            out.rows.push(row);
+        }
+        Ok(out)
+    }
+
     /// A dense search of the parts `segs` of one snapshot for the `k`
     /// (checked, at least 1) nearest of each query.
     pub(super) fn dense_in(
@@ -264,57 +459,9 @@ impl Collection {
     ) -> Result<Vec<Vec<Neighbor>>> {
         // Parts with nothing to return are dropped up front, so a query
         // only fans out over threads when two or more parts can answer.
-        let segs: Vec<&Seg<'_>> = segs
-            .iter()
-            .filter(|s| s.live > 0 && s.allowed != Some(0))
-            .collect();
-        let per_seg = |s: &Seg<'_>, q: VectorRef<'_>| -> Result<Vec<Neighbor>> {
-            let kk = k
-                .min(s.live)
-                .min(s.seg.len())
-                .min(s.allowed.unwrap_or(usize::MAX));
-            if kk == 0 {
-                return Ok(Vec::new());
-            }
-            let o = SearchOptions {
-                ef: opts.ef,
-                filter: s.filter(),
-                exact: opts.exact,
-                nprobe: opts.nprobe,
-                refine: opts.refine,
-            };
-            let found = s.seg.search(q, kk, &o)?;
-            if found.len() < kk && !opts.exact && s.combined.is_some() {
-                // A filtered walk (or probe) that came back short while
-                // enough vectors match: scan the allowed slots exactly,
-                // so a search never returns fewer than k matches when
-                // k exist.
-                return Ok(s.seg.search(q, kk, &SearchOptions { exact: true, ..o })?);
-            }
-            Ok(found)
-        };
-        let finish = |mut all: Vec<Neighbor>, merged: bool| -> Vec<Neighbor> {
-            if merged {
-                all.sort_unstable_by(|a, b| {
-                    a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key))
-                });
-                dedup_keys(&mut all, k);
-            }
-            if let Some(r) = opts.radius {
-                all.retain(|n| n.distance <= r);
-            }
-            all.truncate(k);
-            all
-        };
-        let at_row = |i: usize, e: StoreError| match e {
-            StoreError::Index(
-                e @ (IndexError::Dimensions { .. }
-                | IndexError::NotFinite { .. }
-                | IndexError::WrongInputKind { .. }
-                | IndexError::Kernel(_)),
-            ) => row_err(i, e),
-            e => e,
-        };
+        let segs: Vec<&Seg<'_>> = segs.iter().filter(|s| s.answers()).collect();
+        let per_seg = |s: &Seg<'_>, q: VectorRef<'_>| s.search(q, k, opts);
+        let finish = |all: Vec<Neighbor>, merged: bool| finish_hits(all, merged, k, opts.radius);
         if queries.len() == 1 {
             let q = queries[0];
             let all: Vec<Neighbor> = match segs.len() {
@@ -445,6 +592,126 @@ impl Collection {
 
 /// One task's hits (per query of its run), or the first failing query.
 type RunHits = std::result::Result<Vec<Vec<Neighbor>>, (usize, StoreError)>;
+
+/// What [`Collection::search_rows`] returns: per query, its hits and the
+/// rows the search found them in.
+#[derive(Debug, Default)]
+pub struct SearchRows {
+    /// The payload schema the rows are laid out by (the collection's when
+    /// the search ended).
+    pub schema: Schema,
+    /// Per query: the hits, as [`Collection::search`] returns them.
+    pub hits: Vec<Vec<Neighbor>>,
+    /// Per query, one row per hit in hit order: its key, payload row
+    /// (empty for a row written without payload) and, when asked for,
+    /// stored vector (`vector_bytes` each, contiguous; else empty).
+    pub rows: Vec<ScanBatch>,
+}
+
+/// [`Collection::dense_in`] with each hit tagged by the index in `segs`
+/// of the part that returned it (the same hits: one part's in its order;
+/// from several, by distance, ties by key, then the mutable part and the
+/// newest part first; one hit per key). Queries of a batch run in
+/// parallel, the parts of one query too.
+fn dense_tagged(
+    segs: &[Seg<'_>],
+    queries: &[VectorRef<'_>],
+    k: usize,
+    opts: &CollectionSearch<'_>,
+) -> Result<Vec<Vec<(Neighbor, usize)>>> {
+    let answer: Vec<usize> = (0..segs.len()).filter(|&i| segs[i].answers()).collect();
+    let one = |q: VectorRef<'_>, fan_out: bool| -> Result<Vec<(Neighbor, usize)>> {
+        let per = |i: &usize| segs[*i].search(q, k, opts);
+        let parts: Vec<Vec<Neighbor>> = if fan_out && answer.len() > 1 {
+            answer.par_iter().map(per).collect::<Result<_>>()?
+        } else {
+            answer.iter().map(per).collect::<Result<_>>()?
+        };
+        let mut all: Vec<(Neighbor, usize)> = parts
+            .into_iter()
+            .zip(&answer)
+            .flat_map(|(hits, &i)| hits.into_iter().map(move |h| (h, i)))
+            .collect();
+        if answer.len() > 1 {
+            // Part 0 is the mutable part, the others oldest first.
+            let rank = |i: usize| if i == 0 { 0 } else { segs.len() - i };
+            all.sort_unstable_by(|(a, i), (b, j)| {
+                a.distance
+                    .total_cmp(&b.distance)
+                    .then(a.key.cmp(&b.key))
+                    .then(rank(*i).cmp(&rank(*j)))
+            });
+            let mut seen = HashSet::with_capacity(all.len());
+            all.retain(|(h, _)| seen.insert(h.key));
+        }
+        if let Some(r) = opts.radius {
+            all.retain(|(h, _)| h.distance <= r);
+        }
+        all.truncate(k);
+        Ok(all)
+    };
+    if queries.len() == 1 {
+        return Ok(vec![one(queries[0], true)?]);
+    }
+    queries
+        .par_iter()
+        .enumerate()
+        .map(|(i, &q)| one(q, false).map_err(|e| at_row(i, e)))
+        .collect()
+}
+
+/// The slot of the mutable part's `view` holding `key` among the slots
+/// `cut` allows ([`Seg::cut_active`]: at most one per key): `now`, where
+/// the key is now, unless it was overwritten or removed since the cut,
+/// then found by a walk of the cut.
+fn active_slot(
+    view: &sagitta_index::IndexView<'_>,
+    cut: Option<&Bitset>,
+    now: Option<u32>,
+    key: u64,
+) -> Option<u32> {
+    let cut = cut?;
+    if let Some(s) = now {
+        if cut.contains(s as usize) {
+            return Some(s);
+        }
+    }
+    cut.iter().map(|s| s as u32).find(|&s| view.key(s) == key)
+}
+
+/// A query's hits from every part, `merged` (from several parts: sorted
+/// by distance, ties by key, one hit per key) or not (one part's, in its
+/// order), then cut at `radius` and `k`.
+fn finish_hits(
+    mut all: Vec<Neighbor>,
+    merged: bool,
+    k: usize,
+    radius: Option<f32>,
+) -> Vec<Neighbor> {
+    if merged {
+        all.sort_unstable_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
+        dedup_keys(&mut all, k);
+    }
+    if let Some(r) = radius {
+        all.retain(|n| n.distance <= r);
+    }
+    all.truncate(k);
+    all
+}
+
+/// An error of query `i` of a batch: one about the query vector itself
+/// names its row.
+fn at_row(i: usize, e: StoreError) -> StoreError {
+    match e {
+        StoreError::Index(
+            e @ (IndexError::Dimensions { .. }
+            | IndexError::NotFinite { .. }
+            | IndexError::WrongInputKind { .. }
+            | IndexError::Kernel(_)),
+        ) => row_err(i, e),
+        e => e,
+    }
+}
 
 /// Keeps the first (nearest) hit of each key among the sorted `all`,
 /// stopping at `k` kept; short lists are checked in place, without a set.
