@@ -249,12 +249,10 @@ class Replica:
     def search(self, queries: np.ndarray, k: int, opts: dict) -> tuple:
         """Keys, distances and (with ``columns``) payload rows of this
         shard's ``k`` nearest for each query."""
-        c = self.coll
-        k = min(k, len(c))
-        if k == 0:
-            n = queries.shape[0]
-            return (np.empty((n, 0), np.uint64), np.empty((n, 0), np.float32), None)
-        r = c.search(queries, k, **opts)
+        # No clamp to len() first: rows added between the two calls would
+        # push live rows out of a k cut short (the collection clamps on
+        # the snapshot its search reads, padding with empty slots).
+        r = self.coll.search(queries, k, **opts)
         keys = np.asarray(r.keys).reshape(queries.shape[0], -1)
         dists = np.asarray(r.distances).reshape(queries.shape[0], -1)
         return keys, dists, r.payload
