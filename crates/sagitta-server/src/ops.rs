@@ -15,7 +15,7 @@ use sagitta_index::{DType, Space, VectorRef};
 use sagitta_store::filter::Bound;
 use sagitta_store::{
     Answer, Collection, CollectionConfig, CollectionOptions, CollectionSearch, CollectionStats,
-    Filter, IdColumn, Payload, Query, Schema, TextHit, Value,
+    Filter, IdColumn, Payload, Query, ScanBatch, Schema, TextHit, Value, STRING_ID_FIELD,
 };
 use serde_json::Value as Json;
 use std::sync::atomic::Ordering;
@@ -38,6 +38,22 @@ pub fn keys_of(coll: &Collection, ids: &[Id]) -> ApiResult<Vec<u64>> {
 pub fn live_keys_of(coll: &Collection, ids: &[Id]) -> ApiResult<Vec<u64>> {
     let ids: Vec<sagitta_store::Id> = ids.iter().map(Id::to_store).collect();
     Ok(coll.live_keys(&ids)?.into_iter().flatten().collect())
+}
+
+/// The ids of `rows` (found by a search, laid out by `schema`): the key
+/// itself for integer ids, the id kept in the row for hashed ones (as
+/// [`ids_of`] reads them by key).
+pub fn ids_of_rows(coll: &Collection, rows: &ScanBatch, schema: &Schema) -> Vec<Id> {
+    let t = coll.id_type();
+    let sid = schema.field(STRING_ID_FIELD).ok().map(|(i, _)| i);
+    rows.keys
+        .iter()
+        .zip(&rows.rows)
+        .map(|(&k, r)| {
+            t.id_of(k, sid.and_then(|i| r.get(i)))
+                .map_or(Id::UInt(k), Id::from_store)
+        })
+        .collect()
 }
 
 /// The ids of `keys` as results carry them (the key itself where a string
@@ -470,35 +486,35 @@ pub fn run_search(e: &Entry, req: SearchRequest) -> ApiResult<SearchResult> {
         opts: knobs.opts(pred.as_ref()),
         ..Query::dense(queries.iter().map(OwnedVector::as_ref).collect(), req.k)
     };
-    let found: Vec<Vec<(u64, f32)>> = match query(coll, &q)? {
-        Answer::Dense(res) => res
-            .into_iter()
-            .map(|r| r.into_iter().map(|n| (n.key, n.distance)).collect())
-            .collect(),
-        Answer::Fused(_) => return Err(ApiError::Internal("dense query, fused answer".into())),
-    };
+    // Each hit with the row of the part and slot that answered (one
+    // snapshot), not read again by key: a row overwritten or removed while
+    // the search ran cannot lend a hit another version's payload or none.
+    let found = coll.search_rows(&q, req.include_vectors)?;
     let with_payload = req.include_payload || req.columns.is_some();
-    let mut results = Vec::with_capacity(found.len());
-    for hits in found {
-        let keys: Vec<u64> = hits.iter().map(|h| h.0).collect();
-        let payloads = if with_payload {
-            payload_json(coll, &keys, req.columns.as_deref())?
-        } else {
-            Vec::new()
-        };
-        let ids = ids_of(coll, &keys)?;
+    let picks = if with_payload {
+        payload_picks(&found.schema, req.columns.as_deref())?
+    } else {
+        Vec::new()
+    };
+    let space = coll.config().space;
+    let vb = space.vector_bytes();
+    let mut results = Vec::with_capacity(found.hits.len());
+    for (hits, rows) in found.hits.into_iter().zip(found.rows) {
+        let ids = ids_of_rows(coll, &rows, &found.schema);
         let hits = hits
             .into_iter()
             .zip(ids)
             .enumerate()
-            .map(|(i, ((key, score), id))| Hit {
+            .map(|(i, (n, id))| Hit {
                 id,
-                score,
-                vector: req
-                    .include_vectors
-                    .then(|| vector_json(coll, key))
-                    .flatten(),
-                payload: payloads.get(i).cloned().flatten(),
+                score: n.distance,
+                vector: req.include_vectors.then(|| {
+                    let raw = &rows.vectors[i * vb..(i + 1) * vb];
+                    space
+                        .decode_floats(raw)
+                        .unwrap_or_else(|| raw.iter().map(|&b| f32::from(b)).collect())
+                }),
+                payload: with_payload.then(|| row_json(&found.schema, &picks, &rows.rows[i])),
                 dense_rank: None,
                 dense_distance: None,
                 text_rank: None,

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 const DIMS: usize = 4;
 const KEYS: u64 = 120;
 /// Write requests of each writer thread.
-const WRITES: usize = 800;
+const WRITES: usize = 300;
 /// Searches of each reader thread, at least (they go on until the writers
 /// are done).
 const SEARCHES: usize = 800;
@@ -412,6 +412,48 @@ async fn read_load(addr: SocketAddr, w: &Written, seed: u64, done: &AtomicBool) 
     seen
 }
 
+/// HTTP searches (`include_payload`, every other one `include_vectors`)
+/// until `done`; every hit checked as the Flight ones are. Returns the
+/// searches and hits.
+fn http_read_load(s: &Serve, w: &Written, seed: u64, done: &AtomicBool) -> (usize, usize) {
+    let mut r = Rng(seed);
+    let (mut searches, mut hits) = (0, 0);
+    while !done.load(Ordering::Acquire) || searches < 50 {
+        let q = vector(r.below(KEYS), r.below(64));
+        let vectors = r.below(2) == 0;
+        let (st, b) = s.post(
+            &format!("/collections/{NAME}/search"),
+            &json!({"vector": q, "k": K, "include_payload": true, "include_vectors": vectors}),
+        );
+        assert_eq!(st, 200, "http search: {b}");
+        for (i, h) in b["hits"].as_array().unwrap().iter().enumerate() {
+            let v = h["vector"].as_array().map(|v| {
+                v.iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+                    .collect::<Vec<f32>>()
+            });
+            assert_eq!(
+                v.is_some(),
+                vectors,
+                "http search {searches}, hit {i}: vector"
+            );
+            check_hit(
+                w,
+                &q,
+                h["id"].as_str(),
+                h["score"].as_f64().unwrap() as f32,
+                h["payload"]["key"].as_i64(),
+                h["payload"]["ver"].as_i64(),
+                v,
+                &format!("http search {searches}, hit {i}"),
+            );
+            hits += 1;
+        }
+        searches += 1;
+    }
+    (searches, hits)
+}
+
 #[test]
 fn flight_search_hits_carry_the_payload_of_their_own_version_under_concurrent_writes() {
     let dir = tempfile::tempdir().unwrap();
@@ -446,10 +488,14 @@ fn flight_search_hits_carry_the_payload_of_their_own_version_under_concurrent_wr
                 })
             })
             .collect();
+        let http_reader = sc.spawn(move || http_read_load(s, w, 0x51ED_270B, done));
         for h in writers {
             h.join().unwrap();
         }
         done.store(true, Ordering::Release);
+        let (http_searches, http_hits) = http_reader.join().unwrap();
+        eprintln!("flight_search_rows: {http_searches} HTTP searches, {http_hits} hits checked");
+        assert!(http_hits > http_searches, "too few HTTP hits: {http_hits}");
         let mut total = Seen::default();
         for h in readers {
             let r = h.join().unwrap();

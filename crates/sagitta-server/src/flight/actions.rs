@@ -7,7 +7,7 @@
 
 use super::handler::{call, json_body, vector_body, Action, Body, Cx, Handler, NoBody, On, Reply};
 use super::search::{
-    dense_rows, filter_of, hybrid_json, ids_of_rows, ipc_bytes, search_batch, ten, SearchTicket,
+    dense_rows, filter_of, hybrid_json, ipc_bytes, search_batch, ten, SearchTicket,
 };
 use crate::api::{self, Id};
 use crate::auth::Role;
@@ -416,7 +416,7 @@ fn search_by_id(e: &Entry, a: SearchByIdAction) -> ApiResult<Json> {
     // Ids from the rows the search found (a hashed id is kept in its row),
     // not read again by key.
     let (hits, rows, schema) = dense_rows(&e.coll, &query, false)?;
-    let ids = ids_of_rows(&e.coll, &rows, &schema);
+    let ids = ops::ids_of_rows(&e.coll, &rows, &schema);
     let (ids, scores): (Vec<Id>, Vec<f32>) = hits
         .iter()
         .zip(ids)

@@ -10,7 +10,6 @@
 //! payload. Text and hybrid searches still read their rows by key after
 //! the search.
 
-use crate::api::Id;
 use crate::convert;
 use crate::error::{ApiError, ApiResult};
 use crate::fastjson::WithVector;
@@ -20,7 +19,7 @@ use crate::text;
 use arrow_array::{ArrayRef, Float32Array, RecordBatch};
 use arrow_schema::{DataType, Field, Schema as ArrowSchema};
 use bytes::Bytes;
-use sagitta_store::{Answer, Collection, Query, ScanBatch, Schema, STRING_ID_FIELD};
+use sagitta_store::{Answer, Collection, Query, ScanBatch, Schema};
 use serde::Deserialize;
 use serde_json::{json, Value as Json};
 use std::sync::Arc;
@@ -207,22 +206,6 @@ fn dense_batch(
         .map_err(|e| ApiError::Internal(e.to_string()))
 }
 
-/// The ids of `rows` (found by a search, laid out by `schema`): the key
-/// itself for integer ids, the id kept in the row for hashed ones (as
-/// [`ops::ids_of`] reads them by key).
-pub fn ids_of_rows(coll: &Collection, rows: &ScanBatch, schema: &Schema) -> Vec<Id> {
-    let t = coll.id_type();
-    let sid = schema.field(STRING_ID_FIELD).ok().map(|(i, _)| i);
-    rows.keys
-        .iter()
-        .zip(&rows.rows)
-        .map(|(&k, r)| {
-            t.id_of(k, sid.and_then(|i| r.get(i)))
-                .map_or(Id::UInt(k), Id::from_store)
-        })
-        .collect()
-}
-
 /// A search ticket's text query: Longbow's `text_query`, unless blank (a
 /// blank one is a dense search, as Longbow treats it).
 fn text_of(s: &SearchTicket) -> Option<&str> {
@@ -290,7 +273,7 @@ pub fn hybrid_json(e: &Entry, s: &SearchTicket) -> ApiResult<Json> {
     if q.text.is_none() {
         // Dense: ids and metadata from the rows the search found.
         let (hits, rows, schema) = dense_rows(&e.coll, &q, false)?;
-        let ids = ids_of_rows(&e.coll, &rows, &schema);
+        let ids = ops::ids_of_rows(&e.coll, &rows, &schema);
         let picks = ops::payload_picks(&schema, None)?;
         return Ok(Json::Array(
             hits.iter()
