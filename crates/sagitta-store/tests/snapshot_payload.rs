@@ -418,6 +418,17 @@ fn search_rows_equal_search_and_the_newest_rows_when_nothing_is_written() {
             );
             assert_eq!(Some(&out.rows[0].rows[j]), by_key[j].as_ref());
         }
+        // The table the Python binding hands back: k rows (null past the
+        // last hit), as the rows read by key lay them out.
+        let mut padded = keys.clone();
+        padded.resize(K + 2, u64::MAX);
+        let cols = ["ver".to_string()];
+        for cols in [None, Some(&cols[..])] {
+            assert_eq!(
+                out.payload_table(K + 2, cols).unwrap(),
+                c.payload_table(&padded, cols).unwrap()
+            );
+        }
     }
     // A text query is not one search_rows runs.
     let q = Query::text("x", None, K);

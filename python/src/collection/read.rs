@@ -127,11 +127,22 @@ impl PyCollection {
             opts,
             ..Query::dense(refs, k)
         };
-        let run = || match c.query(&q)? {
-            Answer::Dense(found) => Ok(found),
-            Answer::Fused(_) => Err(StoreError::InvalidQuery("not a dense query".into())),
+        // With columns, each hit's payload is the row of the part and slot
+        // that answered (`search_rows`), not read again by key: a row
+        // overwritten or removed meanwhile cannot lend another version's
+        // payload, or none.
+        let run = || match &columns {
+            None => match c.query(&q)? {
+                Answer::Dense(found) => Ok((found, None)),
+                Answer::Fused(_) => Err(StoreError::InvalidQuery("not a dense query".into())),
+            },
+            Some(cols) => {
+                let r = c.search_rows(&q, false)?;
+                let batch = r.payload_table(k, cols.as_deref())?;
+                Ok((r.hits, Some(batch)))
+            }
         };
-        let found = py
+        let (found, batch) = py
             .detach(|| {
                 if threads == 0 {
                     run()
@@ -159,14 +170,9 @@ impl PyCollection {
             }
             counts[i] = row.len().min(k) as i64;
         }
-        let table = match columns {
+        let table = match batch {
             None => None,
-            Some(cols) => {
-                let batch = py
-                    .detach(|| c.payload_table(&keys_out, cols.as_deref()))
-                    .map_err(store_err)?;
-                Some(arrow_table(py, &batch)?.unbind())
-            }
+            Some(batch) => Some(arrow_table(py, &batch)?.unbind()),
         };
         let wide_keys = if wide(&c) {
             let ids = py.detach(|| c.ids_of(&keys_out)).map_err(store_err)?;

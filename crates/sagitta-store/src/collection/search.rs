@@ -246,37 +246,7 @@ impl Collection {
     ) -> Result<arrow_array::RecordBatch> {
         let schema = self.inner.schema.read().clone();
         let rows = self.payload_rows(keys)?;
-        let (out_schema, picks): (Schema, Vec<usize>) = match columns {
-            None => (schema.clone(), (0..schema.len()).collect()),
-            Some(cols) => {
-                let mut picks = Vec::with_capacity(cols.len());
-                let mut fields = Vec::with_capacity(cols.len());
-                for c in cols {
-                    let (i, ty) = schema.field(c)?;
-                    picks.push(i);
-                    fields.push(Field {
-                        name: c.clone(),
-                        ty,
-                    });
-                }
-                (Schema::new(fields)?, picks)
-            }
-        };
-        let picked: Vec<Option<Vec<Value>>> = rows
-            .into_iter()
-            .map(|r| {
-                r.map(|r| {
-                    picks
-                        .iter()
-                        .map(|&i| r.get(i).cloned().unwrap_or(Value::Null))
-                        .collect()
-                })
-            })
-            .collect();
-        Ok(payload::to_record_batch(
-            &out_schema,
-            picked.iter().map(|r| r.as_deref()),
-        )?)
+        rows_table(&schema, rows, columns)
     }
 
     /// Live vectors.
@@ -761,5 +731,65 @@ impl Iterator for PartIter {
             block.reverse();
             self.buf = block;
         }
+    }
+}
+
+/// Payload rows (`None`: all null) laid out by `schema` as an Arrow record
+/// batch, restricted to `columns` when given (an unknown column is
+/// [`crate::PayloadError::UnknownField`]).
+fn rows_table(
+    schema: &Schema,
+    rows: Vec<Option<Row>>,
+    columns: Option<&[String]>,
+) -> Result<arrow_array::RecordBatch> {
+    let (out_schema, picks): (Schema, Vec<usize>) = match columns {
+        None => (schema.clone(), (0..schema.len()).collect()),
+        Some(cols) => {
+            let mut picks = Vec::with_capacity(cols.len());
+            let mut fields = Vec::with_capacity(cols.len());
+            for c in cols {
+                let (i, ty) = schema.field(c)?;
+                picks.push(i);
+                fields.push(Field {
+                    name: c.clone(),
+                    ty,
+                });
+            }
+            (Schema::new(fields)?, picks)
+        }
+    };
+    let picked: Vec<Option<Vec<Value>>> = rows
+        .into_iter()
+        .map(|r| {
+            r.map(|r| {
+                picks
+                    .iter()
+                    .map(|&i| r.get(i).cloned().unwrap_or(Value::Null))
+                    .collect()
+            })
+        })
+        .collect();
+    Ok(payload::to_record_batch(
+        &out_schema,
+        picked.iter().map(|r| r.as_deref()),
+    )?)
+}
+
+impl SearchRows {
+    /// The payload of the hits as one Arrow record batch of `k` rows per
+    /// query, hit order (all null past a query's last hit), restricted to
+    /// `columns` when given: the rows the search found, as
+    /// [`Collection::payload_table`] lays out rows read by key.
+    pub fn payload_table(
+        &self,
+        k: usize,
+        columns: Option<&[String]>,
+    ) -> Result<arrow_array::RecordBatch> {
+        let mut rows = Vec::with_capacity(self.rows.len() * k);
+        for b in &self.rows {
+            rows.extend(b.rows.iter().take(k).cloned().map(Some));
+            rows.extend((b.rows.len().min(k)..k).map(|_| None));
+        }
+        rows_table(&self.schema, rows, columns)
     }
 }
