@@ -61,13 +61,28 @@ pub fn patch_segment(b: &mut [u8]) {
 
 /// Replaces the last four bytes with the CRC32C of the rest (the trailer
 /// of bloom and tombstone files).
-pub fn patch_trailer(b: &mut Vec<u8>) {
+pub fn patch_trailer(b: &mut [u8]) {
     if b.len() < 4 {
         return;
     }
     let n = b.len() - 4;
     let c = crc32c::crc32c(&b[..n]);
     b[n..].copy_from_slice(&c.to_le_bytes());
+}
+
+/// Recomputes the CRC32C of each record of a write-ahead log (after its
+/// 16-byte header: `len u32 | crc32c u32 | payload`, see
+/// `sagitta_store::wal`), up to the first one cut short.
+pub fn patch_wal(b: &mut [u8]) {
+    let mut at = 16;
+    while let Some(len) = u32_at(b, at) {
+        let Some(end) = (at + 8).checked_add(len as usize).filter(|&e| e <= b.len()) else {
+            break;
+        };
+        let c = crc32c::crc32c(&b[at + 8..end]);
+        b[at + 4..at + 8].copy_from_slice(&c.to_le_bytes());
+        at = end;
+    }
 }
 
 /// Replaces (or adds) the `crc32c:` line of a MANIFEST.

@@ -1,6 +1,8 @@
 //! HTTP JSON bodies, as the server's handlers run them (after axum's
-//! routing): the first byte picks the request kind, the rest is its body,
-//! parsed into the request type and run against a real collection.
+//! routing): the first byte picks the request kind (create, search,
+//! upsert, get, delete, set_payload, count, scroll, classify), the rest is
+//! its body, parsed into the request type and run against a real
+//! collection.
 //! Search and upsert bodies are also read by the server's fast path
 //! (`sagitta_server::fastjson`), which must agree with serde_json.
 #![no_main]
@@ -8,7 +10,8 @@
 mod common;
 
 use libfuzzer_sys::fuzz_target;
-use sagitta_server::ops::{self, CreateCollection};
+use sagitta_server::api::{self, CreateCollection};
+use sagitta_server::ops;
 use sagitta_server::registry::{Entry, Registry};
 use std::sync::{Arc, OnceLock};
 
@@ -50,19 +53,19 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let e = entry();
-    match kind % 7 {
+    match kind % 9 {
         0 => {
             if let Ok(req) = serde_json::from_slice::<CreateCollection>(body) {
                 let _ = ops::config_from(&req);
             }
         }
         1 => {
-            if let Ok(req) = both::<ops::SearchRequest>(body) {
+            if let Ok(req) = both::<api::SearchRequest>(body) {
                 let _ = ops::run_search(e, req);
             }
         }
         2 => {
-            if let Ok(req) = both::<ops::UpsertRequest>(body) {
+            if let Ok(req) = both::<api::UpsertRequest>(body) {
                 let _ = ops::run_upsert(e, req);
             }
         }
@@ -81,9 +84,19 @@ fuzz_target!(|data: &[u8]| {
                 let _ = ops::run_set_payload(e, req);
             }
         }
-        _ => {
+        6 => {
             if let Ok(req) = serde_json::from_slice(body) {
                 let _ = ops::run_count(e, req);
+            }
+        }
+        7 => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = sagitta_server::browse::run_scroll(e, req);
+            }
+        }
+        _ => {
+            if let Ok(req) = serde_json::from_slice(body) {
+                let _ = sagitta_server::classify::run_classify(e, req);
             }
         }
     }

@@ -1,5 +1,6 @@
 //! A write-ahead log: read (stopping at the first torn record), every
-//! record decoded, payload rows included.
+//! record decoded, payload rows included. Record checksums are patched
+//! first, so mutations reach the record and payload-row decoders.
 #![no_main]
 
 mod common;
@@ -8,7 +9,9 @@ use libfuzzer_sys::fuzz_target;
 use sagitta_store::{payload, wal};
 
 fuzz_target!(|data: &[u8]| {
-    let p = common::file("fuzz.log", data);
+    let mut b = data.to_vec();
+    common::patch_wal(&mut b);
+    let p = common::file("fuzz.log", &b);
     let Ok(r) = wal::read(&p) else {
         return;
     };
