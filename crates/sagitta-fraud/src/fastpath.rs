@@ -2,12 +2,13 @@
 //! contest's fields in any order, plain strings (printable ASCII, no
 //! escapes), JSON numbers, `true` / `false` / `null`, a top-level `"id"`
 //! string. Anything else (an escape, an unknown field, a duplicate, a
-//! missing field, a number past f64, trailing bytes) is not an error here:
-//! [`read`] gives `None` and the body goes to serde, which reads it or
-//! says why not. So this path changes no answer and no error, only what a
-//! request costs: a few hundred bytes of code and no allocation, where the
-//! serde path runs cold through far more code on a core the load test's
-//! client shares (bench/results/fraud-tail-2026-11-29.md).
+//! missing field, a number serde_json rounds its own way (see
+//! `Cursor::number`), trailing bytes) is not an error here: [`read`] gives
+//! `None` and the body goes to serde, which reads it or says why not. So
+//! this path changes no answer and no error, only what a request costs:
+//! a few hundred bytes of code and no allocation, where the serde path
+//! runs cold through far more code on a core the load test's client
+//! shares (bench/results/fraud-tail-2026-11-29.md).
 
 use crate::fields::{Fields, Known};
 
@@ -68,47 +69,79 @@ impl<'a> Cursor<'a> {
         std::str::from_utf8(s).ok()
     }
 
-    /// A JSON number (its grammar checked here; Rust's parser, correctly
-    /// rounded, gives the value); `None` past what an f64 holds.
+    /// A JSON number (its grammar checked here), or `None` unless its
+    /// digits, before and after the point, make an integer under 2^53 and
+    /// its decimal exponent is within ±22: then one multiplication or
+    /// division by an exact power of ten gives the correctly rounded
+    /// value, the very operation serde_json's parser (without its
+    /// `float_roundtrip` feature) does. Past that range serde_json rounds
+    /// its own way (1 ulp off the nearest in about one number in six with
+    /// 16 or more digits or an exponent past 22), so those bodies go to
+    /// serde and the answer stays serde's.
     fn number(&mut self) -> Option<f64> {
-        self.ws();
-        let start = self.i;
-        let digits = |c: &mut Self| {
+        /// Integers below 2^53 are exact f64s.
+        const EXACT: u64 = 1 << 53;
+        /// 10^0 to 10^22, each an exact f64.
+        const POW10: [f64; 23] = [
+            1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+            1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22,
+        ];
+        // Appends the digits at the cursor to `sig` (saturating at
+        // EXACT); how many there were.
+        let digits = |c: &mut Self, sig: &mut u64| {
             let s = c.i;
-            while c.b.get(c.i).is_some_and(u8::is_ascii_digit) {
+            while let Some(&d @ b'0'..=b'9') = c.b.get(c.i) {
+                *sig = (*sig * 10 + u64::from(d - b'0')).min(EXACT);
                 c.i += 1;
             }
             c.i - s
         };
-        if self.b.get(self.i) == Some(&b'-') {
+        self.ws();
+        let negative = self.b.get(self.i) == Some(&b'-');
+        if negative {
             self.i += 1;
         }
+        let mut sig = 0u64;
         match self.b.get(self.i)? {
             b'0' => self.i += 1,
             b'1'..=b'9' => {
-                digits(self);
+                digits(self, &mut sig);
             }
             _ => return None,
         }
+        let mut exp = 0i64;
         if self.b.get(self.i) == Some(&b'.') {
             self.i += 1;
-            if digits(self) == 0 {
+            let n = digits(self, &mut sig);
+            if n == 0 {
                 return None;
             }
+            exp = -(n as i64);
         }
         if let Some(b'e' | b'E') = self.b.get(self.i) {
             self.i += 1;
+            let minus = self.b.get(self.i) == Some(&b'-');
             if let Some(b'+' | b'-') = self.b.get(self.i) {
                 self.i += 1;
             }
-            if digits(self) == 0 {
+            let mut e = 0u64;
+            let n = digits(self, &mut e);
+            if n == 0 {
                 return None;
             }
+            // `e` saturates at 2^53: far past the range either way.
+            exp += if minus { -(e as i64) } else { e as i64 };
         }
-        // ASCII digits and signs: UTF-8.
-        let text = std::str::from_utf8(&self.b[start..self.i]).ok()?;
-        let x: f64 = text.parse().ok()?;
-        x.is_finite().then_some(x)
+        if sig >= EXACT || !(-22..=22).contains(&exp) {
+            return None;
+        }
+        let p = POW10[exp.unsigned_abs() as usize];
+        let x = if exp >= 0 {
+            sig as f64 * p
+        } else {
+            sig as f64 / p
+        };
+        Some(if negative { -x } else { x })
     }
 
     fn boolean(&mut self) -> Option<bool> {
@@ -311,6 +344,45 @@ mod tests {
             .replace("\"MERC-1\",\"MERC-2\"", "");
         let f = read(bare.as_bytes()).unwrap();
         assert!(!f.known.contains("MERC-2") && !f.known.contains(""));
+    }
+
+    #[test]
+    fn numbers_are_read_as_serde_reads_them_or_left_to_serde() {
+        // serde_json rounds these its own way (1 ulp from the nearest
+        // f64); the fast path read them correctly rounded, a field apart
+        // from serde's (found with fuzz/fuzz_targets/fraud_request.rs's
+        // check), and the first amount into another vector (component 0
+        // 9 where serde's path gives 8).
+        for n in [
+            "8.49999999999999921497038",
+            "7926.07761244e-17",
+            "0.12345678901234567",
+            "9007199254740993",
+            "1e23",
+            "45e-23",
+            "1e99999999999999999999",
+        ] {
+            let body = BODY.replacen("500.0", n, 1);
+            assert!(read(body.as_bytes()).is_none(), "{n}");
+        }
+        for n in [
+            "42.219271381",
+            "0.0001",
+            "0",
+            "-0",
+            "-0.0",
+            "1e22",
+            "1E+2",
+            "9007199254740991",
+            "123456789012345e-22",
+            "0.000000000000000000000000000001e30",
+            "-3.14e-0",
+        ] {
+            let body = BODY.replacen("500.0", n, 1);
+            let f = read(body.as_bytes()).unwrap_or_else(|| panic!("{n}"));
+            let want: f64 = serde_json::from_str(n).unwrap();
+            assert_eq!(f.amount.to_bits(), want.to_bits(), "{n}");
+        }
     }
 
     #[test]

@@ -366,7 +366,7 @@ mod tests {
             BODY.to_string(),
             nulled,
             BODY.replace("\"MERC-2\"]", "\"MERC-9\"]"),
-            BODY.replace("500.0", "0.1234567890123456789"),
+            BODY.replace("500.0", "0.123456789012345"),
             BODY.replace("500.0", "-2.5e-3"),
             BODY.replace("250.0", "0"),
             BODY.replace("\"5411\"", "\"9999\""),

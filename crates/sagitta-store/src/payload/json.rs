@@ -8,6 +8,10 @@ use super::schema::{Field, FieldType, Schema};
 use super::time::{format_rfc3339, parse_rfc3339};
 use super::value::Value;
 
+/// The timestamps RFC 3339 can write (years 0000 to 9999), in µs since
+/// the epoch.
+const RFC3339_US: std::ops::RangeInclusive<i64> = -62_167_219_200_000_000..=253_402_300_799_999_999;
+
 impl Payload {
     /// Builds a payload from JSON rows (objects of column → value), with
     /// column types taken from `schema` where known and inferred
@@ -102,8 +106,9 @@ pub fn json_value(
 }
 
 impl Value {
-    /// The value as JSON (timestamps as RFC 3339 strings, tags as an
-    /// array of strings).
+    /// The value as JSON (timestamps as RFC 3339 strings, those outside
+    /// years 0000 to 9999 as their integer µs; tags as an array of
+    /// strings). Every value reads back as itself ([`json_value`]).
     pub fn to_json(&self) -> serde_json::Value {
         use serde_json::Value as J;
         match self {
@@ -112,7 +117,10 @@ impl Value {
             Value::Float(f) => serde_json::Number::from_f64(*f).map_or(J::Null, J::Number),
             Value::Bool(b) => J::Bool(*b),
             Value::Str(s) => J::String(s.clone()),
-            Value::Timestamp(t) => J::String(format_rfc3339(*t)),
+            Value::Timestamp(t) if RFC3339_US.contains(t) => J::String(format_rfc3339(*t)),
+            // RFC 3339 has no form for these (an integer or an Arrow
+            // timestamp can give them): the integer, which reads back.
+            Value::Timestamp(t) => J::from(*t),
             Value::Tags(t) => J::Array(t.iter().cloned().map(J::String).collect()),
         }
     }
@@ -154,5 +162,36 @@ mod tests {
         let err = Payload::from_json_rows(&[json!({"score": "high"})], &schema).unwrap_err();
         assert!(matches!(err, PayloadError::Value { ref field, .. } if field == "score"));
         assert!(Payload::from_json_rows(&[json!(3)], &schema).is_err());
+    }
+
+    #[test]
+    fn every_timestamp_written_as_json_reads_back() {
+        // Outside years 0000 to 9999 a timestamp was written as
+        // "10000-01-01T00:00:00Z" or "-001-12-31T23:59:59.999999Z", which
+        // the reader refuses (found by fuzz/fuzz_targets/payload_rows.rs):
+        // now as its integer µs.
+        for us in [
+            i64::MIN,
+            -62_167_219_200_000_001,
+            -62_167_219_200_000_000,
+            -1,
+            0,
+            253_402_300_799_999_999,
+            253_402_300_800_000_000,
+            i64::MAX,
+        ] {
+            let j = Value::Timestamp(us).to_json();
+            let back = json_value("t", FieldType::Timestamp, &j).unwrap();
+            assert_eq!(back, Value::Timestamp(us), "{j}");
+        }
+        assert_eq!(Value::Timestamp(0).to_json(), json!("1970-01-01T00:00:00Z"));
+        assert_eq!(
+            Value::Timestamp(-62_167_219_200_000_000).to_json(),
+            json!("0000-01-01T00:00:00Z")
+        );
+        assert_eq!(
+            Value::Timestamp(253_402_300_800_000_000).to_json(),
+            json!(253_402_300_800_000_000i64)
+        );
     }
 }
