@@ -39,7 +39,7 @@ pub use bitset::{AtomicBitset, Bitset};
 pub use error::{IndexError, Result};
 pub use index::{
     HnswParams, Index, IndexKind, IndexRead, IndexView, IndexWrite, IvfExport, IvfListData,
-    SearchOptions, MAX_LEVEL, MAX_SLOTS,
+    SearchOptions, Staged, MAX_LEVEL, MAX_SLOTS,
 };
 pub use ivf::{IvfModel, IvfParams};
 pub use limits::{check_k, check_knobs, MAX_BEAM, MAX_K};

@@ -577,3 +577,78 @@ fn scalar_quantized_storage_tracks_the_float_oracle() {
     ));
     assert!(Space::new(64, Metric::Hamming, DType::Sq16).is_err());
 }
+
+/// A staged batch changes no key until it is published, then all of it
+/// at once; an abandoned one leaves dead slots and no key.
+#[test]
+fn a_staged_batch_names_its_keys_only_when_published() {
+    let dims = 8;
+    let space = Space::new(dims, Metric::L2, DType::F32).unwrap();
+    let row = |k: u64, gen: u8| -> Vec<f32> {
+        (0..dims)
+            .map(|d| (k * 10 + d as u64) as f32 + f32::from(gen) * 1000.0)
+            .collect()
+    };
+    let bytes = |rows: &[Vec<f32>]| -> Vec<u8> {
+        rows.iter()
+            .flat_map(|r| r.iter().flat_map(|x| x.to_ne_bytes()))
+            .collect()
+    };
+    for kind in [IndexKind::Flat, IndexKind::Hnsw] {
+        let idx = Index::new(space, kind, HnswParams::default()).unwrap();
+        let keys: Vec<u64> = (0..100).collect();
+        let first: Vec<Vec<f32>> = keys.iter().map(|&k| row(k, 0)).collect();
+        idx.upsert_encoded_batch(&keys, &bytes(&first), 0).unwrap();
+        let before = idx.slot_count();
+        let old5 = idx.slot_of(5).unwrap();
+        // Ten replacements (key 5 twice: the later row wins), ten new keys.
+        let mut skeys: Vec<u64> = (0..10).chain(1000..1010).collect();
+        skeys.push(5);
+        let mut srows: Vec<Vec<f32>> = skeys.iter().map(|&k| row(k, 1)).collect();
+        *srows.last_mut().unwrap() = row(5, 2);
+        let staged = idx.stage_encoded_batch(&skeys, &bytes(&srows), 0).unwrap();
+        assert_eq!(staged.len(), 21);
+        assert_eq!(idx.len(), 100, "{kind:?}");
+        assert_eq!(idx.slot_of(5), Some(old5));
+        assert!(!idx.contains(1003));
+        assert_eq!(idx.get(7).unwrap(), row(7, 0));
+        assert_eq!(idx.slot_count(), before + 21);
+        // Readers bounded to the slots before the batch see none of it.
+        let mut old_slots = sagitta_index::Bitset::new(idx.slot_count());
+        for s in 0..before {
+            old_slots.insert(s);
+        }
+        let o = SearchOptions {
+            filter: Some(&old_slots),
+            exact: true,
+            ..Default::default()
+        };
+        let hits = idx.search(VectorRef::F32(&row(1003, 1)), 5, &o).unwrap();
+        assert!(hits.iter().all(|h| h.key < 100), "{hits:?}");
+        let hits = idx.search(VectorRef::F32(&row(5, 0)), 1, &o).unwrap();
+        assert_eq!((hits[0].key, hits[0].distance), (5, 0.0), "{kind:?}");
+
+        idx.publish(staged);
+        assert_eq!(idx.len(), 110, "{kind:?}");
+        assert_eq!(idx.get(5).unwrap(), row(5, 2), "{kind:?}");
+        assert_eq!(idx.get(7).unwrap(), row(7, 1));
+        assert_eq!(idx.get(1003).unwrap(), row(1003, 1));
+        assert!(idx.view().is_deleted(old5));
+        assert_eq!(idx.view().live_slots().count(), 110, "{kind:?}");
+        let hits = idx
+            .search(VectorRef::F32(&row(5, 2)), 3, &SearchOptions::default())
+            .unwrap();
+        assert_eq!((hits[0].key, hits[0].distance), (5, 0.0), "{kind:?}");
+
+        let dropped = idx
+            .stage_encoded_batch(&[2000, 3], &bytes(&[row(2000, 3), row(3, 3)]), 0)
+            .unwrap();
+        let n = idx.slot_count();
+        idx.abandon(dropped);
+        assert_eq!(idx.len(), 110);
+        assert!(!idx.contains(2000));
+        assert_eq!(idx.get(3).unwrap(), row(3, 1));
+        assert!(idx.view().is_deleted(n as u32 - 1) && idx.view().is_deleted(n as u32 - 2));
+        assert_eq!(idx.view().live_slots().count(), 110);
+    }
+}

@@ -179,7 +179,7 @@ fn every_operator_matches_the_reference_in_every_segment_state() {
         let c = Collection::create(dir.path(), config(kind, 300)).unwrap();
         let mut live: HashSet<u64> = HashSet::new();
         let keys: Vec<u64> = (0..1000).collect();
-        for chunk in keys.chunks(250) {
+        for chunk in keys.chunks(200) {
             upsert(&c, chunk);
             live.extend(chunk);
         }

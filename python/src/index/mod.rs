@@ -402,6 +402,7 @@ impl PyIndex {
                     exact,
                     nprobe,
                     refine,
+                    snapshot: false,
                 };
                 search::batch(r, &refs, k, &opts, radius, single, threads)
             })

@@ -49,17 +49,18 @@ impl Index {
         let r = self
             .space
             .encode(v, scratch.query_buf(stride))
-            .and_then(|()| self.insert_encoded(key, &mut scratch, replace));
+            .and_then(|()| self.insert_encoded(key, &mut scratch, Naming::of(replace)));
         self.scratch.give(scratch);
-        r
+        r.map(|_| ())
     }
 
     pub(super) fn insert_encoded(
         &self,
         key: u64,
         scratch: &mut Scratch,
-        replace: bool,
-    ) -> Result<()> {
+        naming: Naming,
+    ) -> Result<u32> {
+        let replace = naming != Naming::Add;
         // IVF: hold the model for the whole insert (so training, which
         // takes it exclusively, sees every slot either before or after),
         // training first on this one vector when nothing trained it yet.
@@ -133,12 +134,18 @@ impl Index {
             // ready so no search sees both. A key removed meanwhile leaves
             // the new slot dead too; one added meanwhile by a
             // non-replacing insert is a duplicate.
+            if naming == Naming::Staged {
+                // Ready (reachable, so the graph stays whole) but named
+                // by no key until [`Index::publish`].
+                store.ready.set(slot);
+                return Ok(slot as u32);
+            }
             let mut keymap = self.keymap.lock();
             let r = match (keymap.get(&key).copied(), old) {
                 (Some(cur), _) if replace => {
                     store.deleted.set(cur as usize);
                     keymap.insert(key, slot as u32);
-                    Ok(())
+                    Ok(slot as u32)
                 }
                 (Some(_), _) => {
                     store.deleted.set(slot);
@@ -146,12 +153,12 @@ impl Index {
                 }
                 (None, Some(_)) => {
                     store.deleted.set(slot);
-                    Ok(())
+                    Ok(slot as u32)
                 }
                 (None, None) => {
                     keymap.insert(key, slot as u32);
                     self.live.fetch_add(1, Ordering::AcqRel);
-                    Ok(())
+                    Ok(slot as u32)
                 }
             };
             store.ready.set(slot);
@@ -322,12 +329,24 @@ impl Index {
             });
         }
         let mut scratch = self.scratch.take();
+        let r = self.encoded_row(key, stored, &mut scratch, Naming::Replace);
+        self.scratch.give(scratch);
+        r.map(|_| ())
+    }
+
+    /// [`Index::upsert_encoded`]'s insert with the given naming.
+    fn encoded_row(
+        &self,
+        key: u64,
+        stored: &[u8],
+        scratch: &mut Scratch,
+        naming: Naming,
+    ) -> Result<u32> {
+        let (vb, stride) = (self.space.vector_bytes(), self.space.stride());
         let buf = scratch.query_buf(stride);
         buf.fill(0);
         buf[..vb].copy_from_slice(&stored[..vb]);
-        let r = self.insert_encoded(key, &mut scratch, true);
-        self.scratch.give(scratch);
-        r
+        self.insert_encoded(key, scratch, naming)
     }
 
     /// [`Index::upsert_encoded`] for many keys in parallel (`threads` as
@@ -359,6 +378,102 @@ impl Index {
                 })
         };
         with_threads(if keys.len() < 64 { 0 } else { threads }, run)
+    }
+
+    /// Inserts a batch like [`Index::upsert_encoded_batch`], but names
+    /// none of its keys: each row gets a new slot, ready to be walked and
+    /// scanned, while every key keeps the slot it had (or stays absent)
+    /// and [`Index::len`] is unchanged, until [`Index::publish`] names the
+    /// new slots all at once. A caller that bounds its readers to the
+    /// slots below [`Index::slot_count`] as it was before the batch
+    /// (everything earlier is published) thus sees the whole batch or
+    /// none of it, and never a key without a slot. Rows are staged in
+    /// batch order of their slots; on an error the rows staged so far
+    /// are dead and nothing is named. Writes into one index are not
+    /// interleaved with a staged batch (the caller serialises them).
+    pub fn stage_encoded_batch(
+        &self,
+        keys: &[u64],
+        stored: &[u8],
+        threads: usize,
+    ) -> Result<Staged> {
+        let stride = self.space.stride();
+        if stored.len() != keys.len() * stride {
+            return Err(IndexError::InvalidParameter {
+                name: "stored",
+                value: stored.len().to_string(),
+                reason: "must hold one stride-long row per key",
+            });
+        }
+        if self.keeps_full_precision() {
+            return Err(IndexError::InvalidParameter {
+                name: "stored",
+                value: "quantized row".into(),
+                reason: "an index keeping full precision needs float input (add / upsert)",
+            });
+        }
+        if !self.is_trained() && !keys.is_empty() {
+            let rows: Vec<f32> = stored
+                .chunks_exact(stride)
+                .flat_map(|r| self.stored_floats(r))
+                .collect();
+            with_threads(threads, || self.train(&rows, &mut |_| {}))?;
+        }
+        self.reserve(keys.len())?;
+        let run = || {
+            keys.par_iter()
+                .zip(stored.par_chunks_exact(stride.max(1)))
+                .map(|(&k, v)| {
+                    crate::sched::foreground::step();
+                    let mut scratch = self.scratch.take();
+                    let r = self.encoded_row(k, v, &mut scratch, Naming::Staged);
+                    self.scratch.give(scratch);
+                    r
+                })
+                .collect::<Vec<Result<u32>>>()
+        };
+        let slots = with_threads(if keys.len() < 64 { 0 } else { threads }, || Ok(run()))?;
+        let mut staged = Staged {
+            rows: Vec::with_capacity(keys.len()),
+        };
+        let mut failed = None;
+        for (&k, r) in keys.iter().zip(slots) {
+            match r {
+                Ok(slot) => staged.rows.push((k, slot)),
+                Err(e) => {
+                    failed.get_or_insert(e);
+                }
+            }
+        }
+        match failed {
+            None => Ok(staged),
+            Some(e) => {
+                self.abandon(staged);
+                Err(e)
+            }
+        }
+    }
+
+    /// Names the slots of a staged batch ([`Index::stage_encoded_batch`]),
+    /// in batch order (a key staged twice ends on its last row): each key
+    /// now names its new slot and its previous slot, if any, is dead.
+    pub fn publish(&self, staged: Staged) {
+        let store = self.store.read();
+        let mut keymap = self.keymap.lock();
+        for (key, slot) in staged.rows {
+            match keymap.insert(key, slot) {
+                Some(old) => _ = store.deleted.set(old as usize),
+                None => _ = self.live.fetch_add(1, Ordering::AcqRel),
+            }
+        }
+    }
+
+    /// Drops a staged batch: its slots are dead, no key changes.
+    pub fn abandon(&self, staged: Staged) {
+        let store = self.store.read();
+        for (_, slot) in staged.rows {
+            store.deleted.set(slot as usize);
+        }
     }
 
     /// Upserts rows given as f32 bytes (`row_stride` bytes per key, the
@@ -458,5 +573,53 @@ impl Index {
     /// index holds no live row.
     pub(super) fn check_k(&self, k: usize) -> Result<usize> {
         crate::limits::check_k(k, self.len())
+    }
+}
+
+/// How an insert names its key's new slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Naming {
+    /// A key already present is [`IndexError::DuplicateKey`].
+    Add,
+    /// The key names the new slot; its previous one dies.
+    Replace,
+    /// No key names the slot yet ([`Index::stage_encoded_batch`]).
+    Staged,
+}
+
+impl Naming {
+    fn of(replace: bool) -> Naming {
+        if replace {
+            Naming::Replace
+        } else {
+            Naming::Add
+        }
+    }
+}
+
+/// Rows inserted by [`Index::stage_encoded_batch`] and not yet named:
+/// (key, slot) in batch order. Hand it to [`Index::publish`] or
+/// [`Index::abandon`]; dropped, its slots stay unnamed and live to a walk
+/// (a caller that bounds its readers by slot never sees them).
+#[derive(Debug, Default)]
+#[must_use = "publish or abandon a staged batch"]
+pub struct Staged {
+    rows: Vec<(u64, u32)>,
+}
+
+impl Staged {
+    /// The (key, slot) of each row, in batch order.
+    pub fn rows(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.rows.iter().copied()
+    }
+
+    /// Rows staged.
+    pub fn len(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Whether nothing was staged.
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
     }
 }

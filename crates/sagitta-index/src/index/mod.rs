@@ -137,12 +137,13 @@ mod ivf_rq;
 mod params;
 mod slots;
 
+pub use insert::Staged;
 use ivf_rq::IvfState;
 pub use ivf_rq::{IvfExport, IvfListData};
 pub use params::{HnswParams, IndexKind, SearchOptions};
 pub use slots::IndexView;
 pub(crate) use slots::KeyHasher;
-use slots::{read_list, write_list, Graph, KeyMap, Links, Store};
+use slots::{read_list, write_list, Graph, KeyMap, Links, Published, Store};
 
 /// The mutable in-memory index. See the module docs.
 pub struct Index {
@@ -467,7 +468,11 @@ impl IndexRead for Index {
         k: usize,
         opts: &SearchOptions<'_>,
     ) -> Result<Vec<Neighbor>> {
-        let k = self.check_k(k)?;
+        // A snapshot filter may allow rows deleted since: up to every slot.
+        let k = match opts.filter {
+            Some(_) if opts.snapshot => crate::limits::check_k(k, self.slot_count())?,
+            _ => self.check_k(k)?,
+        };
         if k == 0 {
             return Ok(Vec::new());
         }
@@ -497,16 +502,14 @@ impl IndexRead for Index {
             return Ok(out);
         }
         let mut s = self.scratch.take();
-        let result = plan::execute(
-            &view,
-            &self.space,
-            &self.dist,
-            query,
-            k,
-            plan,
-            opts.filter,
-            &mut s,
-        );
+        let (space, dist) = (&self.space, &self.dist);
+        let result = match opts.filter {
+            Some(f) if opts.snapshot => {
+                let view = Published(view);
+                plan::execute(&view, space, dist, query, k, plan, Some(f), &mut s)
+            }
+            f => plan::execute(&view, space, dist, query, k, plan, f, &mut s),
+        };
         drop(guard);
         self.scratch.give(s);
         result

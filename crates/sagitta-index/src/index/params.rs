@@ -115,4 +115,11 @@ pub struct SearchOptions<'a> {
     /// over codes with full-precision rows the best `max(2k, 16)` of the
     /// beam (see [`crate::plan::plan`]).
     pub refine: Option<usize>,
+    /// The filter is a snapshot of the live slots of a mutable index,
+    /// taken by a reader before the search (with a filter only; IVF
+    /// partitions ignore it): every slot it allows may be returned, one
+    /// deleted or replaced since included, so that a write landing while
+    /// the search runs takes nothing out of the reader's snapshot (the
+    /// index tombstones in place).
+    pub snapshot: bool,
 }

@@ -224,6 +224,48 @@ impl GraphView for Graph<'_> {
     }
 }
 
+/// A [`Graph`] whose slots are live once published, deleted or not: the
+/// view of a search whose filter is the caller's snapshot of the live
+/// slots ([`crate::SearchOptions::snapshot`]).
+#[derive(Clone, Copy)]
+pub(super) struct Published<'a>(pub(super) Graph<'a>);
+
+impl GraphView for Published<'_> {
+    fn slots(&self) -> usize {
+        self.0.slots()
+    }
+    #[inline]
+    fn vector(&self, slot: u32) -> &[u8] {
+        self.0.vector(slot)
+    }
+    fn key(&self, slot: u32) -> u64 {
+        self.0.key(slot)
+    }
+    #[inline]
+    fn is_live(&self, slot: u32) -> bool {
+        self.0.store.ready.get(slot as usize)
+    }
+    #[inline]
+    fn level(&self, slot: u32) -> usize {
+        self.0.level(slot)
+    }
+    fn entry_point(&self) -> Option<(u32, usize)> {
+        self.0.entry_point()
+    }
+    #[inline]
+    fn neighbors(&self, level: usize, slot: u32, out: &mut Vec<u32>) {
+        self.0.neighbors(level, slot, out)
+    }
+    #[inline]
+    fn prefetch_links(&self, level: usize, slot: u32) {
+        self.0.prefetch_links(level, slot)
+    }
+    #[inline]
+    fn full(&self, slot: u32) -> Option<&[u8]> {
+        self.0.full(slot)
+    }
+}
+
 /// A read guard over an index that implements [`GraphView`]; used to
 /// serialise the index into a segment file. Holds a shared lock: inserts
 /// that need to grow the index wait until it is dropped.

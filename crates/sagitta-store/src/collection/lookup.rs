@@ -6,7 +6,9 @@
 //! each key leaving the batch once found; with several parts, a key that
 //! a segment's in-memory key filter rules out is not searched there), so
 //! the cost of a present key barely grows with the number of segments it
-//! is not in.
+//! is not in. Keys are located while no write becomes visible (each
+//! write seen whole or not at all, as by a search); the rows are then
+//! read by slot, and a slot's row never changes.
 
 use super::{Collection, State};
 use crate::bloom::Bloom;
@@ -19,8 +21,8 @@ use sagitta_index::{GraphView, IndexRead};
 enum Loc {
     /// Not live.
     Missing,
-    /// In the mutable part.
-    Active,
+    /// In the mutable part at `slot`.
+    Active { slot: u32 },
     /// In `parts[part]` at `slot`.
     Part { part: usize, slot: u32 },
 }
@@ -49,8 +51,8 @@ impl State {
             if !bloom.may_contain(k) {
                 continue;
             }
-            if self.active.contains(k) {
-                out[i] = Loc::Active;
+            if let Some(slot) = self.active.slot_of(k) {
+                out[i] = Loc::Active { slot };
             } else if !self.parts.is_empty() {
                 pending.push((k, i as u32));
             }
@@ -126,13 +128,13 @@ impl Collection {
         if !self.inner.bloom.read().may_contain(key) {
             return false;
         }
-        let st = self.inner.snapshot();
+        let (_g, st) = self.inner.visible_state();
         st.active.contains(key) || st.holder(key).is_some()
     }
 
     /// [`Collection::contains`] of each key, routed in one pass per part.
     pub fn contains_many(&self, keys: &[u64]) -> Vec<bool> {
-        let st = self.inner.snapshot();
+        let (_g, st) = self.inner.visible_state();
         let locs = st.locate(&self.inner.bloom.read(), keys);
         locs.into_iter().map(|l| l != Loc::Missing).collect()
     }
@@ -144,7 +146,7 @@ impl Collection {
         if !self.inner.bloom.read().may_contain(key) {
             return None;
         }
-        let st = self.inner.snapshot();
+        let (_g, st) = self.inner.visible_state();
         let vb = self.inner.config.space.vector_bytes();
         st.active
             .get_raw(key)
@@ -153,9 +155,10 @@ impl Collection {
 
     /// [`Collection::get_raw`] of each key, routed in one pass per part.
     pub fn get_raw_many(&self, keys: &[u64]) -> Vec<Option<Vec<u8>>> {
-        let st = self.inner.snapshot();
+        let (g, st) = self.inner.visible_state();
         let vb = self.inner.config.space.vector_bytes();
         let locs = st.locate(&self.inner.bloom.read(), keys);
+        drop(g);
         // Every row hinted before any is copied: their cache misses overlap.
         for loc in &locs {
             if let Loc::Part { part, slot } = *loc {
@@ -166,10 +169,9 @@ impl Collection {
             }
         }
         locs.into_iter()
-            .zip(keys)
-            .map(|(loc, &k)| match loc {
+            .map(|loc| match loc {
                 Loc::Missing => None,
-                Loc::Active => st.active.get_raw(k),
+                Loc::Active { slot } => Some(st.active.view().vector(slot)[..vb].to_vec()),
                 Loc::Part { part, slot } => {
                     let row = |g: &dyn GraphView| {
                         let r = g.full(slot).unwrap_or_else(|| g.vector(slot));
@@ -186,9 +188,10 @@ impl Collection {
     /// payload.
     pub fn payload_rows(&self, keys: &[u64]) -> Result<Vec<Option<Row>>> {
         let c = &*self.inner;
-        let st = c.snapshot();
+        let (g, st) = c.visible_state();
         let schema = c.schema.read().clone();
         let locs = st.locate(&c.bloom.read(), keys);
+        drop(g);
         // Every row's first read hinted before any is decoded: their cache
         // misses overlap.
         for loc in &locs {
@@ -197,15 +200,9 @@ impl Collection {
             }
         }
         locs.into_iter()
-            .zip(keys)
-            .map(|(loc, &k)| match loc {
+            .map(|loc| match loc {
                 Loc::Missing => Ok(None),
-                // Deleted since it was located (the mutable part changes
-                // under the snapshot): missing, not an empty row.
-                Loc::Active => Ok(st
-                    .active
-                    .slot_of(k)
-                    .map(|slot| st.rows.get(slot).unwrap_or_default())),
+                Loc::Active { slot } => Ok(Some(st.rows.get(slot).unwrap_or_default())),
                 Loc::Part { part, slot } => st.parts[part].payload_row(&schema, slot).map(Some),
             })
             .collect()
@@ -222,8 +219,9 @@ impl Collection {
         col: usize,
     ) -> Result<Vec<Option<Value>>> {
         let c = &*self.inner;
-        let st = c.snapshot();
+        let (g, st) = c.visible_state();
         let locs = st.locate(&c.bloom.read(), keys);
+        drop(g);
         // Each part's reader made once; every value hinted before any is
         // read, so their cache misses overlap.
         let mut fields: Vec<Option<super::part::FieldIn>> = vec![None; st.parts.len()];
@@ -239,11 +237,9 @@ impl Collection {
         }
         Ok(locs
             .into_iter()
-            .zip(keys)
-            .map(|(loc, &k)| match loc {
+            .map(|loc| match loc {
                 Loc::Missing => None,
-                // Deleted since it was located (see payload_rows).
-                Loc::Active => st.active.slot_of(k).map(|slot| st.rows.value(slot, col)),
+                Loc::Active { slot } => Some(st.rows.value(slot, col)),
                 Loc::Part { part, slot } => fields[part].as_ref().map(|f| f.value(slot)),
             })
             .collect())

@@ -233,6 +233,13 @@ pub(crate) struct Inner {
     schema: RwLock<Schema>,
     bloom: RwLock<Bloom>,
     writer: Mutex<Option<Writer>>,
+    /// What a read may see changes only under this lock's write side: a
+    /// write makes its new rows visible, retires the rows they replace
+    /// and kills the keys it removes all at once ([`Inner::publish`]),
+    /// and a read takes its snapshot of every part under the read side
+    /// ([`Inner::view`], lookups), so it sees each write whole or not at
+    /// all. Held for no I/O and no index insert, only for those flips.
+    visible: RwLock<()>,
     /// The manifest last committed; its lock serialises commits (taken
     /// before the writer lock, never while holding it).
     manifest: Mutex<Manifest>,
@@ -425,6 +432,7 @@ impl Collection {
             schema: RwLock::new(schema),
             bloom: RwLock::new(bloom),
             writer: Mutex::new(None),
+            visible: RwLock::new(()),
             manifest: Mutex::new(manifest.clone()),
             next_id: AtomicU64::new(manifest.next_segment_id),
             build_ef,
@@ -683,8 +691,18 @@ fn take_lock(dir: &Path) -> Result<File> {
 }
 
 impl Inner {
+    /// The current state, for the writer and the optimizer; a read takes
+    /// [`Inner::visible_state`] or [`Inner::view`] instead.
     fn snapshot(&self) -> Arc<State> {
         self.state.read().clone()
+    }
+
+    /// The current state with the guard under which no write becomes
+    /// visible: what the mutable part's key map and the parts' dead sets
+    /// say while it is held is one moment between whole writes.
+    fn visible_state(&self) -> (parking_lot::RwLockReadGuard<'_, ()>, Arc<State>) {
+        let g = self.visible.read();
+        (g, self.snapshot())
     }
 
     fn writable(&self, op: &'static str) -> Result<()> {

@@ -8,7 +8,7 @@ use super::{Collection, State};
 use crate::error::Result;
 use crate::filter::Bound;
 use crate::payload::{Row, Schema};
-use sagitta_index::{Bitset, GraphView, IndexRead};
+use sagitta_index::{Bitset, GraphView};
 use std::sync::Arc;
 
 /// Rows of one scan batch.
@@ -58,25 +58,27 @@ impl Collection {
     /// after this call are not returned; a row removed or replaced during
     /// the scan may or may not be.
     pub fn scan(&self, pred: Option<&Bound>, batch: usize) -> Result<Scan> {
-        let st = self.inner.snapshot();
+        let v = self.inner.view();
+        let st = &v.st;
         let masks = match pred {
             None => vec![None; st.parts.len() + 1],
             Some(_) => self
                 .inner
-                .segments(&st, None, pred)?
+                .segments(&v, None, pred)?
                 .into_iter()
                 .map(|s| s.combined)
                 .collect(),
         };
         Ok(Scan {
-            active_slots: st.active.slot_count() as u32,
+            // Slots past the completed ones belong to a write in flight.
+            active_slots: st.rows.complete.load(std::sync::atomic::Ordering::Acquire) as u32,
             masks,
             schema: self.inner.schema.read().clone(),
             part: 0,
             next: 0,
             batch: batch.max(1),
             vb: self.inner.config.space.vector_bytes(),
-            st,
+            st: v.st.clone(),
         })
     }
 }

@@ -16,6 +16,57 @@ use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// One moment of the collection as a read sees it: the state, and what
+/// of it was visible, taken together while no write became visible
+/// ([`Inner::view`]). Every part of one read (both legs of a hybrid
+/// query, a count, a search and the rows it returns) uses one view, so it
+/// sees each write whole or not at all: never a key twice or a key
+/// missing because a write replacing it was half done.
+pub(super) struct View {
+    pub st: Arc<State>,
+    /// The mutable part's slots the read may return: named by a key when
+    /// the view was taken (written by a write that had completed, not
+    /// replaced or removed since).
+    cut: Bitset,
+    /// Each immutable part's dead set at that moment.
+    dead: Vec<Arc<Dead>>,
+}
+
+impl View {
+    /// Live rows in the view.
+    pub fn live(&self) -> usize {
+        self.cut.count()
+            + self
+                .st
+                .parts
+                .iter()
+                .zip(&self.dead)
+                .map(|(p, d)| p.read().len().saturating_sub(d.keys.len()))
+                .sum::<usize>()
+    }
+}
+
+impl Inner {
+    /// The view of the collection now (see [`View`]).
+    pub(super) fn view(&self) -> View {
+        let (_g, st) = self.visible_state();
+        let done = st.rows.complete.load(Ordering::Acquire);
+        let live = st.active.view().live_slots();
+        let mut words = live.words().to_vec();
+        let n = live.len().min(done);
+        words.truncate(n.div_ceil(64));
+        if !n.is_multiple_of(64) {
+            if let Some(last) = words.last_mut() {
+                *last &= (1u64 << (n % 64)) - 1;
+            }
+        }
+        words.resize(live.len().div_ceil(64), 0);
+        let cut = Bitset::from_words(words, live.len());
+        let dead = st.parts.iter().map(|p| p.dead()).collect();
+        View { st, cut, dead }
+    }
+}
+
 /// One part as a search sees it.
 pub(super) struct Seg<'a> {
     pub seg: &'a dyn IndexRead,
@@ -43,9 +94,15 @@ impl Seg<'_> {
         k: usize,
         opts: &CollectionSearch<'_>,
     ) -> Result<Vec<Neighbor>> {
+        // The mutable part has fewer rows than the view when rows were
+        // removed since: its cut still allows them (a snapshot filter).
+        let now = match self.part {
+            Some(_) => self.seg.len(),
+            None => usize::MAX,
+        };
         let kk = k
             .min(self.live)
-            .min(self.seg.len())
+            .min(now)
             .min(self.allowed.unwrap_or(usize::MAX));
         if kk == 0 {
             return Ok(Vec::new());
@@ -56,6 +113,7 @@ impl Seg<'_> {
             exact: opts.exact,
             nprobe: opts.nprobe,
             refine: opts.refine,
+            snapshot: self.part.is_none(),
         };
         let found = self.seg.search(q, kk, &o)?;
         if found.len() < kk && !opts.exact && self.combined.is_some() {
@@ -68,34 +126,6 @@ impl Seg<'_> {
                 .search(q, kk, &SearchOptions { exact: true, ..o })?);
         }
         Ok(found)
-    }
-
-    /// Restricts the mutable part (`self`, the first part of `st`'s
-    /// segments) to the rows whose writes had completed (vector, payload
-    /// and text) and were live at this moment: each key then has at most
-    /// one slot this part can return, and that slot's row never changes,
-    /// however many writes land while the search runs.
-    pub(super) fn cut_active(&mut self, st: &State) {
-        let done = st.rows.complete.load(Ordering::Acquire);
-        let live = st.active.view().live_slots();
-        let mut words = live.words().to_vec();
-        let n = live.len().min(done);
-        words.truncate(n.div_ceil(64));
-        if !n.is_multiple_of(64) {
-            if let Some(last) = words.last_mut() {
-                *last &= (1u64 << (n % 64)) - 1;
-            }
-        }
-        words.resize(live.len().div_ceil(64), 0);
-        let cut = Bitset::from_words(words, live.len());
-        let combined = match self.combined.take() {
-            Some(c) => c.and(&cut),
-            None => cut,
-        };
-        let allowed = combined.count();
-        self.live = allowed;
-        self.allowed = Some(allowed);
-        self.combined = Some(combined);
     }
 
     fn filter(&self) -> Option<&Bitset> {
@@ -129,38 +159,41 @@ impl Seg<'_> {
 }
 
 impl Inner {
-    /// Every part of `st` with the slots a search or count may return:
-    /// the caller's keys, the payload predicate and the dead set, ANDed.
+    /// Every part of the view `v` with the slots a search or count may
+    /// return: the view's, the caller's keys and the payload predicate,
+    /// ANDed. The mutable part always has its slots listed (the view's
+    /// cut: each key there has one slot, whose row never changes however
+    /// many writes land while the read runs).
     pub(super) fn segments<'s>(
         &self,
-        st: &'s State,
+        v: &'s View,
         keys: Option<&[u64]>,
         pred: Option<&Bound>,
     ) -> Result<Vec<Seg<'s>>> {
+        let st = &*v.st;
         let mut out = Vec::with_capacity(st.parts.len() + 1);
         // The mutable part: rows are evaluated in place.
         {
             let active = &*st.active;
-            let mut combined = keys.map(|k| active.filter_for_keys(k));
-            if let Some(b) = pred {
-                let live = active.view().live_slots();
-                let f = st.rows.matching(b, live.len()).and(&live);
-                combined = Some(match combined {
-                    None => f,
-                    Some(c) => c.and(&f),
-                });
+            let mut combined = v.cut.clone();
+            if let Some(k) = keys {
+                combined = combined.and(&active.filter_for_keys(k));
             }
+            if let Some(b) = pred {
+                combined = combined.and(&st.rows.matching(b, combined.len()));
+            }
+            let allowed = combined.count();
             out.push(Seg {
                 seg: active,
                 part: None,
-                live: active.len(),
+                live: allowed,
                 dead: None,
-                allowed: combined.as_ref().map(Bitset::count),
-                combined,
+                allowed: Some(allowed),
+                combined: Some(combined),
             });
         }
-        for s in &st.parts {
-            let dead = s.dead();
+        for (s, dead) in st.parts.iter().zip(&v.dead) {
+            let dead = dead.clone();
             let read = s.read();
             let mut combined: Option<Bitset> = keys.map(|k| read.filter_for_keys(k));
             if let Some(b) = pred {
@@ -198,7 +231,7 @@ impl Inner {
             out.push(Seg {
                 seg: read,
                 part: Some(s),
-                live: s.live_len(),
+                live: read.len().saturating_sub(dead.keys.len()),
                 allowed: combined.as_ref().map(Bitset::count),
                 combined,
                 dead: Some(dead),
@@ -212,8 +245,11 @@ impl Collection {
     /// Live vectors whose payload passes `pred` (all live vectors for
     /// `None`).
     pub fn count(&self, pred: Option<&Bound>) -> Result<usize> {
-        let st = self.inner.snapshot();
-        let segs = self.inner.segments(&st, None, pred)?;
+        let Some(pred) = pred else {
+            return Ok(self.len());
+        };
+        let v = self.inner.view();
+        let segs = self.inner.segments(&v, None, Some(pred))?;
         Ok(segs.iter().map(|s| s.allowed.unwrap_or(s.live)).sum())
     }
 
@@ -223,11 +259,11 @@ impl Collection {
         let Some(pred) = pred else {
             return Ok(self.keys().collect());
         };
-        let st = self.inner.snapshot();
-        let segs = self.inner.segments(&st, None, Some(pred))?;
+        let v = self.inner.view();
+        let segs = self.inner.segments(&v, None, Some(pred))?;
         let mut out = Vec::new();
         if let Some(c) = &segs[0].combined {
-            let view = st.active.view();
+            let view = v.st.active.view();
             out.extend(c.iter().map(|slot| view.key(slot as u32)));
         }
         for s in &segs[1..] {
@@ -249,9 +285,10 @@ impl Collection {
         rows_table(&schema, rows, columns)
     }
 
-    /// Live vectors.
+    /// Live vectors (at one moment between whole writes).
     pub fn len(&self) -> usize {
-        self.inner.snapshot().live()
+        let (_g, st) = self.inner.visible_state();
+        st.live()
     }
 
     /// Whether no vector is live.
@@ -281,13 +318,13 @@ impl Collection {
         // Write and build threads give way while this search runs (and
         // for a moment after it).
         let _running = sagitta_index::sched::foreground::search();
-        let st = self.inner.snapshot();
-        let k = crate::limits::check_k(k, st.live())?;
+        let v = self.inner.view();
+        let k = crate::limits::check_k(k, v.live())?;
         crate::limits::check_knobs(opts.ef, opts.nprobe, opts.refine)?;
         if k == 0 {
             return Ok(vec![Vec::new(); queries.len()]);
         }
-        let segs = self.inner.segments(&st, opts.filter, opts.predicate)?;
+        let segs = self.inner.segments(&v, opts.filter, opts.predicate)?;
         self.dense_in(&segs, queries, k, opts)
     }
 
@@ -311,11 +348,11 @@ impl Collection {
         }
         let opts = &q.opts;
         let _running = sagitta_index::sched::foreground::search();
-        let st = self.inner.snapshot();
-        let k = crate::limits::check_k(q.k, st.live())?;
+        let v = self.inner.view();
+        let st = &*v.st;
+        let k = crate::limits::check_k(q.k, v.live())?;
         crate::limits::check_knobs(opts.ef, opts.nprobe, opts.refine)?;
-        let mut segs = self.inner.segments(&st, opts.filter, opts.predicate)?;
-        segs[0].cut_active(&st);
+        let segs = self.inner.segments(&v, opts.filter, opts.predicate)?;
         let found = if k == 0 {
             vec![Vec::new(); q.vectors.len()]
         } else {
@@ -327,7 +364,7 @@ impl Collection {
         let vb = with_vectors.then(|| self.inner.config.space.vector_bytes());
         let rows = found
             .iter()
-            .map(|f| self.rows_found(&st, &segs, f, &schema, vb))
+            .map(|f| self.rows_found(st, &segs, f, &schema, vb))
             .collect::<Result<_>>()?;
         Ok(SearchRows {
             schema,
@@ -541,7 +578,8 @@ impl Collection {
             0
         };
         let active = st.active.clone();
-        let active_slots = active.slot_count() as u32;
+        // Slots past the completed ones belong to a write in flight.
+        let active_slots = st.rows.complete.load(Ordering::Acquire) as u32;
         let active_iter = (0..active_slots).filter_map(move |slot| {
             let view = active.view();
             if !view.is_live(slot) {
@@ -631,7 +669,7 @@ fn dense_tagged(
 }
 
 /// The slot of the mutable part's `view` holding `key` among the slots
-/// `cut` allows ([`Seg::cut_active`]: at most one per key): `now`, where
+/// `cut` allows ([`View`]'s cut: at most one per key): `now`, where
 /// the key is now, unless it was overwritten or removed since the cut,
 /// then found by a walk of the cut.
 fn active_slot(

@@ -4,13 +4,11 @@
 //! live, not dead, passing the key filter and payload predicate), the
 //! dense leg (the ordinary kNN search), and their fusion.
 //!
-//! Both legs of a query read one snapshot: the same parts, the same dead
-//! sets, and of the mutable part the same rows (those whose writes had
-//! completed, vector and text, when the query began; see
-//! [`cut_active`]). Rows written while the query runs are seen by neither
-//! leg. One gap is left: a row of the mutable part deleted while the
-//! query runs can still drop out of the leg that runs after the delete
-//! (the mutable part's tombstones are set in place).
+//! Both legs of a query read one view ([`super::search::View`]): the same
+//! parts, the same dead sets, and of the mutable part the same slots
+//! (those named by a key when the query began). Rows written while the
+//! query runs are seen by neither leg, and rows replaced or removed
+//! while it runs stay in both.
 
 use super::part::Body;
 use super::search::Seg;
@@ -18,13 +16,12 @@ use super::{Collection, State};
 use crate::error::{Result, StoreError};
 use crate::request::{CollectionSearch, Query};
 use parking_lot::RwLockReadGuard;
-use sagitta_index::{Bitset, GraphView, VectorRef};
+use sagitta_index::{GraphView, VectorRef};
 use sagitta_text::{
     fuse, Accumulator, FieldRead, Fused, Fusion, MemText, TextQuery, TextSection, Wanted,
     MAX_TEXT_BYTES,
 };
 use std::cell::RefCell;
-use std::sync::atomic::Ordering;
 
 /// A row of a text or hybrid search.
 pub type TextHit = Fused;
@@ -71,9 +68,9 @@ impl Collection {
         opts: &CollectionSearch<'_>,
     ) -> Result<Vec<(u64, f32)>> {
         check_text(text)?;
-        let st = self.inner.snapshot();
-        let segs = self.inner.segments(&st, opts.filter, opts.predicate)?;
-        self.text_leg_in(&st, &segs, text, depth)
+        let v = self.inner.view();
+        let segs = self.inner.segments(&v, opts.filter, opts.predicate)?;
+        self.text_leg_in(&v.st, &segs, text, depth)
     }
 
     /// The BM25 leg over the parts `segs` of the snapshot `st`.
@@ -188,16 +185,16 @@ impl Collection {
             ));
         }
         let _running = sagitta_index::sched::foreground::search();
-        let st = self.inner.snapshot();
-        let mut segs = self.inner.segments(&st, q.opts.filter, q.opts.predicate)?;
-        cut_active(&st, &mut segs[0]);
+        let v = self.inner.view();
+        let st = &*v.st;
+        let segs = self.inner.segments(&v, q.opts.filter, q.opts.predicate)?;
         let live: usize = segs.iter().map(|s| s.allowed.unwrap_or(s.live)).sum();
         let k = crate::limits::check_k(q.k, live)?;
         if k == 0 {
             return Ok(Vec::new());
         }
         let text_hits = if want_text {
-            self.text_leg_in(&st, &segs, text, depth)?
+            self.text_leg_in(st, &segs, text, depth)?
         } else {
             Vec::new()
         };
@@ -220,33 +217,6 @@ impl Collection {
         }
         Ok(hits)
     }
-}
-
-/// Restricts the mutable part of a query's snapshot to the rows whose
-/// writes had completed (vector, payload and text) when the query began
-/// and were live then, so that every leg of the query sees the same rows
-/// of it however many writes land while it runs.
-fn cut_active(st: &State, seg: &mut Seg<'_>) {
-    let done = st.rows.complete.load(Ordering::Acquire);
-    let live = st.active.view().live_slots();
-    let mut words = live.words().to_vec();
-    let n = live.len().min(done);
-    words.truncate(n.div_ceil(64));
-    if !n.is_multiple_of(64) {
-        if let Some(last) = words.last_mut() {
-            *last &= (1u64 << (n % 64)) - 1;
-        }
-    }
-    words.resize(live.len().div_ceil(64), 0);
-    let cut = Bitset::from_words(words, live.len());
-    let combined = match seg.combined.take() {
-        Some(c) => c.and(&cut),
-        None => cut,
-    };
-    let allowed = combined.count();
-    seg.live = allowed;
-    seg.allowed = Some(allowed);
-    seg.combined = Some(combined);
 }
 
 /// Appends the `depth` best accepted hits of one part (live, not dead, in
@@ -282,14 +252,15 @@ fn collect_allowed(
     };
     match s.part.map(|p| &p.body) {
         Some(Body::Sealed { seg, .. }) => run(&|slot| seg.is_live(slot), &|slot| seg.key(slot)),
-        // A frozen part or the mutable one: an in-memory index.
-        body => {
-            let index = match body {
-                Some(Body::Frozen { index, .. }) => index,
-                _ => active,
-            };
+        Some(Body::Frozen { index, .. }) => {
             let v = index.view();
             run(&|slot| v.is_live(slot), &|slot| v.key(slot));
+        }
+        // The mutable part: the view's cut alone says which slots are
+        // live (a slot replaced or removed since is still the query's).
+        None => {
+            let v = active.view();
+            run(&|_| true, &|slot| v.key(slot));
         }
     }
 }

@@ -260,9 +260,18 @@ impl Inner {
         let stride = self.config.space.stride();
         let mut start = 0;
         while start < puts.keys.len() {
+            // A write that fits in a part goes into the mutable part
+            // whole (which may then hold up to twice a part), so that
+            // reads see it whole; a larger one fills the mutable part
+            // and each part after it, and is seen part by part.
+            let left = puts.keys.len() - start;
             let used = self.snapshot().active.slot_count() as u64;
-            let room = per_segment.saturating_sub(used).max(1) as usize;
-            let end = (start + room).min(puts.keys.len());
+            let take = if left as u64 <= per_segment {
+                left
+            } else {
+                per_segment.saturating_sub(used).max(1) as usize
+            };
+            let end = start + take;
             self.write_piece(
                 w,
                 &puts.keys[start..end],
@@ -439,57 +448,69 @@ impl Inner {
                 bloom.insert(k);
             }
         }
-        // The payload rows' lock is taken before the new vectors become
-        // visible and let go once their rows are written: a reader that
-        // finds a new slot reads its row after that, never an empty one
-        // (no reader holds the index's lock while it waits for this one).
-        let locked = rows.map(|r| (r, state.rows.rows.write()));
-        state.active.upsert_encoded_batch(keys, stored, 0)?;
-        if let Some((rows, mut slots)) = locked {
+        // The vectors go into new slots that no key names yet and no
+        // read returns (past the mutable part's completed slots), and
+        // their payload rows and texts beside them: the slow part of the
+        // write runs while reads go on, seeing none of it.
+        let staged = state.active.stage_encoded_batch(keys, stored, 0)?;
+        if let Some(rows) = rows {
             let schema = state.rows.text.as_ref().map(|_| self.schema.read().clone());
             let mut docs: Vec<(u32, &[Value])> = Vec::new();
             {
+                let mut slots = state.rows.rows.write();
                 slots.resize(state.active.slot_count(), None);
-                for (k, r) in keys.iter().zip(rows) {
-                    if let Some(slot) = state.active.slot_of(*k) {
-                        if let Some(x) = slots.get_mut(slot as usize) {
-                            *x = (!r.is_empty()).then(|| r.clone());
-                        }
-                        if schema.is_some() {
-                            docs.push((slot, r));
-                        }
+                for ((_, slot), r) in staged.rows().zip(rows) {
+                    if let Some(x) = slots.get_mut(slot as usize) {
+                        *x = (!r.is_empty()).then(|| r.clone());
+                    }
+                    if schema.is_some() {
+                        docs.push((slot, r));
                     }
                 }
-                drop(slots);
             }
             if let Some(schema) = &schema {
                 state.rows.index_text(schema, &docs);
             }
         }
-        // Writes are serialised (writer lock, or replay): every slot
-        // claimed so far now has its final row.
-        state.rows.mark_complete(state.active.slot_count());
-        kill_in(&state.parts, &kills);
+        // Then all at once: the keys name their new slots (their old
+        // ones in this part die), every slot claimed so far is complete
+        // (writes are serialised: writer lock, or replay), and the old
+        // versions in the immutable parts die.
+        self.publish(|| {
+            state.active.publish(staged);
+            state.rows.mark_complete(state.active.slot_count());
+            kill_in(&state.parts, &kills);
+        });
         Ok(())
     }
 
+    /// Runs `flip` (a write's change to what reads see) while no read
+    /// takes its snapshot ([`Inner::visible`]).
+    fn publish(&self, flip: impl FnOnce()) {
+        let _g = self.visible.write();
+        flip();
+    }
+
+    /// Removes `keys`, all visible at once.
     fn apply_removes(&self, state: &State, keys: &[u64]) -> usize {
-        let mut kills: HashMap<u64, Vec<u64>> = HashMap::new();
         let mut removed = 0;
-        let bloom = self.bloom.read();
-        for &k in keys {
-            if !bloom.may_contain(k) {
-                continue;
+        self.publish(|| {
+            let mut kills: HashMap<u64, Vec<u64>> = HashMap::new();
+            let bloom = self.bloom.read();
+            for &k in keys {
+                if !bloom.may_contain(k) {
+                    continue;
+                }
+                if state.active.remove(k) {
+                    removed += 1;
+                } else if let Some(s) = state.holder(k) {
+                    kills.entry(s.id).or_default().push(k);
+                    removed += 1;
+                }
             }
-            if state.active.remove(k) {
-                removed += 1;
-            } else if let Some(s) = state.holder(k) {
-                kills.entry(s.id).or_default().push(k);
-                removed += 1;
-            }
-        }
-        drop(bloom);
-        kill_in(&state.parts, &kills);
+            drop(bloom);
+            kill_in(&state.parts, &kills);
+        });
         removed
     }
 
