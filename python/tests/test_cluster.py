@@ -4,6 +4,10 @@ equal a single-node collection over the same rows, searches keep
 answering and no acknowledged write is lost when a node's processes are
 SIGKILLed mid-load, replication is restored on the live nodes, a node
 that joins gets replicas by rebalancing, and bad input gets clear errors.
+Consistency: reads are linearizable per key (a write in flight held by a
+failpoint), a deposed primary is fenced by its term, a retried write takes
+effect once, columns a shard never saw come back as nulls, terms and
+counters survive controller restarts.
 """
 
 from __future__ import annotations
@@ -18,6 +22,9 @@ import ray  # installed by scripts/python-env: these tests fail, not skip, witho
 
 import sagitta
 import sagitta.cluster as sc
+from sagitta.cluster._controller import load_state, save_state
+from sagitta.cluster._layout import shard_of
+from sagitta.cluster._replica import Replica, ShardUnavailable, StaleTerm
 from sagitta.cluster.local import LocalRay
 
 DIMS = 16
@@ -295,7 +302,12 @@ def test_node_loss_during_writes_and_searches(lr, tmp_path):
         assert len(search_gaps) > n_at_kill, "no search answered after the kill"
         worst_gap = max(search_gaps[n_at_kill:])
         print(f"\nnode kill: healed in {healed_s:.2f} s, longest search gap {worst_gap:.2f} s")
-        assert worst_gap < 5.0, worst_gap
+        # Reads go to the primary: a shard whose primary died answers
+        # again once Ray has declared the node dead (HEALTH_ENV: about 3 s
+        # here), the controller has promoted the follower (a check round)
+        # and the follower's lease promise has run out (within the same
+        # time). 3.9 s measured on a 2-core machine at load 10.
+        assert worst_gap < 8.0, worst_gap
 
         st = wait_healthy(c, lost=victim)
         for sh in st["shards"]:
@@ -536,3 +548,242 @@ def test_http_front_serves_a_cluster_to_the_servers_clients(lr, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# -- consistency: leader reads, terms, saved controller state ------------
+
+
+def replicas_of(c, shard: int = 0) -> tuple:
+    """The primary of ``shard`` in the client's table, and its followers."""
+    sh = c._table["shards"][shard]
+    p = sh["primary"]
+    return p, [r for r in sh["replicas"] if r._actor_id != p._actor_id]
+
+
+def value_of(c, key: np.ndarray):
+    return c.get(key, columns=["v"])[1].column("v").to_pylist()[0]
+
+
+def test_a_read_never_sees_a_write_that_a_later_read_misses(lr, tmp_path):
+    """Reads are linearizable per key. The primary applies a write before
+    its follower does; a failpoint holds the forwarded write at the
+    follower, so the write is in flight. Three reads in a row meanwhile
+    (round robin over both replicas used to give new, old, new) each
+    return the old value or time out, never the new value and then the
+    old; once the write is acknowledged every read returns it."""
+    c = new_cluster("linear", tmp_path, shards=1, publish_interval=0)
+    try:
+        key = np.array([7], np.uint64)
+        c.upsert(key, rows(key), {"v": [1]})
+        reader = sc.Cluster.connect("linear", timeout=1.0)
+        assert value_of(reader, key) == 1
+        _, (follower,) = replicas_of(c)
+        ray.get(follower.failpoint.remote("apply"))
+        outcome: list = []
+
+        def write():
+            try:
+                c.upsert(key, rows(key) + 1, {"v": [2]})
+                outcome.append("ok")
+            except Exception as e:
+                outcome.append(repr(e))
+
+        w = threading.Thread(target=write)
+        w.start()
+        seen = []
+        try:
+            assert ray.get(follower.failpoint_reached.remote("apply", 60))
+            for _ in range(3):
+                try:
+                    seen.append(value_of(reader, key))
+                except sc.ClusterUnavailable:
+                    seen.append(None)
+        finally:
+            ray.get(follower.failpoint.remote("apply", False))
+            w.join()
+        assert outcome == ["ok"]
+        assert not any(a == 2 and b == 1 for a, b in zip(seen, seen[1:])), seen
+        # Stricter, by design: a write is invisible until acknowledged.
+        assert set(seen) <= {1, None}, seen
+        assert [value_of(reader, key) for _ in range(4)] == [2, 2, 2, 2]
+    finally:
+        c.drop()
+
+
+def replica_pair(tmp_path, tag: str) -> list:
+    """Two replicas of one shard outside any cluster (no controller), each
+    an empty collection; quorum 1, so that a promoted one writes alone."""
+    make = ray.remote(Replica).options(num_cpus=0, max_concurrency=8)
+    config = {"ndim": DIMS, "metric": "l2", "kind": "flat"}
+    reps = [
+        make.remote(0, f"{tag}{i}", str(tmp_path / "fence"), config, str(tmp_path / tag), 1)
+        for i in range(2)
+    ]
+    ray.get([r.create.remote() for r in reps])
+    return reps
+
+
+def test_a_deposed_primary_is_fenced_by_its_term(lr, tmp_path):
+    """A primary replaced while it still runs (the controller promoted its
+    follower in a newer term) gets no write acknowledged and serves no
+    read: its forward is refused with StaleTerm (the follower used to
+    answer "already applied" for a sequence number its own write had
+    taken, and the old primary acknowledged a write the new one lacks),
+    and its lease has run out before the new primary takes a write, so
+    it cannot serve the value that write replaced."""
+    one, two, three = (np.array([k], np.uint64) for k in (1, 2, 3))
+    p, f = replica_pair(tmp_path, "a")
+    q, g = replica_pair(tmp_path, "b")
+    try:
+        ray.get(p.promote.remote([f], 1))
+        ray.get(p.write.remote(1, "upsert", one, rows(one), {"v": [1]}, None))
+        assert ray.get(p.get.remote(one, ["v"], term=1))[1].column("v").to_pylist() == [1]
+        # p is deposed: f leads term 2 and takes a write (sequence 2).
+        ray.get(f.promote.remote([], 2))
+        with pytest.raises(StaleTerm):  # a client that has the old table
+            ray.get(f.write.remote(1, "upsert", two, rows(two), {"v": [2]}, None))
+        assert ray.get(f.write.remote(2, "upsert", two, rows(two), {"v": [2]}, None))["seq"] == 2
+        # p still runs and believes it leads term 1: its write (its own
+        # sequence 2) is refused by f, so it is not acknowledged.
+        with pytest.raises(StaleTerm):
+            ray.get(p.write.remote(1, "upsert", three, rows(three), {"v": [3]}, None))
+        assert ray.get(f.get.remote(three, None, term=2)) == [None]
+        assert ray.get(f.info.remote())["applied"] == 2
+        info = ray.get(p.info.remote())
+        assert not info["primary"] and info["deposed"], info
+        with pytest.raises(ShardUnavailable):
+            ray.get(p.get.remote(one, ["v"], term=1))
+        with pytest.raises(ShardUnavailable):  # a deposed replica follows no one
+            ray.get(p.apply.remote(2, 3, "upsert", three, rows(three), None, None))
+
+        # Reads: q leads term 1 and has served one (it holds a lease).
+        ray.get(q.promote.remote([g], 1))
+        ray.get(q.write.remote(1, "upsert", one, rows(one), {"v": [1]}, None))
+        assert ray.get(q.get.remote(one, ["v"], term=1))[1].column("v").to_pylist() == [1]
+        # g is promoted in term 2 and overwrites the key; nothing tells q.
+        ray.get(g.promote.remote([], 2))
+        ray.get(g.write.remote(2, "upsert", one, rows(one), {"v": [2]}, None))
+        # g waited out the lease it granted q before taking that write, so
+        # q has to renew it, meets term 2, and steps down: no stale read.
+        with pytest.raises(ShardUnavailable):
+            ray.get(q.get.remote(one, ["v"], term=1))
+        assert ray.get(g.get.remote(one, ["v"], term=2))[1].column("v").to_pylist() == [2]
+    finally:
+        for r in (p, f, q, g):
+            ray.kill(r)
+
+
+def test_a_retried_write_takes_effect_once(lr, tmp_path):
+    """A write retried under its id (the client retries when the answer
+    was lost, or the write was applied but not acknowledged) is not
+    applied again, on the primary or, after a promotion, on the follower
+    it was forwarded to: applied again, it would undo a later write of
+    the same key (a history run found one: v=315, then 324 acknowledged,
+    then the retry of 315 acknowledged and read back)."""
+    one = np.array([1], np.uint64)
+
+    def value(r, term):
+        return ray.get(r.get.remote(one, ["v"], term=term))[1].column("v").to_pylist()[0]
+
+    p, f = replica_pair(tmp_path, "c")
+    try:
+        ray.get(p.promote.remote([f], 1))
+        first = ray.get(p.write.remote(1, "upsert", one, rows(one), {"v": [1]}, None, wid="w1"))
+        ray.get(p.write.remote(1, "upsert", one, rows(one), {"v": [2]}, None, wid="w2"))
+        again = ray.get(p.write.remote(1, "upsert", one, rows(one), {"v": [1]}, None, wid="w1"))
+        assert again["seq"] == first["seq"] == 1
+        assert value(p, 1) == 2
+        ray.get(f.promote.remote([], 2))
+        again = ray.get(f.write.remote(2, "upsert", one, rows(one), {"v": [1]}, None, wid="w1"))
+        assert again["seq"] == 1
+        assert value(f, 2) == 2
+        assert ray.get(f.info.remote())["applied"] == 2
+    finally:
+        for r in (p, f):
+            ray.kill(r)
+
+
+def test_columns_a_shard_never_saw_are_nulls(lr, tmp_path):
+    """A payload column only some shards have seen comes back as nulls,
+    typed, for the other shards' rows (get and search, as one collection
+    holding the same rows answers); a column no shard knows is refused
+    with the same PayloadError as one collection's."""
+    c = new_cluster("cols", tmp_path, shards=2, publish_interval=0)
+    try:
+        keys = np.arange(40, dtype=np.uint64)
+        sh = shard_of(keys, 2)
+        a, b = keys[sh == 0], keys[sh == 1]
+        local = sagitta.Collection.create(tmp_path / "one", ndim=DIMS, metric="l2", kind="flat")
+        for coll in (c, local):
+            coll.upsert(a, rows(a), {"v": a.astype(np.int64)})
+            coll.upsert(b, rows(b))  # shard 1 never sees a payload column
+        assert c.schema() == local.schema == {"v": "int64"}
+        anyc = sc.Cluster.connect("cols", reads="any")
+        q = np.random.default_rng(9).random((3, DIMS), dtype=np.float32)
+        for ks in (keys, b, np.array([b[0], a[0], 10**9], np.uint64)):
+            want = local.get(ks, columns=["v"])[1]
+            for cl in (c, anyc):
+                got = cl.get(ks, columns=["v"])[1]
+                assert got.schema == want.schema and got.to_pydict() == want.to_pydict()
+        for cl in (c, anyc):
+            got = cl.search(q, 30, exact=True, columns=["v"])
+            want = local.search(q, 30, exact=True, columns=["v"])
+            np.testing.assert_array_equal(got.keys, np.asarray(want.keys))
+            assert got.payload.schema == want.payload.schema
+            assert got.payload.to_pydict() == want.payload.to_pydict()
+        for ask in (
+            lambda x: x.get(keys[:3], columns=["v", "nope"]),
+            lambda x: x.get(b[:2], columns=["nope"]),
+            lambda x: x.search(q[0], 3, exact=True, columns=["nope"]),
+        ):
+            with pytest.raises(sagitta.PayloadError) as mine:
+                ask(c)
+            with pytest.raises(sagitta.PayloadError) as one:
+                ask(local)
+            assert str(mine.value) == str(one.value)
+    finally:
+        c.drop()
+
+
+def wait_recovered(c, times: int) -> dict:
+    """Waits until the controller has recovered ``times`` times (counted
+    across restarts) and the cluster is healthy."""
+    end = time.monotonic() + RECOVER_S
+    while True:
+        st = wait_healthy(c)
+        if st["counters"].get("controller_recoveries", 0) >= times:
+            return st
+        assert time.monotonic() < end, st["counters"]
+        time.sleep(0.1)
+
+
+def test_terms_and_counters_survive_controller_restarts(lr, tmp_path):
+    """The controller saves every term before it hands it out, with its
+    epoch, counters and events, in the GCS key-value store: a restarted
+    controller hands out terms above every earlier one (also one that
+    no live replica learned: put in the store here, as a controller that
+    died right after saving it leaves it) and counts on from its
+    predecessor's counters. A client whose table names the old terms is
+    refused, refreshes and retries."""
+    c = new_cluster("terms", tmp_path, shards=2, publish_interval=0)
+    try:
+        keys = np.arange(100, dtype=np.uint64)
+        c.upsert(keys, rows(keys))
+        assert c.stats()["terms"] == [1, 1]
+        save_state("terms", "terms", [40, 1])
+        ray.kill(ray.get_actor("cluster:terms", namespace="sagitta"), no_restart=False)
+        st = wait_recovered(c, 1)
+        assert st["terms"] == [41, 2], st["terms"]
+        before = c.counters["table_refreshes"]
+        more = np.arange(100, 150, dtype=np.uint64)
+        assert c.upsert(more, rows(more)) == 50
+        assert c.counters["table_refreshes"] > before
+        ray.kill(ray.get_actor("cluster:terms", namespace="sagitta"), no_restart=False)
+        st = wait_recovered(c, 2)
+        assert st["terms"] == [42, 3], st["terms"]
+        assert st["counters"]["controller_recoveries"] == 2
+        assert sum(e["event"] == "controller_recovered" for e in st["events"]) == 2
+        assert c.count() == 150
+    finally:
+        c.drop()
+    assert load_state("terms", "terms") is None

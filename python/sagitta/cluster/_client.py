@@ -1,21 +1,26 @@
 """The cluster's client: a ``Collection``-shaped handle that routes writes
-to each shard's primary and fans searches out to one replica per shard,
-with failover, and merges the answers exactly."""
+and reads to each shard's primary (or, with ``reads="any"``, reads to any
+replica), with failover, and merges the answers exactly."""
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
+import uuid
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from .. import _sagitta
 from ._controller import NAMESPACE, Controller, head_node_id
 from ._layout import NO_KEY, merge_topk, shard_of
 from ._replica import ShardUnavailable
+
+READS = ("primary", "any")
 
 # Seconds a replica that failed a call is avoided for.
 SUSPECT_FOR = 5.0
@@ -87,15 +92,33 @@ class Cluster:
 
     ``Cluster.create(name, ndim=..., location=...)`` starts a controller
     and ``shards x replicas`` replicas; ``Cluster.connect(name)`` attaches
-    to one from any driver of the same Ray cluster. Keys are 64-bit."""
+    to one from any driver of the same Ray cluster. Keys are 64-bit.
 
-    def __init__(self, name: str, controller: Any, timeout: float, hedge_after: float):
+    ``reads``: ``"primary"`` (the default) sends every read to the
+    shard's primary, which serves it only while it leads (see
+    docs/CLUSTER.md): reads are linearizable per key. ``"any"`` sends it
+    to any replica, round robin, asking a second one after
+    ``hedge_after`` seconds: lower and steadier latency when a node is
+    lost, but a read may see a write before it is acknowledged, and a
+    later read may not see it."""
+
+    def __init__(
+        self,
+        name: str,
+        controller: Any,
+        timeout: float,
+        hedge_after: float,
+        reads: str = "primary",
+    ):
         import ray
 
+        if reads not in READS:
+            raise ValueError(f"reads: one of {READS}")
         self.name = name
         self._controller = controller
         self.timeout = timeout
         self.hedge_after = hedge_after
+        self.reads = reads
         self._table = ray.get(controller.table.remote())
         self._rr = 0
         # Replicas that failed a call recently (actor id -> until when):
@@ -119,6 +142,7 @@ class Cluster:
         check_interval: float = 0.2,
         timeout: float = 30.0,
         hedge_after: float = 0.25,
+        reads: str = "primary",
         **collection_options: Any,
     ) -> Cluster:
         """Creates the cluster ``name``: ``shards`` shards of ``replicas``
@@ -130,7 +154,8 @@ class Cluster:
         replicas)``: it survives the loss of any one node). ``root``: the
         local directory replicas keep their collections under (on each
         node). Each shard is published every ``publish_interval`` seconds
-        (0: only when a replica joins or on :meth:`publish`)."""
+        (0: only when a replica joins or on :meth:`publish`). ``reads``:
+        see the class."""
         import ray
 
         if not name or len(name) > 128 or not all(c.isalnum() or c in "-_." for c in name):
@@ -140,6 +165,8 @@ class Cluster:
         quorum = min(2, replicas) if quorum is None else quorum
         if not 1 <= quorum <= replicas:
             raise ValueError(f"quorum must be within 1..{replicas}")
+        if reads not in READS:
+            raise ValueError(f"reads: one of {READS}")
         spec = {
             "name": name,
             "shards": shards,
@@ -181,10 +208,17 @@ class Cluster:
         except Exception:
             ray.kill(ctl)
             raise
-        return cls(name, ctl, timeout, hedge_after)
+        return cls(name, ctl, timeout, hedge_after, reads)
 
     @classmethod
-    def connect(cls, name: str, *, timeout: float = 30.0, hedge_after: float = 0.25) -> Cluster:
+    def connect(
+        cls,
+        name: str,
+        *,
+        timeout: float = 30.0,
+        hedge_after: float = 0.25,
+        reads: str = "primary",
+    ) -> Cluster:
         """Attaches to an existing cluster (``KeyError`` when there is none)."""
         import ray
 
@@ -192,7 +226,7 @@ class Cluster:
             ctl = ray.get_actor(_controller_name(name), namespace=NAMESPACE)
         except ValueError:
             raise KeyError(f"no cluster named {name!r}") from None
-        return cls(name, ctl, timeout, hedge_after)
+        return cls(name, ctl, timeout, hedge_after, reads)
 
     def drop(self) -> None:
         """Removes every replica (and its local files) and the controller.
@@ -228,23 +262,27 @@ class Cluster:
 
     # -- writes ----------------------------------------------------------
     def _write_all(self, calls: dict) -> dict:
-        """Sends each shard's write to its primary (all shards at once) and
-        retries a shard whose primary is lost or not in charge, until
-        ``timeout``. ``calls``: shard -> (op, keys, vectors, payload,
+        """Sends each shard's write to its primary (all shards at once),
+        naming the primary's term, and retries a shard whose primary is
+        lost, not in charge or of another term (on a fresh table), until
+        ``timeout``, under the same write id (a retry of a write that was
+        applied is not applied again). ``calls``: shard -> (op, keys, vectors, payload,
         where). Returns shard -> the primary's answer."""
         import ray
 
         deadline = time.monotonic() + self.timeout
         out: dict = {}
         todo = dict(calls)
+        # One id per shard's part, the same on every retry of it.
+        wids = {s: uuid.uuid4().hex for s in calls}
         last: BaseException | None = None
         while todo:
             refs = {}
             for s, args in todo.items():
-                p = self._table["shards"][s]["primary"]
-                if p is not None:
-                    refs[s] = p.write.remote(*args)
-            lost = False
+                sh = self._table["shards"][s]
+                if sh["primary"] is not None:
+                    refs[s] = sh["primary"].write.remote(sh["term"], *args, wid=wids[s])
+            lost = expired = False
             for s, ref in refs.items():
                 try:
                     left = max(0.1, deadline - time.monotonic())
@@ -254,8 +292,9 @@ class Cluster:
                     if not _is_lost(e):
                         raise
                     last, lost = e, True
+                    expired |= isinstance(e, ray.exceptions.GetTimeoutError)
             if todo:
-                if time.monotonic() >= deadline:
+                if expired or time.monotonic() >= deadline:
                     raise ClusterUnavailable(
                         f"shards {sorted(todo)} did not acknowledge within {self.timeout} s: {last}"
                     )
@@ -306,6 +345,56 @@ class Cluster:
 
     # -- reads -----------------------------------------------------------
     def _read_all(self, method: str, args: dict) -> dict:
+        """Calls ``method`` on each shard in ``args`` (shard -> arguments),
+        all at once: on its primary (``reads="primary"``), or any
+        replica."""
+        if self.reads == "primary":
+            return self._read_primaries(method, args)
+        return self._read_any(method, args)
+
+    def _read_primaries(self, method: str, args: dict) -> dict:
+        """Calls ``method`` on the primary of each shard in ``args``, naming
+        its term; a shard whose primary is lost, not in charge (deposed,
+        awaiting the removal of a follower it dropped) or of another term
+        is asked again on a fresh routing table, until ``timeout``. No
+        hedging: no other replica may answer for the primary."""
+        import ray
+
+        deadline = time.monotonic() + self.timeout
+        out: dict = {}
+        todo = set(args)
+        last: BaseException | None = None
+        while todo:
+            refs = {}
+            for s in sorted(todo):
+                sh = self._table["shards"][s]
+                if sh["primary"] is not None:
+                    refs[s] = getattr(sh["primary"], method).remote(*args[s], term=sh["term"])
+            expired = False
+            for s, ref in refs.items():
+                try:
+                    out[s] = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
+                    todo.discard(s)
+                except Exception as e:
+                    if not _is_lost(e):
+                        raise
+                    last = e
+                    # Ray rounds the wait to milliseconds: it may end a
+                    # moment before the deadline.
+                    expired |= isinstance(e, ray.exceptions.GetTimeoutError)
+            if todo:
+                if expired or time.monotonic() >= deadline:
+                    for s in todo:
+                        if s in refs:
+                            ray.cancel(refs[s], recursive=False)
+                    raise ClusterUnavailable(
+                        f"shards {sorted(todo)} did not answer within {self.timeout} s: {last}"
+                    )
+                self.counters["read_retries"] += 1
+                self._refresh()
+        return out
+
+    def _read_any(self, method: str, args: dict) -> dict:
         """Calls ``method`` on one replica of each shard in ``args`` (shard
         -> arguments), all at once. A shard that has not answered after
         ``hedge_after`` seconds is asked again on another replica (first
@@ -425,7 +514,7 @@ class Cluster:
                     t = pa.table({c: pa.nulls(0) for c in columns})
                 tables.append(t)
                 base += t.num_rows
-            allrows = pa.concat_tables(tables, promote_options="permissive")
+            allrows = self._typed(pa.concat_tables(tables, promote_options="permissive"), columns)
             take = []
             for i, row in enumerate(src):
                 for v in row:
@@ -462,8 +551,39 @@ class Cluster:
                 base += len(idx)
         if columns is None:
             return vecs
-        t = pa.concat_tables(tables, promote_options="permissive") if tables else None
-        return vecs, (t.take(pa.array(order)) if t is not None else None)
+        if not tables:
+            return vecs, None
+        t = self._typed(pa.concat_tables(tables, promote_options="permissive"), columns)
+        return vecs, t.take(pa.array(order))
+
+    def _typed(self, table: Any, columns: list) -> Any:
+        """``table`` with the type of each of ``columns`` that only shards
+        that never saw it answered for (nulls of type null): the type a
+        shard that knows it has, as one collection types the nulls of rows
+        without a known column. A column no shard knows raises
+        ``PayloadError``, as one collection does."""
+        import pyarrow as pa
+
+        untyped = [c for c in columns if table.schema.field(c).type == pa.null()]
+        if not untyped:
+            return table
+        got = self._read_all("payload_types", {s: (untyped,) for s in range(self.shards)})
+        types: dict = {}
+        fields: list = []
+        for s in range(self.shards):
+            schema, empty = got[s]
+            fields += [f for f in schema if f not in fields]
+            for f in empty.schema:
+                types.setdefault(f.name, f.type)
+        for c in untyped:
+            if c not in types:
+                raise _sagitta.PayloadError(
+                    f"field {json.dumps(c)}: no such payload field "
+                    f"(fields: {', '.join(fields) or 'none'})"
+                )
+            i = table.schema.get_field_index(c)
+            table = table.set_column(i, c, table.column(c).cast(types[c]))
+        return table
 
     def count(self, where: Any = None) -> int:
         """Live rows (whose payload passes ``where``)."""

@@ -3,13 +3,20 @@ watches them, promotes a follower when a primary is lost, recreates lost
 replicas on live nodes from the object store, publishes each shard on a
 schedule, moves replicas when nodes join, and reports status.
 
-It is not on the data path: clients send writes to each shard's primary
-and searches to its replicas directly, from a routing table they fetch
-here (refetched when its ``epoch`` changes or a call fails).
+It is not on the data path: clients send writes and reads to each
+shard's primary directly, from a routing table they fetch here
+(refetched when its ``epoch`` changes or a call fails). The table names
+each shard's **term**: a number the controller hands out at every
+promotion, written to Ray's GCS key-value store *before* the replica is
+promoted, so a restarted controller never hands one out twice (replicas
+refuse calls from older terms, so a reused term would let a deposed
+primary's writes through). The routing epoch, the counters and the
+latest events are kept there too, so a restart keeps them.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import traceback
@@ -22,6 +29,37 @@ from ._layout import place, rebalance_moves
 from ._replica import Replica
 
 NAMESPACE = "sagitta"
+
+
+def _state_key(cluster: str, what: str) -> bytes:
+    return f"cluster:{cluster}:{what}".encode()
+
+
+def load_state(cluster: str, what: str) -> Any:
+    """What the controller of ``cluster`` saved under ``what`` (``terms``:
+    the highest term handed out per shard; ``state``: epoch, counters,
+    events) in the GCS key-value store, or None. The store lives as long
+    as the Ray cluster, which is as long as a controller can be
+    restarted."""
+    from ray.experimental import internal_kv
+
+    raw = internal_kv._internal_kv_get(_state_key(cluster, what), namespace=NAMESPACE)
+    return None if raw is None else json.loads(raw)
+
+
+def save_state(cluster: str, what: str, value: Any) -> None:
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(
+        _state_key(cluster, what), json.dumps(value).encode(), overwrite=True, namespace=NAMESPACE
+    )
+
+
+def delete_state(cluster: str) -> None:
+    from ray.experimental import internal_kv
+
+    for what in ("terms", "state"):
+        internal_kv._internal_kv_del(_state_key(cluster, what), namespace=NAMESPACE)
 
 
 def replica_prefix(cluster: str) -> str:
@@ -80,7 +118,11 @@ class Controller:
     def __init__(self, spec: dict):
         self.spec = spec
         self.name = spec["name"]
-        self.shards: list[dict] = []  # {"primary": _Copy, "followers": [_Copy]}
+        # {"primary": _Copy, "followers": [_Copy], "term": the primary's term}
+        self.shards: list[dict] = []
+        # The highest term handed out per shard (saved before it is used).
+        self.terms = [0] * spec["shards"]
+        self._saved: Any = None
         self.epoch = 0
         self.lock = threading.RLock()
         # Held by a whole check round or rebalance (they add and remove
@@ -113,10 +155,14 @@ class Controller:
 
     def _recover(self) -> None:
         """Rebuilds the shard table from the live replicas of this cluster
-        (named ``replica:<cluster>:<shard>:<id>``), if there are any: per
-        shard the most advanced replica that was a primary stays primary
-        (or, with none, one is promoted by the next check), the others
-        follow it. Then watching starts."""
+        (named ``replica:<cluster>:<shard>:<id>``), if there are any, and
+        the saved terms, epoch, counters and events. Per shard the primary
+        of the newest term stays primary, promoted again in a new term
+        (every table a client holds is then stale, and any older primary
+        fenced); the others follow it. A replica that may hold writes the
+        primary lacks (deposed, a second primary, or ahead of it) is
+        removed, and replaced by the repair. A shard with no primary gets
+        one from the next check. Then watching starts."""
         import ray
 
         prefix = replica_prefix(self.name)
@@ -132,18 +178,52 @@ class Controller:
             found.setdefault(info["shard"], []).append((info, _Copy(h, info["node"])))
         if not found:
             return
+        saved = load_state(self.name, "state") or {}
+        self.counters.update(saved.get("counters", {}))
+        self.events.extend(saved.get("events", []))
+        stored = load_state(self.name, "terms") or []
         for s in range(self.spec["shards"]):
-            reps = sorted(found.get(s, []), key=lambda x: (-x[0]["primary"], -x[0]["applied"]))
-            primary = None
-            if reps and reps[0][0]["primary"]:
-                primary = reps[0][1]
-                rest = [c for _, c in reps[1:]]
-                ray.get(primary.handle.promote.remote([c.handle for c in rest]))
-                for _, c in reps[1:]:
-                    ray.get(c.handle.demote.remote())
+            reps = found.get(s, [])
+            seen = [i.get("term", 0) for i, _ in reps]
+            self.terms[s] = max([self.terms[s], *seen, *stored[s : s + 1]])
+            leaders = [x for x in reps if x[0]["primary"] and not x[0].get("deposed")]
+            lead = max(leaders, key=lambda x: (x[0].get("term", 0), x[0]["applied"]), default=None)
+            if lead is not None:
+                # Asked again after every follower: writes went on while the
+                # infos came in, and a primary is never behind its followers.
+                try:
+                    now = ray.get(lead[1].handle.ping.remote(), timeout=10)
+                    lead = ({**lead[0], "applied": now["applied"]}, lead[1])
+                except Exception:  # gone meanwhile: the next check promotes
+                    lead = None
+            rest = []
+            for info, c in reps:
+                if lead is not None and c is lead[1]:
+                    continue
+                if (
+                    info.get("deposed")
+                    or info["primary"]
+                    or (
+                        lead is not None
+                        and (
+                            info["applied"] > lead[0]["applied"]
+                            or info.get("term", 0) > lead[0].get("term", 0)
+                        )
+                    )
+                ):
+                    self._kill(c)
+                    self.counters["replicas_discarded"] += 1
+                    self.events.append(
+                        {"t": time.time(), "event": "replica_discarded", "shard": s, "node": c.node}
+                    )
+                    continue
+                rest.append(c)
+            if lead is not None:
+                term = self._next_term(s)
+                ray.get(lead[1].handle.promote.remote([c.handle for c in rest], term))
+                self.shards.append({"primary": lead[1], "followers": rest, "term": term})
             else:
-                rest = [c for _, c in reps]
-            self.shards.append({"primary": primary, "followers": rest})
+                self.shards.append({"primary": None, "followers": rest, "term": 0})
             self.last_publish[s] = time.monotonic()
         self.counters["controller_recoveries"] += 1
         self.events.append(
@@ -154,10 +234,47 @@ class Controller:
             }
         )
         # An epoch no client has seen: every table a client holds is stale.
-        self.epoch = int(time.time() * 1000)
+        self.epoch = int(saved["epoch"]) + 1 if "epoch" in saved else int(time.time() * 1000)
+        self._save()
         self.started = True
         self.thread = threading.Thread(target=self._watch, daemon=True)
         self.thread.start()
+
+    # -- saved state -------------------------------------------------------
+    def _next_term(self, shard: int) -> int:
+        """A term for a promotion in ``shard``: above every term handed out
+        before (by this controller or an earlier one), saved before it is
+        returned."""
+        stored = load_state(self.name, "terms") or []
+        terms = [max([a, *stored[i : i + 1]]) for i, a in enumerate(self.terms)]
+        terms[shard] += 1
+        save_state(self.name, "terms", terms)
+        self.terms = terms
+        return terms[shard]
+
+    def _save(self) -> None:
+        """Saves the epoch, counters and latest events when they changed
+        (after each check round, and after operations)."""
+        state = {"epoch": self.epoch, "counters": dict(self.counters), "events": list(self.events)}
+        if state != self._saved:
+            save_state(self.name, "state", state)
+            self._saved = state
+
+    def _kill(self, c: _Copy, wait: float = 5.0) -> None:
+        """Kills a replica and waits (up to ``wait`` seconds) until Ray
+        reports it dead, so that no table built later finds it."""
+        import ray
+
+        ray.kill(c.handle)
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            try:
+                ray.get(c.handle.ping.remote(), timeout=1)
+            except ray.exceptions.RayActorError:
+                return
+            except ray.exceptions.GetTimeoutError:
+                continue
+            time.sleep(0.02)
 
     # -- placement -------------------------------------------------------
     def _new_replica(self, shard: int, node: str, node_id: str) -> _Copy:
@@ -214,10 +331,12 @@ class Controller:
                 created.append(copies)
             ray.get([c.handle.create.remote() for copies in created for c in copies])
             for s, copies in enumerate(created):
-                ray.get(copies[0].handle.promote.remote([c.handle for c in copies[1:]]))
-                self.shards.append({"primary": copies[0], "followers": copies[1:]})
+                term = self._next_term(s)
+                ray.get(copies[0].handle.promote.remote([c.handle for c in copies[1:]], term))
+                self.shards.append({"primary": copies[0], "followers": copies[1:], "term": term})
                 self.last_publish[s] = time.monotonic()
             self.epoch = 1
+            self._save()
             self.started = True
             self.thread = threading.Thread(target=self._watch, daemon=True)
             self.thread.start()
@@ -225,13 +344,15 @@ class Controller:
 
     # -- routing ---------------------------------------------------------
     def table(self) -> dict:
-        """The routing table: per shard its primary and every replica."""
+        """The routing table: per shard its primary, the primary's term,
+        and every replica."""
         with self.lock:
             return {
                 "epoch": self.epoch,
                 "shards": [
                     {
                         "primary": sh["primary"].handle if sh["primary"] else None,
+                        "term": sh["term"],
                         "replicas": [
                             c.handle
                             for c in ([sh["primary"]] if sh["primary"] else []) + sh["followers"]
@@ -265,6 +386,7 @@ class Controller:
             try:
                 with self.ops:
                     self.check()
+                    self._save()
             except Exception:  # keep watching; the error is in status()
                 self.counters["check_errors"] += 1
                 self.events.append(
@@ -280,9 +402,14 @@ class Controller:
         self.known.update(nodes)
         with self.lock:
             copies = [c for sh in self.shards for c in [sh["primary"], *sh["followers"]] if c]
+            leading = {sh["primary"].id for sh in self.shards if sh["primary"]}
         refs = {c.id: c.handle.ping.remote() for c in copies if c.node in nodes}
         applied = {}
-        dropped: set = set()
+        # Replicas to remove although they answer: followers a primary
+        # stopped forwarding to (they miss writes), replicas deposed by a
+        # newer term, a primary of the table that no longer leads.
+        bad: set = set()
+        why: dict = {}
         t0 = time.monotonic()
         for c in copies:
             if c.id not in refs:
@@ -290,29 +417,33 @@ class Controller:
             try:
                 got = ray.get(refs[c.id], timeout=max(0.05, 2.0 - (time.monotonic() - t0)))
                 applied[c.id] = got["applied"]
-                dropped |= set(got["dropped"])
+                bad |= set(got["dropped"])
+                why.update(got.get("why", {}))
+                if got.get("deposed") or (c.id in leading and not got.get("primary", True)):
+                    bad.add(c.id)
+                    why[c.id] = "deposed" if got.get("deposed") else "no longer primary"
             except ray.exceptions.GetTimeoutError:
                 applied[c.id] = None  # slow, not gone
             except ray.exceptions.RayActorError:
                 pass
-        # A follower its primary stopped forwarding to is gone too, even if
-        # it still answers: it misses writes. It is killed and replaced.
+        # Killed (and waited for) before the primary is told it may forget
+        # them (`_drop` detaches them): then none can be promoted later.
         for c in copies:
-            if c.id in dropped and c.id in applied:
+            if c.id in bad and c.id in applied:
                 del applied[c.id]
-                ray.kill(c.handle)
+                self._kill(c)
         gone = [c for c in copies if c.id not in applied]
         for n in set(c.node for c in copies) - set(nodes):
             if n not in self.reported_lost:
                 self.reported_lost.add(n)
                 self.events.append({"t": time.time(), "event": "node_lost", "node": n})
         if gone:
-            self._drop(gone, applied)
+            self._drop(gone, applied, why)
         self._promote(applied)
         self._repair(nodes)
         self._publish_due()
 
-    def _drop(self, gone: list, applied: dict) -> None:
+    def _drop(self, gone: list, applied: dict, why: dict | None = None) -> None:
         import ray
 
         gone_ids = {c.id for c in gone}
@@ -325,9 +456,10 @@ class Controller:
                 sh["followers"] = [c for c in sh["followers"] if c.id not in gone_ids]
                 for c in lost:
                     self.counters["replicas_lost"] += 1
-                    self.events.append(
-                        {"t": t, "event": "replica_lost", "shard": s, "node": c.node}
-                    )
+                    ev = {"t": t, "event": "replica_lost", "shard": s, "node": c.node}
+                    if why and c.id in why:
+                        ev["why"] = why[c.id]
+                    self.events.append(ev)
                 if sh["primary"] and sh["primary"].id in gone_ids:
                     sh["primary"] = None  # a follower is promoted by _promote
                 else:
@@ -352,11 +484,18 @@ class Controller:
                     continue
                 new = max(sh["followers"], key=lambda c: applied[c.id])
                 rest = [c for c in sh["followers"] if c is not new]
-                ray.get(new.handle.promote.remote([c.handle for c in rest]))
-                sh["primary"], sh["followers"] = new, rest
+                term = self._next_term(s)
+                ray.get(new.handle.promote.remote([c.handle for c in rest], term))
+                sh["primary"], sh["followers"], sh["term"] = new, rest, term
                 self.counters["promotions"] += 1
                 self.events.append(
-                    {"t": time.time(), "event": "promoted", "shard": s, "node": new.node}
+                    {
+                        "t": time.time(),
+                        "event": "promoted",
+                        "shard": s,
+                        "node": new.node,
+                        "term": term,
+                    }
                 )
                 self.epoch += 1
 
@@ -543,8 +682,10 @@ class Controller:
                     ray.get(old.handle.demote.remote())
                     heir = new
                     rest = [c for c in sh["followers"] if c is not heir]
-                    ray.get(heir.handle.promote.remote([c.handle for c in rest]))
-                    sh["primary"], sh["followers"] = heir, rest
+                    term = self._next_term(s)
+                    # A handover: the old primary serves nothing from now on.
+                    ray.get(heir.handle.promote.remote([c.handle for c in rest], term, True))
+                    sh["primary"], sh["followers"], sh["term"] = heir, rest, term
                 else:
                     ray.get(sh["primary"].handle.detach.remote(old.id))
                     sh["followers"] = [c for c in sh["followers"] if c is not old]
@@ -556,6 +697,7 @@ class Controller:
             ev["seconds"] = time.time() - t
             self.events.append(ev)
             done.append(ev)
+        self._save()
         return done
 
     def status(self) -> dict:
@@ -566,6 +708,7 @@ class Controller:
         nodes = live_nodes()
         with self.lock:
             shards = [(s, sh["primary"], list(sh["followers"])) for s, sh in enumerate(self.shards)]
+            terms = [sh["term"] for sh in self.shards]
             epoch = self.epoch
         out = []
         for s, p, fs in shards:
@@ -590,6 +733,7 @@ class Controller:
         return {
             "name": self.name,
             "epoch": epoch,
+            "terms": terms,
             "nodes": sorted(nodes),
             "dead_nodes": dead_nodes(self.known),
             "rebuilding": {s: list(v) for s, v in self.joining.items() if v},
@@ -625,3 +769,4 @@ class Controller:
             except Exception:
                 pass
             ray.kill(c.handle)
+        delete_state(self.name)

@@ -1,7 +1,9 @@
 """A Ray cluster of several nodes on this machine: ``ray start --head``
-plus ``ray start --address`` workers, all on 127.0.0.1, each node in its
-own process group so that :meth:`LocalRay.kill_node` takes a node's
-raylet and its workers down at once, as a machine loss would. For tests,
+plus ``ray start --address`` workers, all on 127.0.0.1, each node's
+``ray start`` in a session and process group of its own (its raylet and
+agents, and on the head the GCS, stay in that group; Ray puts each
+worker process, where actors run, in a group of its own in the same
+session). :meth:`LocalRay.kill_node` SIGKILLs the group. For tests,
 benchmarks and trying the cluster out; production clusters are started
 with Ray's own tooling.
 
@@ -136,8 +138,18 @@ class LocalRay:
         raise TimeoutError(f"Ray node {name} not up after {timeout} s; see {log}")
 
     def kill_node(self, name: str) -> None:
-        """SIGKILLs every process of node ``name`` (its raylet, workers,
-        agents): a machine loss, as far as Ray and Sagitta can tell."""
+        """SIGKILLs the process group of node ``name``: its ``ray start``
+        process, raylet and agents (on the head also the GCS), then reaps
+        ``ray start``. The node's worker processes (its actors: replicas,
+        a controller) are in process groups of their own and are not
+        signalled: they exit when they notice their raylet is gone (about
+        2.5 s here), and Ray declares the node dead after its missed
+        health checks (``HEALTH_ENV``). Until then an actor of the node
+        may still run, and answer a call already sent to it: a machine
+        loss plus a short tail, not an instantaneous one. To kill every
+        process of the node at once, signal its session
+        (``os.getsid(procs[name].pid)``), as ``sagitta_bench.history``
+        does with ``--scope session``."""
         p = self.procs[name]
         try:
             os.killpg(p.pid, signal.SIGKILL)
