@@ -45,7 +45,7 @@ use crate::view::GraphView;
 use crate::{Bitset, IndexError, Result};
 use sagitta_kernels::fastscan::{set_block_nibble, MAX_GROUPS_PER_CALL};
 use sagitta_kernels::{kernels, Distance, Metric};
-use std::collections::BinaryHeap;
+use std::collections::{BinaryHeap, HashMap};
 
 /// Default target of vectors per partition.
 pub const DEFAULT_PARTITION_SIZE: usize = 4096;
@@ -150,6 +150,37 @@ impl IvfParams {
             .unwrap_or_else(|| (n as f64 / self.partition_size as f64).round() as usize)
             .clamp(1, n.clamp(1, MAX_PARTITIONS))
     }
+
+    /// The positions, among `n` rows, of the rows a model of those rows
+    /// is trained on, ascending: every row when there are at most
+    /// `max_points_per_partition` per partition
+    /// ([`IvfParams::partitions_for`] of `n`), else a uniform sample of
+    /// that many, drawn from `seed` (a partial Fisher-Yates shuffle of
+    /// `0..n`, the displaced positions kept in a map: memory grows with
+    /// the sample, not with `n`). [`IvfModel::train`] trains on these rows
+    /// of what it is given; [`IvfModel::train_sampled`] takes them alone.
+    pub fn training_sample(&self, n: usize) -> Vec<usize> {
+        let parts = self.partitions_for(n);
+        let cap = parts
+            .saturating_mul(self.max_points_per_partition)
+            .max(parts);
+        if n <= cap {
+            return (0..n).collect();
+        }
+        let mut moved: HashMap<usize, usize> = HashMap::with_capacity(2 * cap);
+        let mut st = self.seed ^ 0x5EED;
+        let mut picked = Vec::with_capacity(cap);
+        for i in 0..cap {
+            let j = i + (crate::rotation::splitmix64(&mut st) % (n - i) as u64) as usize;
+            let at_i = moved.get(&i).copied().unwrap_or(i);
+            let at_j = moved.get(&j).copied().unwrap_or(j);
+            // Swap positions i and j; position i is not read again.
+            moved.insert(j, at_i);
+            picked.push(at_j);
+        }
+        picked.sort_unstable();
+        picked
+    }
 }
 
 /// The trained, immutable part of an IVF-RaBitQ index: rotation and
@@ -195,30 +226,51 @@ impl IvfModel {
         if n == 0 {
             return Err(IndexError::Empty);
         }
-        let parts = params.partitions_for(n);
-        // A uniform sample of at most max_points_per_partition per centroid.
-        let cap = parts
-            .saturating_mul(params.max_points_per_partition)
-            .max(parts);
-        let picked: Vec<f32>;
-        let data = if n > cap {
-            let mut idx: Vec<usize> = (0..n).collect();
-            let mut st = params.seed ^ 0x5EED;
-            for i in 0..cap {
-                let j = i + (crate::rotation::splitmix64(&mut st) % (n - i) as u64) as usize;
-                idx.swap(i, j);
-            }
-            idx.truncate(cap);
-            idx.sort_unstable();
-            picked = idx
-                .iter()
-                .flat_map(|&i| sample[i * dims..(i + 1) * dims].iter().copied())
-                .collect();
-            &picked[..]
-        } else {
-            sample
-        };
-        let centroids = kmeans::kmeans(data, dims, parts, params.iterations, params.seed, progress);
+        let picked = params.training_sample(n);
+        if picked.len() == n {
+            return Self::train_sampled(sample, n, dims, metric, params, progress);
+        }
+        let data: Vec<f32> = picked
+            .iter()
+            .flat_map(|&i| sample[i * dims..(i + 1) * dims].iter().copied())
+            .collect();
+        Self::train_sampled(&data, n, dims, metric, params, progress)
+    }
+
+    /// The model [`IvfModel::train`] gives on `rows` rows, from the rows
+    /// it would train on alone: `sample` holds, in order, the rows at the
+    /// positions [`IvfParams::training_sample`] gives for `rows` (so a
+    /// build streaming its rows holds only those; the partition count
+    /// still follows `rows`).
+    pub fn train_sampled(
+        sample: &[f32],
+        rows: usize,
+        dims: usize,
+        metric: Metric,
+        params: &IvfParams,
+        progress: &mut dyn FnMut(Progress),
+    ) -> Result<IvfModel> {
+        params.validate()?;
+        let n = sample.len() / dims.max(1);
+        if n == 0 || rows == 0 {
+            return Err(IndexError::Empty);
+        }
+        if n * dims != sample.len() || n > rows {
+            return Err(IndexError::InvalidParameter {
+                name: "sample",
+                value: n.to_string(),
+                reason: "must hold whole rows, at most `rows` of them",
+            });
+        }
+        let parts = params.partitions_for(rows);
+        let centroids = kmeans::kmeans(
+            sample,
+            dims,
+            parts,
+            params.iterations,
+            params.seed,
+            progress,
+        );
         Ok(Self::from_centroids(
             dims,
             params.bits,

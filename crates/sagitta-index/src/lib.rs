@@ -24,6 +24,7 @@ mod error;
 mod graph;
 mod index;
 pub mod ivf;
+mod ivf_build;
 pub mod kmeans;
 pub mod limits;
 pub mod plan;
@@ -42,6 +43,7 @@ pub use index::{
     SearchOptions, Staged, MAX_LEVEL, MAX_SLOTS,
 };
 pub use ivf::{IvfModel, IvfParams};
+pub use ivf_build::IvfBuilder;
 pub use limits::{check_k, check_knobs, MAX_BEAM, MAX_K};
 pub use plan::{prefer_exact_scan, prefer_filter_scan, Plan, Target};
 pub use sagitta_kernels::{prefetch, DType, Metric};

@@ -3,6 +3,13 @@
 //! now, taken from a mutable part or already encoded, full-precision rows
 //! kept elsewhere), and the write itself, section by section (see
 //! `stream.rs`), to a temporary file put in place durably.
+//!
+//! A writer takes its slots from an [`Index`] ([`SegmentWriter::new`]) or,
+//! for a Flat or IVF-RaBitQ segment, from rows streamed one slot at a time
+//! (`SegmentWriter::streamed`): the optimizer's merges then
+//! copy rows from the memory-mapped inputs straight into the file and
+//! never hold every row in memory. Both write the same bytes for the same
+//! slots.
 
 use super::format::{
     encode_header, encode_table, IvfInfo, SectionKind, SegmentInfo, FORMAT_VERSION, HEADER_LEN,
@@ -16,8 +23,8 @@ use crate::payload::{PayloadError, Schema};
 use crate::pindex;
 use arrow_array::RecordBatch;
 use sagitta_index::{
-    Bitset, DType, GraphView, Index, IndexError, IndexKind, IndexRead, IndexView, IvfExport,
-    Metric, Space,
+    Bitset, DType, GraphView, HnswParams, Index, IndexError, IndexKind, IndexRead, IndexView,
+    IvfExport, IvfParams, Metric, Space,
 };
 use sagitta_text::{MemText, TextFieldSpec, TextSection};
 use std::io::{BufWriter, Seek, SeekFrom};
@@ -40,6 +47,29 @@ enum TextSource<'a> {
     Encoded(Vec<u8>),
 }
 
+/// A Flat or IVF-RaBitQ segment's slots given without an [`Index`] (see
+/// `SegmentWriter::streamed`).
+struct Streamed<'a> {
+    /// The segment's space (its stored form).
+    space: Space,
+    /// The header's `ef_search` / `ef_construction` (a Flat index's
+    /// parameters).
+    params: HnswParams,
+    /// One key per slot.
+    keys: &'a [u64],
+    /// Each slot's stored vector.
+    rows: FullRows<'a>,
+    /// For an IVF-RaBitQ segment: its model and partitions over these
+    /// slots, with its search defaults.
+    ivf: Option<(&'a IvfExport, IvfParams)>,
+}
+
+/// Where a segment's slots come from.
+enum Source<'a> {
+    Index(&'a Index),
+    Streamed(Streamed<'a>),
+}
+
 /// Writes an index as a segment file, with what the segment keeps beside
 /// it:
 ///
@@ -59,10 +89,10 @@ enum TextSource<'a> {
 /// renamed over `path`, and the directory fsynced.
 #[must_use = "a SegmentWriter does nothing until `write`"]
 pub struct SegmentWriter<'a> {
-    index: &'a Index,
+    source: Source<'a>,
     payload: Option<(&'a Schema, &'a RecordBatch)>,
     text: &'a [TextFieldSpec],
-    source: TextSource<'a>,
+    text_source: TextSource<'a>,
     full_rows: Option<FullRows<'a>>,
 }
 
@@ -79,11 +109,41 @@ impl std::fmt::Debug for SegmentWriter<'_> {
 impl<'a> SegmentWriter<'a> {
     /// A writer of `index` alone (no payload, no text).
     pub fn new(index: &'a Index) -> SegmentWriter<'a> {
+        Self::from_source(Source::Index(index))
+    }
+
+    /// A writer of slots streamed from elsewhere rather than held by an
+    /// index: slot `s` holds `keys[s]` and is live, and `rows` gives its
+    /// stored vector (in `space`'s stored form, at least
+    /// `space.vector_bytes()`; the file keeps those bytes zero-padded to
+    /// the stride, as an index stores them; a slot without one fails the
+    /// write). A Flat segment, or with `ivf` an IVF-RaBitQ one of that
+    /// model and partitions over these slots and those search defaults.
+    /// `params` gives the header's `ef_search` / `ef_construction`.
+    /// Payload and text as for [`SegmentWriter::new`]; no full-precision
+    /// rows. For the same slots the file is the one `new` writes.
+    pub(crate) fn streamed(
+        space: Space,
+        params: HnswParams,
+        keys: &'a [u64],
+        rows: FullRows<'a>,
+        ivf: Option<(&'a IvfExport, IvfParams)>,
+    ) -> SegmentWriter<'a> {
+        Self::from_source(Source::Streamed(Streamed {
+            space,
+            params,
+            keys,
+            rows,
+            ivf,
+        }))
+    }
+
+    fn from_source(source: Source<'a>) -> SegmentWriter<'a> {
         SegmentWriter {
-            index,
+            source,
             payload: None,
             text: &[],
-            source: TextSource::Analyse,
+            text_source: TextSource::Analyse,
             full_rows: None,
         }
     }
@@ -110,7 +170,7 @@ impl<'a> SegmentWriter<'a> {
     /// part's index); the section keeps the live slots' and no text is
     /// analysed again.
     pub fn analysed(mut self, mem: &'a MemText) -> Self {
-        self.source = TextSource::Indexed(mem);
+        self.text_source = TextSource::Indexed(mem);
         self
     }
 
@@ -119,7 +179,7 @@ impl<'a> SegmentWriter<'a> {
     /// analysed, and no inverted index of every document is built in
     /// memory.
     pub fn text_section(mut self, section: Vec<u8>) -> Self {
-        self.source = TextSource::Encoded(section);
+        self.text_source = TextSource::Encoded(section);
         self
     }
 
@@ -143,122 +203,249 @@ impl<'a> SegmentWriter<'a> {
 
     /// Writes the whole file at `tmp` and syncs it.
     fn write_file(self, tmp: &Path) -> Result<SegmentInfo> {
-        let index = self.index;
-        let view = index.view();
-        let space = index.space();
-        let n = view.slots();
-        let params = index.params();
-        let hnsw = index.kind() == IndexKind::Hnsw;
-        let ivf = if index.kind() == IndexKind::IvfRq {
-            Some(index.ivf_export().ok_or_else(|| {
-                StoreError::Index(IndexError::InvalidParameter {
-                    name: "index",
-                    value: "ivf_rq".into(),
-                    reason: "an untrained IVF index cannot be written",
-                })
-            })?)
-        } else {
-            None
-        };
-        // (The view holds the store's read lock: ask it, not the index.)
-        let has_full = self.full_rows.is_some() || view.full(0).is_some();
-        let nsec = if hnsw {
-            6
-        } else if ivf.is_some() {
-            10
-        } else {
-            4
-        } + usize::from(has_full);
-        let text = text_bytes(&view, self.payload, self.text, self.source)?;
-        let payload = payload_sections(&view, self.payload)?;
-        let nsec = nsec + if payload.is_some() { 2 } else { 0 } + usize::from(text.is_some());
-        let file = fault::create(tmp)?;
-        let mut w = SectionWriter::new(BufWriter::with_capacity(1 << 20, file), tmp);
-        w.raw(&vec![0u8; HEADER_LEN + nsec * SECTION_ENTRY_LEN])?;
-
-        let live = write_rows(&mut w, &view)?;
-        let (entry, top) = if hnsw {
-            write_graph(&mut w, &view, params.m0())?
-        } else {
-            (NO_ENTRY, 0)
-        };
-        if has_full {
-            write_full(&mut w, &view, index.full_stride(), self.full_rows)?;
+        match self.source {
+            Source::Index(index) => {
+                let view = index.view();
+                let ivf = if index.kind() == IndexKind::IvfRq {
+                    Some(index.ivf_export().ok_or_else(|| {
+                        StoreError::Index(IndexError::InvalidParameter {
+                            name: "index",
+                            value: "ivf_rq".into(),
+                            reason: "an untrained IVF index cannot be written",
+                        })
+                    })?)
+                } else {
+                    None
+                };
+                // (The view holds the store's read lock: ask it, not the
+                // index.)
+                let has_full = self.full_rows.is_some() || view.full(0).is_some();
+                let body = Body {
+                    slots: &view,
+                    space: index.space(),
+                    kind: index.kind(),
+                    params: index.params(),
+                    vector: &|s: u32, put: &mut dyn FnMut(&[u8]) -> Result<()>| put(view.vector(s)),
+                    graph: (index.kind() == IndexKind::Hnsw).then_some(&view),
+                    full: has_full.then_some((&view, index.full_stride(), self.full_rows)),
+                    ivf: ivf
+                        .as_ref()
+                        .map(|x| (x, index.ivf_params().unwrap_or_default())),
+                };
+                write_body(tmp, &body, self.payload, self.text, self.text_source)
+            }
+            Source::Streamed(st) => {
+                let table = AllLive(st.keys);
+                let (vb, stride) = (st.space.vector_bytes(), st.space.stride());
+                let zeros = vec![0u8; stride];
+                let vector = |s: u32, put: &mut dyn FnMut(&[u8]) -> Result<()>| {
+                    let mut given = false;
+                    (st.rows)(s, st.keys[s as usize], &mut |row: &[u8]| {
+                        if row.len() < vb {
+                            return Err(short_row(s, row.len(), vb));
+                        }
+                        put(&row[..vb])?;
+                        put(&zeros[vb..])?;
+                        given = true;
+                        Ok(())
+                    })?;
+                    if given {
+                        Ok(())
+                    } else {
+                        Err(short_row(s, 0, vb))
+                    }
+                };
+                let body = Body {
+                    slots: &table,
+                    space: st.space,
+                    kind: if st.ivf.is_some() {
+                        IndexKind::IvfRq
+                    } else {
+                        IndexKind::Flat
+                    },
+                    params: st.params,
+                    vector: &vector,
+                    graph: None,
+                    full: None,
+                    ivf: st.ivf,
+                };
+                write_body(tmp, &body, self.payload, self.text, self.text_source)
+            }
         }
-        let ivf_info = match &ivf {
-            Some(x) => Some(write_ivf(&mut w, index, space, x)?),
-            None => None,
-        };
-        if let Some((batch, idx)) = &payload {
-            w.begin(SectionKind::Payload)?;
-            w.put_ipc(batch)?;
-            w.end();
-            w.begin(SectionKind::PayloadIndex)?;
-            w.put(idx)?;
-            w.end();
-        }
-        if let Some(t) = &text {
-            w.begin(SectionKind::Text)?;
-            w.put(t)?;
-            w.end();
-        }
-        let info = SegmentInfo {
-            version: FORMAT_VERSION,
-            space,
-            kind: index.kind(),
-            slots: n as u64,
-            live,
-            m: if hnsw { params.m as u32 } else { 0 },
-            m0: if hnsw { params.m0() as u32 } else { 0 },
-            entry: (entry != NO_ENTRY).then_some(entry),
-            top_level: top,
-            ef_search: params.ef_search as u32,
-            ef_construction: params.ef_construction as u32,
-            file_len: w.pos(),
-            ivf: ivf_info,
-        };
-        let table = encode_table(w.sections());
-        let header = encode_header(
-            &info,
-            nsec as u32,
-            entry,
-            crc32c::crc32c(&table),
-            if keeps_cos_as_given(space, has_full) {
-                5
-            } else if text.is_some() {
-                4
-            } else if payload.is_some() {
-                3
-            } else {
-                0
-            },
-        );
-        let mut file = w.into_file()?;
-        file.seek(SeekFrom::Start(0)).map_err(io("seek", tmp))?;
-        fault::write_all(&mut file, &header, tmp)?;
-        fault::write_all(&mut file, &table, tmp)?;
-        fault::sync_all(&file, tmp)?;
-        Ok(info)
     }
+}
+
+/// A streamed slot whose row is missing or shorter than the space's
+/// stored vectors.
+fn short_row(slot: u32, got: usize, want: usize) -> StoreError {
+    StoreError::Index(IndexError::InvalidParameter {
+        name: "rows",
+        value: format!("slot {slot}: {got} of {want} bytes"),
+        reason: "a streamed segment needs every slot's stored vector",
+    })
+}
+
+/// The slots of a segment as its writer reads them: count, keys and
+/// liveness.
+trait SlotTable {
+    fn count(&self) -> usize;
+    fn key_of(&self, slot: u32) -> u64;
+    fn live(&self, slot: u32) -> bool;
+}
+
+impl SlotTable for IndexView<'_> {
+    fn count(&self) -> usize {
+        GraphView::slots(self)
+    }
+    fn key_of(&self, slot: u32) -> u64 {
+        GraphView::key(self, slot)
+    }
+    fn live(&self, slot: u32) -> bool {
+        GraphView::is_live(self, slot)
+    }
+}
+
+/// Streamed slots: every one live, `keys[slot]` its key.
+struct AllLive<'a>(&'a [u64]);
+
+impl SlotTable for AllLive<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+    fn key_of(&self, slot: u32) -> u64 {
+        self.0[slot as usize]
+    }
+    fn live(&self, slot: u32) -> bool {
+        (slot as usize) < self.0.len()
+    }
+}
+
+/// Gives one slot's stored vector to the sink.
+type VectorOf<'a> = &'a dyn Fn(u32, &mut dyn FnMut(&[u8]) -> Result<()>) -> Result<()>;
+
+/// What a segment file is written from, whatever its source.
+struct Body<'a> {
+    slots: &'a dyn SlotTable,
+    space: Space,
+    kind: IndexKind,
+    params: HnswParams,
+    vector: VectorOf<'a>,
+    /// An HNSW index's graph.
+    graph: Option<&'a IndexView<'a>>,
+    /// Full-precision rows: the index's view, the row stride, and where
+    /// they come from when the index holds codes only.
+    full: Option<(&'a IndexView<'a>, usize, Option<FullRows<'a>>)>,
+    ivf: Option<(&'a IvfExport, IvfParams)>,
+}
+
+/// Writes the segment file of `b` at `tmp` and syncs it.
+fn write_body(
+    tmp: &Path,
+    b: &Body<'_>,
+    payload: Option<(&Schema, &RecordBatch)>,
+    text: &[TextFieldSpec],
+    text_source: TextSource<'_>,
+) -> Result<SegmentInfo> {
+    let n = b.slots.count();
+    let space = b.space;
+    let params = b.params;
+    let hnsw = b.kind == IndexKind::Hnsw;
+    let has_full = b.full.is_some();
+    let nsec = if hnsw {
+        6
+    } else if b.ivf.is_some() {
+        10
+    } else {
+        4
+    } + usize::from(has_full);
+    let text = text_bytes(b.slots, payload, text, text_source)?;
+    let payload = payload_sections(b.slots, payload)?;
+    let nsec = nsec + if payload.is_some() { 2 } else { 0 } + usize::from(text.is_some());
+    let file = fault::create(tmp)?;
+    let mut w = SectionWriter::new(BufWriter::with_capacity(1 << 20, file), tmp);
+    w.raw(&vec![0u8; HEADER_LEN + nsec * SECTION_ENTRY_LEN])?;
+
+    let live = write_rows(&mut w, b.slots, b.vector)?;
+    let (entry, top) = match b.graph {
+        Some(view) if hnsw => write_graph(&mut w, view, params.m0())?,
+        _ => (NO_ENTRY, 0),
+    };
+    if let Some((view, fstride, rows)) = b.full {
+        write_full(&mut w, view, fstride, rows)?;
+    }
+    let ivf_info = match b.ivf {
+        Some((x, p)) => Some(write_ivf(&mut w, p, space, x)?),
+        None => None,
+    };
+    if let Some((batch, idx)) = &payload {
+        w.begin(SectionKind::Payload)?;
+        w.put_ipc(batch)?;
+        w.end();
+        w.begin(SectionKind::PayloadIndex)?;
+        w.put(idx)?;
+        w.end();
+    }
+    if let Some(t) = &text {
+        w.begin(SectionKind::Text)?;
+        w.put(t)?;
+        w.end();
+    }
+    let info = SegmentInfo {
+        version: FORMAT_VERSION,
+        space,
+        kind: b.kind,
+        slots: n as u64,
+        live,
+        m: if hnsw { params.m as u32 } else { 0 },
+        m0: if hnsw { params.m0() as u32 } else { 0 },
+        entry: (entry != NO_ENTRY).then_some(entry),
+        top_level: top,
+        ef_search: params.ef_search as u32,
+        ef_construction: params.ef_construction as u32,
+        file_len: w.pos(),
+        ivf: ivf_info,
+    };
+    let table = encode_table(w.sections());
+    let header = encode_header(
+        &info,
+        nsec as u32,
+        entry,
+        crc32c::crc32c(&table),
+        if keeps_cos_as_given(space, has_full) {
+            5
+        } else if text.is_some() {
+            4
+        } else if payload.is_some() {
+            3
+        } else {
+            0
+        },
+    );
+    let mut file = w.into_file()?;
+    file.seek(SeekFrom::Start(0)).map_err(io("seek", tmp))?;
+    fault::write_all(&mut file, &header, tmp)?;
+    fault::write_all(&mut file, &table, tmp)?;
+    fault::sync_all(&file, tmp)?;
+    Ok(info)
 }
 
 /// The text section's bytes, when the segment gets one: text fields are
 /// named and the payload has one row per slot.
 fn text_bytes(
-    view: &IndexView<'_>,
+    view: &dyn SlotTable,
     payload: Option<(&Schema, &RecordBatch)>,
     text: &[TextFieldSpec],
     source: TextSource<'_>,
 ) -> Result<Option<Vec<u8>>> {
     let batch = match payload {
-        Some((_, batch)) if !text.is_empty() && batch.num_rows() == view.slots() => batch,
+        Some((_, batch)) if !text.is_empty() && batch.num_rows() == view.count() => batch,
         _ => return Ok(None),
     };
     Ok(Some(match source {
         TextSource::Encoded(bytes) => {
             // Made for these slots: a section that does not parse
             // as such would make the segment unopenable.
-            TextSection::parse(&bytes, view.slots() as u32)
+            TextSection::parse(&bytes, view.count() as u32)
                 .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))?;
             bytes
         }
@@ -270,16 +457,16 @@ fn text_bytes(
 /// The payload batch and its encoded indexes, when the payload has
 /// columns (it must have one row per slot).
 fn payload_sections<'b>(
-    view: &IndexView<'_>,
+    view: &dyn SlotTable,
     payload: Option<(&Schema, &'b RecordBatch)>,
 ) -> Result<Option<(&'b RecordBatch, Vec<u8>)>> {
     match payload {
         Some((schema, batch)) if !schema.is_empty() => {
-            if batch.num_rows() != view.slots() {
+            if batch.num_rows() != view.count() {
                 return Err(StoreError::Payload(PayloadError::Malformed(format!(
                     "{} payload rows for {} slots",
                     batch.num_rows(),
-                    view.slots()
+                    view.count()
                 ))));
             }
             Ok(Some((batch, pindex::build(schema, batch))))
@@ -288,22 +475,27 @@ fn payload_sections<'b>(
     }
 }
 
-/// The sections every segment has: vectors, slot keys, the sorted key
-/// index and the tombstones. Returns the live count.
-fn write_rows(w: &mut SectionWriter<'_>, view: &IndexView<'_>) -> Result<u64> {
-    let n = view.slots();
-    let live: Vec<u32> = (0..n as u32).filter(|&s| view.is_live(s)).collect();
+/// The sections every segment has: vectors (each slot's from `vector`),
+/// slot keys, the sorted key index and the tombstones. Returns the live
+/// count.
+fn write_rows(
+    w: &mut SectionWriter<'_>,
+    view: &dyn SlotTable,
+    vector: VectorOf<'_>,
+) -> Result<u64> {
+    let n = view.count();
+    let live: Vec<u32> = (0..n as u32).filter(|&s| view.live(s)).collect();
     w.begin(SectionKind::Vectors)?;
     for s in 0..n as u32 {
-        w.put(view.vector(s))?;
+        vector(s, &mut |row: &[u8]| w.put(row))?;
     }
     w.end();
     w.begin(SectionKind::SlotKeys)?;
     for s in 0..n as u32 {
-        w.put(&view.key(s).to_le_bytes())?;
+        w.put(&view.key_of(s).to_le_bytes())?;
     }
     w.end();
-    let mut recs: Vec<(u64, u32)> = live.iter().map(|&s| (view.key(s), s)).collect();
+    let mut recs: Vec<(u64, u32)> = live.iter().map(|&s| (view.key_of(s), s)).collect();
     recs.sort_unstable();
     w.begin(SectionKind::KeyIndex)?;
     for (k, s) in &recs {
@@ -313,7 +505,7 @@ fn write_rows(w: &mut SectionWriter<'_>, view: &IndexView<'_>) -> Result<u64> {
     w.end();
     let mut tomb = Bitset::new(n);
     for s in 0..n {
-        if !view.is_live(s as u32) {
+        if !view.live(s as u32) {
             tomb.insert(s);
         }
     }
@@ -328,7 +520,7 @@ fn write_rows(w: &mut SectionWriter<'_>, view: &IndexView<'_>) -> Result<u64> {
 /// An HNSW graph's sections: level 0 at a fixed width of `m0` links, the
 /// upper levels in CSR form. Returns the raw entry slot and top level.
 fn write_graph(w: &mut SectionWriter<'_>, view: &IndexView<'_>, m0: usize) -> Result<(u32, u32)> {
-    let n = view.slots();
+    let n = view.count();
     let (mut entry, mut top) = (NO_ENTRY, 0u32);
     let mut buf = Vec::new();
     let mut rec: Vec<u8> = Vec::with_capacity((1 + m0) * 4);
@@ -404,7 +596,7 @@ fn write_full(
 ) -> Result<()> {
     w.begin(SectionKind::FullVectors)?;
     let zeros = vec![0u8; fstride];
-    for s in 0..view.slots() as u32 {
+    for s in 0..view.count() as u32 {
         match (full_rows, view.full(s)) {
             (Some(src), _) => {
                 let mut given = false;
@@ -431,7 +623,7 @@ fn write_full(
 /// factors, extra bits). Returns the header's IVF fields.
 fn write_ivf(
     w: &mut SectionWriter<'_>,
-    index: &Index,
+    p: IvfParams,
     space: Space,
     x: &IvfExport,
 ) -> Result<IvfInfo> {
@@ -477,7 +669,6 @@ fn write_ivf(
         w.put(&l.ex)?;
     }
     w.end();
-    let p = index.ivf_params().unwrap_or_default();
     Ok(IvfInfo {
         partitions: parts as u32,
         bits: x.model.bits(),
@@ -492,7 +683,7 @@ fn write_ivf(
 /// `batch` (one row per slot), live slots only; taken from `analysed`
 /// (every slot's documents, over the same fields) when given.
 fn text_section(
-    view: &IndexView<'_>,
+    view: &dyn SlotTable,
     batch: &RecordBatch,
     text: &[TextFieldSpec],
     analysed: Option<&MemText>,
@@ -500,12 +691,12 @@ fn text_section(
     use arrow_array::cast::AsArray;
     use arrow_array::Array;
     let encode = |mem: &MemText| {
-        sagitta_text::section::encode(mem, view.slots() as u32)
+        sagitta_text::section::encode(mem, view.count() as u32)
             .map_err(|e| StoreError::Payload(PayloadError::Malformed(e.to_string())))
     };
     if let Some(mem) = analysed.filter(|m| m.has_fields(text)) {
-        let slots = view.slots();
-        return encode(&mem.live_only(&|s| (s as usize) < slots && view.is_live(s)));
+        let slots = view.count();
+        return encode(&mem.live_only(&|s| (s as usize) < slots && view.live(s)));
     }
     let mut mem = MemText::new(text);
     for (fi, f) in text.iter().enumerate() {
@@ -518,8 +709,8 @@ fn text_section(
                 f.name
             ))));
         };
-        for slot in 0..view.slots().min(strings.len()) {
-            if view.is_live(slot as u32) && strings.is_valid(slot) {
+        for slot in 0..view.count().min(strings.len()) {
+            if view.live(slot as u32) && strings.is_valid(slot) {
                 mem.add(fi, slot as u32, strings.value(slot));
             }
         }
