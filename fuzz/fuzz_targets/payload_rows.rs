@@ -48,9 +48,16 @@ fn schema() -> &'static Schema {
 
 /// `row` under `fields` through the WAL encoding: the same values back.
 fn wal_round_trip(fields: Vec<Field>, row: &[Value]) {
+    let n = fields.len();
     let Ok(schema) = Schema::new(fields) else {
         return;
     };
+    // A logged row naming a field twice: the schema keeps it once, so the
+    // values no longer line up with the fields by position (the store's
+    // replay, `row_from_log`, pairs them by name instead).
+    if schema.fields().len() != n {
+        return;
+    }
     let mut b = Vec::new();
     encode_row(&mut b, &schema, row);
     let back = decode_row(&b).expect("an encoded row decodes");
