@@ -302,8 +302,10 @@ fn background_fsync_failures_keep_acknowledged_rows() {
     let mut m = Model::default();
     m.upsert(&col, 0..100, 0).unwrap();
     col.flush().unwrap();
-    m.upsert(&col, 100..200, 0).unwrap(); // acknowledged, not yet synced
+    // Armed first: the sync thread (woken by the flush above) may sync
+    // at any moment; whichever fsync of the new rows comes first fails.
     arm(d, &c);
+    m.upsert(&col, 100..200, 0).unwrap(); // acknowledged, not yet synced
     let e = col.flush().unwrap_err();
     let kind = typed(&e);
     check(&col, &m, &[]);
