@@ -353,6 +353,22 @@ impl Index {
     /// in [`Index::add_batch`]); `stored` holds one `stride()`-long row per
     /// key.
     pub fn upsert_encoded_batch(&self, keys: &[u64], stored: &[u8], threads: usize) -> Result<()> {
+        let stride = self.prepare_batch(keys, stored, threads)?;
+        let run = || {
+            keys.par_iter()
+                .zip(stored.par_chunks_exact(stride.max(1)))
+                .try_for_each(|(&k, v)| {
+                    crate::sched::foreground::step();
+                    self.upsert_encoded(k, v)
+                })
+        };
+        with_threads(if keys.len() < 64 { 0 } else { threads }, run)
+    }
+
+    /// Checks a batch of stored rows (one stride-long row per key), trains
+    /// an untrained IVF index on them, and makes room for every row.
+    /// Returns the stride.
+    fn prepare_batch(&self, keys: &[u64], stored: &[u8], threads: usize) -> Result<usize> {
         let stride = self.space.stride();
         if stored.len() != keys.len() * stride {
             return Err(IndexError::InvalidParameter {
@@ -369,15 +385,7 @@ impl Index {
             with_threads(threads, || self.train(&rows, &mut |_| {}))?;
         }
         self.reserve(keys.len())?;
-        let run = || {
-            keys.par_iter()
-                .zip(stored.par_chunks_exact(stride.max(1)))
-                .try_for_each(|(&k, v)| {
-                    crate::sched::foreground::step();
-                    self.upsert_encoded(k, v)
-                })
-        };
-        with_threads(if keys.len() < 64 { 0 } else { threads }, run)
+        Ok(stride)
     }
 
     /// Inserts a batch like [`Index::upsert_encoded_batch`], but names
@@ -397,14 +405,6 @@ impl Index {
         stored: &[u8],
         threads: usize,
     ) -> Result<Staged> {
-        let stride = self.space.stride();
-        if stored.len() != keys.len() * stride {
-            return Err(IndexError::InvalidParameter {
-                name: "stored",
-                value: stored.len().to_string(),
-                reason: "must hold one stride-long row per key",
-            });
-        }
         if self.keeps_full_precision() {
             return Err(IndexError::InvalidParameter {
                 name: "stored",
@@ -412,14 +412,7 @@ impl Index {
                 reason: "an index keeping full precision needs float input (add / upsert)",
             });
         }
-        if !self.is_trained() && !keys.is_empty() {
-            let rows: Vec<f32> = stored
-                .chunks_exact(stride)
-                .flat_map(|r| self.stored_floats(r))
-                .collect();
-            with_threads(threads, || self.train(&rows, &mut |_| {}))?;
-        }
-        self.reserve(keys.len())?;
+        let stride = self.prepare_batch(keys, stored, threads)?;
         let run = || {
             keys.par_iter()
                 .zip(stored.par_chunks_exact(stride.max(1)))
