@@ -8,7 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use common::{cosine_stats, read_f16_npy, read_gz_lines};
-use sagitta_embed::{model_dir, EmbedError, Embedder, DEFAULT_MODEL, TOKENIZER_FILE, WEIGHTS_FILE};
+use sagitta_embed::{
+    model_dir, EmbedError, Embedder, Precision, DEFAULT_MODEL, DEFAULT_PRECISION, TOKENIZER_FILE,
+    WEIGHTS_FILE,
+};
 
 fn sample(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -84,6 +87,49 @@ fn reproduces_sample_vectors() {
     }
     println!("max_tokens 256: {short} of {N} texts have at most 128 word pieces; all match");
     assert!(short > N * 9 / 10);
+}
+
+/// Every precision against the file's own (`f32`) weights on the sample
+/// texts: the vectors stay within cosine 0.999, and `f32` still matches the
+/// dataset's vectors.
+#[test]
+fn reduced_precision_keeps_the_vectors() {
+    const N: usize = 300;
+    let texts = read_gz_lines(&sample("base_texts.txt.gz"), N).unwrap();
+    let mut refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    // Short texts like the queries of a search box, too.
+    refs.extend([
+        "mathematics based puzzle game",
+        "ping",
+        "2to3 binary using python3",
+        "",
+    ]);
+    let dir = model_dir(DEFAULT_MODEL);
+    let open = |p: Precision| {
+        Embedder::open_dir_with(DEFAULT_MODEL, &dir, p)
+            .unwrap()
+            .with_max_tokens(128)
+            .unwrap()
+    };
+    let exact = open(Precision::F32);
+    assert_eq!(exact.precision(), Precision::F32);
+    let want = exact.embed(&refs).unwrap();
+    let dims = exact.dims();
+    let (_, _, dataset) = read_f16_npy(&sample("base.f16.npy"), N).unwrap();
+    let (min, _) = cosine_stats(&want[..N * dims], &dataset, dims);
+    assert!(min >= 0.999, "f32 vs the dataset: min cosine {min}");
+    for p in [Precision::F16, Precision::I8] {
+        let got = open(p).embed(&refs).unwrap();
+        assert_unit_rows(&got, dims);
+        let (min, mean) = cosine_stats(&got, &want, dims);
+        println!(
+            "{} vs f32 over {} texts: min {min:.6}, mean {mean:.6}",
+            p.name(),
+            refs.len()
+        );
+        assert!(min >= 0.999, "{}: min cosine {min} (mean {mean})", p.name());
+    }
+    assert_eq!(embedder().precision(), DEFAULT_PRECISION);
 }
 
 #[test]

@@ -6,7 +6,9 @@
 //!
 //! * squared L2, inner product and cosine over `f32`, `f16` and `i8`;
 //! * Hamming over packed bits, and NPHD (normalized prefix Hamming distance)
-//!   over variable-length binary codes.
+//!   over variable-length binary codes;
+//! * small dense products with packed `f32` / `f16` / `i8` weights
+//!   ([`matmul`]), for the built-in text embedding model.
 //!
 //! One file per instruction set (`avx512.rs`, `avx2.rs`, `neon.rs`) plus the
 //! portable reference in `scalar.rs`. The best implementation the CPU
@@ -25,6 +27,7 @@ mod avx2;
 mod avx512;
 mod distance;
 pub mod fastscan;
+pub mod matmul;
 mod neon;
 pub mod scalar;
 

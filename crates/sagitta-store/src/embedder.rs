@@ -4,8 +4,8 @@
 //! A collection created with `embed_model` embeds rows written with text
 //! and no vector, and searches given only text (see `Collection::embed`).
 //! The store itself runs no model: it calls one through [`Embedder`]. The
-//! models come from `sagitta-embed` (all-MiniLM-L6-v2, run with candle and
-//! tokenizers), an optional dependency behind the cargo feature `embed`,
+//! models come from `sagitta-embed` (all-MiniLM-L6-v2 on the kernels'
+//! packed products, tokenizers), an optional dependency behind the cargo feature `embed`,
 //! on by default. Built without it (`--no-default-features`), the store
 //! pulls in neither, and creating or opening a collection that names a
 //! model fails with [`ModelError::NotBuilt`].
