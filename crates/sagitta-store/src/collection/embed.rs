@@ -4,9 +4,12 @@
 //! The model is called through [`Embedder`] (see the `embedder` module:
 //! which models this build has, behind the cargo feature `embed`).
 //! Opening a collection checks that the model's files are present (a
-//! missing file fails the open, naming it and `scripts/fetch-model`); the
-//! weights are loaded on first use, once per process and model, and
-//! shared by every collection that names the model.
+//! missing file fails the open, naming it and `scripts/fetch-model`) and
+//! starts loading the weights on a thread of their own ([`preload`]), so
+//! the open returns at once and the first query does not pay for the load
+//! (one that comes sooner waits for it rather than loading a second copy).
+//! A model is loaded once per process and shared by every collection that
+//! names it.
 
 use super::Collection;
 use crate::embedder::{self, Embedder};
@@ -16,11 +19,21 @@ use crate::payload::{Payload, Value};
 use parking_lot::Mutex;
 use sagitta_index::VectorRef;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock};
 
-/// Loaded models, by name.
-static MODELS: LazyLock<Mutex<HashMap<String, Arc<dyn Embedder>>>> =
+/// A model's place in [`MODELS`]: empty until loaded. Its lock is held
+/// for the whole load, so callers wait for a load under way instead of
+/// starting another.
+type Slot = Arc<Mutex<Option<Arc<dyn Embedder>>>>;
+
+/// Models, by name.
+static MODELS: LazyLock<Mutex<HashMap<String, Slot>>> =
     LazyLock::new(|| Mutex::new(HashMap::new()));
+
+fn slot(name: &str) -> Slot {
+    MODELS.lock().entry(name.to_string()).or_default().clone()
+}
 
 /// Checks that model `name` is known, has `dims` dimensions, and that its
 /// files are present (without loading them).
@@ -28,15 +41,53 @@ pub(crate) fn check_model(name: &str, dims: usize) -> Result<()> {
     embedder::check(name, dims)
 }
 
-/// The loaded model `name` (loaded on the first call in this process).
+/// Loads of a model this process has started (each distinct from the
+/// last: a caller finding a load under way waits for it).
+static LOADS: AtomicUsize = AtomicUsize::new(0);
+
+fn load(name: &str) -> Result<Arc<dyn Embedder>> {
+    LOADS.fetch_add(1, Ordering::Relaxed);
+    embedder::load(name)
+}
+
+/// The loaded model `name` (loaded by the first call in this process that
+/// finds it missing; callers meanwhile wait for that load).
 pub(crate) fn model(name: &str) -> Result<Arc<dyn Embedder>> {
-    if let Some(m) = MODELS.lock().get(name) {
+    let slot = slot(name);
+    let mut loaded = slot.lock();
+    if let Some(m) = &*loaded {
         return Ok(m.clone());
     }
-    // Loaded outside the lock (hundreds of milliseconds); a racing loader
-    // just loses its copy.
-    let m = embedder::load(name)?;
-    Ok(MODELS.lock().entry(name.to_string()).or_insert(m).clone())
+    let m = load(name)?;
+    *loaded = Some(m.clone());
+    Ok(m)
+}
+
+/// Starts loading model `name` on a thread of its own unless it is loaded
+/// or loading, then embeds one short text with it so its first query finds
+/// every buffer and page in place. The slot is locked before this returns,
+/// so a query made after it waits for this load. A failed load is left
+/// for the next [`model`] call to retry and report.
+pub(crate) fn preload(name: &str) {
+    let Some(loaded) = slot(name).try_lock_arc() else {
+        return;
+    };
+    if loaded.is_some() {
+        return;
+    }
+    let name = name.to_string();
+    let mut loaded = loaded;
+    // If no thread can be started, the guard is dropped with the closure
+    // and the first query loads the model instead.
+    let _ = std::thread::Builder::new()
+        .name("sagitta-model-load".into())
+        .spawn(move || {
+            if let Ok(m) = load(&name) {
+                *loaded = Some(m.clone());
+                drop(loaded);
+                let _ = m.embed(&["warm up"]);
+            }
+        });
 }
 
 impl Collection {
@@ -47,9 +98,8 @@ impl Collection {
             return Err(ModelError::NoModel(" (create it with embed_model)").into());
         };
         let m = model(name)?;
-        // Run inside the rayon pool (one hand-off), so the model's matrix
-        // products split their work there instead of each handing it to
-        // the pool from outside and waiting (two dozen hand-offs a query).
+        // Run inside the rayon pool (one hand-off): the model splits its
+        // batches over the pool's threads.
         rayon::scope(|_| m.embed(texts))
     }
 
@@ -91,5 +141,28 @@ impl Collection {
         let dims = c.space.dims;
         let refs: Vec<VectorRef<'_>> = vectors.chunks_exact(dims).map(VectorRef::F32).collect();
         self.upsert_with_payload(keys, &refs, Some(payload))
+    }
+}
+
+#[cfg(all(test, feature = "embed"))]
+mod tests {
+    use super::*;
+
+    /// A query made while the model loads in the background waits for that
+    /// load: the model is loaded once, and every caller gets that copy.
+    /// (Needs the model: `scripts/fetch-model`.)
+    #[test]
+    fn preload_loads_once_and_queries_wait_for_it() {
+        let name = sagitta_embed::DEFAULT_MODEL;
+        let before = LOADS.load(Ordering::Relaxed);
+        preload(name);
+        let s = slot(name);
+        assert!(s.is_locked() || s.lock().is_some(), "preload neither loading nor loaded");
+        preload(name);
+        let first = model(name).expect("model loads (run scripts/fetch-model)");
+        let again = model(name).expect("model");
+        assert!(Arc::ptr_eq(&first, &again));
+        assert!(LOADS.load(Ordering::Relaxed) - before <= 1, "loaded twice");
+        assert_eq!(first.embed(&["a query"]).expect("embeds").len(), first.dims());
     }
 }

@@ -276,6 +276,7 @@ impl Collection {
         config.validate()?;
         if let Some(m) = &config.embed_model {
             embed::check_model(m, config.space.dims)?;
+            embed::preload(m);
         }
         std::fs::create_dir_all(dir).map_err(io("create dir", dir))?;
         if dir.join(MANIFEST).exists() {
@@ -373,6 +374,7 @@ impl Collection {
         let mut config = manifest_config(dir, &manifest)?;
         if let Some(m) = &config.embed_model {
             embed::check_model(m, config.space.dims)?;
+            embed::preload(m);
         }
         let parts: Vec<Arc<Part>> = manifest
             .segments
