@@ -6,7 +6,10 @@ with ``bench.ingest`` (timed) and times each search method with
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -198,6 +201,7 @@ class SagittaText:
 
     def __init__(self) -> None:
         self.agreement: dict | None = None
+        self.first: list[dict] = []
 
     def version(self) -> str:
         import sagitta
@@ -216,6 +220,12 @@ class SagittaText:
             )
         elif a:
             out.append(f"engine-embedded vectors could not be read back: {a['error']}")
+        for f in self.first:
+            out.append(
+                f"query embedded by the engine, fresh process, {f['pause_s']:g} s between "
+                f"open and the first query: open {f['open_ms']:.1f} ms, first query "
+                f"{f['first_ms']:.2f} ms, the next {f['rest']} p50 {f['rest_p50_ms']:.2f} ms"
+            )
         return out
 
     def run(self, task, work: Path, b) -> None:
@@ -297,6 +307,41 @@ class SagittaText:
             lambda q: c.search(None, ASK, text=q.text).keys,
         )
         c.close()
+        texts = [q.text for q in task.queries[:51]]
+        self.first = [first_query(path, texts, pause) for pause in (0.0, 2.0)]
+
+
+FIRST_QUERY = """
+import json, sys, time
+import numpy as np
+import sagitta
+path, pause, texts = sys.argv[1], float(sys.argv[2]), json.loads(sys.argv[3])
+t = time.perf_counter()
+c = sagitta.Collection.open(path, read_only=True)
+open_ms = (time.perf_counter() - t) * 1e3
+time.sleep(pause)
+lat = []
+for text in texts:
+    t = time.perf_counter()
+    c.search(None, 11, text=text)
+    lat.append((time.perf_counter() - t) * 1e3)
+print(json.dumps({"pause_s": pause, "open_ms": open_ms, "first_ms": lat[0],
+                  "rest": len(lat) - 1, "rest_p50_ms": float(np.median(lat[1:]))}))
+"""
+
+
+def first_query(path: Path, texts: list[str], pause: float) -> dict:
+    """Opens the embed_model collection in a fresh process (the model not
+    yet loaded there), waits ``pause`` seconds (0: a query at once; 2: a
+    server that opened its collections at start), then times the first
+    query and the next ones."""
+    out = subprocess.run(
+        [sys.executable, "-c", FIRST_QUERY, str(path), str(pause), json.dumps(texts)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 ADAPTERS = {"sagitta": SagittaText, "lancedb": LanceText, "tantivy": TantivyText}

@@ -30,8 +30,8 @@
 //! # Ok(()) }
 //! ```
 //!
-//! uses exactly one thread, and one text is always embedded on one
-//! thread. Nothing else spawns threads.
+//! uses exactly one thread. A single text is embedded on the calling
+//! thread, without the pool. Nothing else spawns threads.
 //!
 //! [all-MiniLM-L6-v2]: https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2
 
@@ -303,6 +303,15 @@ impl Embedder {
         let dims = self.dims();
         if texts.is_empty() {
             return Ok(Vec::new());
+        }
+        if let [text] = texts {
+            // One text (a query): one batch, on the calling thread, with
+            // no hand-off to the pool and no worker woken to find nothing.
+            let ids = self.tokenize(text)?;
+            return self
+                .model
+                .embed_batch(&[ids.as_slice()])
+                .map_err(EmbedError::Compute);
         }
         let ids = texts
             .par_iter()

@@ -98,6 +98,10 @@ impl Collection {
             return Err(ModelError::NoModel(" (create it with embed_model)").into());
         };
         let m = model(name)?;
+        if texts.len() == 1 {
+            // A query: embedded on this thread (see `sagitta_embed`).
+            return m.embed(texts);
+        }
         // Run inside the rayon pool (one hand-off): the model splits its
         // batches over the pool's threads.
         rayon::scope(|_| m.embed(texts))
@@ -157,12 +161,18 @@ mod tests {
         let before = LOADS.load(Ordering::Relaxed);
         preload(name);
         let s = slot(name);
-        assert!(s.is_locked() || s.lock().is_some(), "preload neither loading nor loaded");
+        assert!(
+            s.is_locked() || s.lock().is_some(),
+            "preload neither loading nor loaded"
+        );
         preload(name);
         let first = model(name).expect("model loads (run scripts/fetch-model)");
         let again = model(name).expect("model");
         assert!(Arc::ptr_eq(&first, &again));
         assert!(LOADS.load(Ordering::Relaxed) - before <= 1, "loaded twice");
-        assert_eq!(first.embed(&["a query"]).expect("embeds").len(), first.dims());
+        assert_eq!(
+            first.embed(&["a query"]).expect("embeds").len(),
+            first.dims()
+        );
     }
 }
