@@ -215,24 +215,29 @@ fn panel_scale(w: &PackedMatrix, p: usize) -> [f32; PANEL] {
     s
 }
 
-/// The reference: the same packed walk in plain Rust.
+/// The reference: the same packed walk in plain Rust. Each input's
+/// sixteen weights are widened once and applied to every row; each output
+/// is still one chain over the inputs in order.
 fn portable(w: &PackedMatrix, a: &[f32], m: usize, bias: &[f32], out: &mut [f32]) {
     let (k, n) = (w.k, w.n);
+    let mut acc = vec![[0f32; PANEL]; m];
     for p in 0..n.div_ceil(PANEL) {
         let scale = panel_scale(w, p);
         let cols = (n - p * PANEL).min(PANEL);
-        for r in 0..m {
-            let row = &a[r * k..(r + 1) * k];
-            let mut acc = [0f32; PANEL];
-            for (i, &x) in row.iter().enumerate() {
-                let lane = panel_f32(w, p, i);
-                for (acc, &wv) in acc.iter_mut().zip(&lane) {
+        acc.iter_mut().for_each(|row| *row = [0.0; PANEL]);
+        for i in 0..k {
+            let lane = panel_f32(w, p, i);
+            for (r, row) in acc.iter_mut().enumerate() {
+                let x = a[r * k + i];
+                for (acc, &wv) in row.iter_mut().zip(&lane) {
                     *acc += x * wv;
                 }
             }
+        }
+        for (r, row) in acc.iter().enumerate() {
             let dst = &mut out[r * n + p * PANEL..][..cols];
             for (j, d) in dst.iter_mut().enumerate() {
-                *d = acc[j] * scale[j] + bias[p * PANEL + j];
+                *d = row[j] * scale[j] + bias[p * PANEL + j];
             }
         }
     }
