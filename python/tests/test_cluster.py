@@ -170,6 +170,51 @@ def test_results_equal_a_single_node_collection(lr, tmp_path):
         c.drop()
 
 
+def test_reads_and_writes_make_no_ray_call(lr, tmp_path, monkeypatch):
+    """Searches, gets, counts, upserts and removes go from the client
+    straight to the replicas' endpoints (docs/CLUSTER.md, "Data path"):
+    with every way to make or wait on a Ray call refused in this process,
+    they still answer, and answer as the single-node oracle does, reads
+    with ``reads="any"`` too."""
+    import ray.actor
+
+    c = new_cluster("direct", tmp_path)
+    any_reads = sc.Cluster.connect("direct", reads="any")
+    try:
+        keys = np.arange(3000, dtype=np.uint64)
+        c.upsert(keys[:1000], rows(keys[:1000]), payload(keys[:1000]))
+        local = oracle(tmp_path, keys)
+        local.remove(keys[2000:])
+
+        def refused(*a, **kw):
+            raise AssertionError("a Ray call on the data path")
+
+        for name in ("get", "wait", "put"):
+            monkeypatch.setattr(ray, name, refused)
+        monkeypatch.setattr(ray.actor.ActorMethod, "remote", refused)
+        monkeypatch.setattr(ray.actor.ActorMethod, "_remote", refused)
+
+        assert c.upsert(keys[1000:2000], rows(keys[1000:2000]), payload(keys[1000:2000])) == 1000
+        c.upsert(keys[2000:], rows(keys[2000:]), payload(keys[2000:]))
+        assert c.remove(keys[2000:]) == 1000
+        q = np.random.default_rng(11).random((10, DIMS), dtype=np.float32)
+        same_answers(c, local, q)
+        same_answers(c, local, q, where={"field": "g", "op": "eq", "value": 2})
+        assert c.count() == 2000
+        vecs = c.get(np.array([5, 2500], dtype=np.uint64))
+        np.testing.assert_array_equal(vecs[0], rows(np.array([5]))[0])
+        assert vecs[1] is None
+        assert any_reads.count() == 2000
+        np.testing.assert_array_equal(
+            any_reads.search(q, 10, exact=True).keys,
+            np.asarray(local.search(q, 10, exact=True).keys),
+        )
+        monkeypatch.undo()
+    finally:
+        monkeypatch.undo()
+        c.drop()
+
+
 def test_recall_of_hnsw_shards_matches_the_single_node(lr, tmp_path):
     """With graphs per shard the answers differ from one graph's, so the
     check is recall against the exact oracle, as for one collection."""

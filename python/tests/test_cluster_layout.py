@@ -83,3 +83,23 @@ def test_merge_topk_pads_when_fewer_rows_than_k():
     assert d_[0, :2].tolist() == pytest.approx([0.1, 0.5])
     assert np.isinf(d_[0, 2:]).all()
     assert src[0, 2:].tolist() == [-1, -1]
+
+
+def test_merge_of_one_query_equals_the_batch_merge():
+    """A single query is merged in plain Python: row for row the batch
+    merge's answer (ties, empty slots, shards narrower than k)."""
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        parts = []
+        for width in rng.integers(1, 12, size=3):
+            keys = rng.choice(50, size=(4, width), replace=False).astype(np.uint64)
+            d = rng.integers(0, 4, size=(4, width)).astype(np.float32)  # many ties
+            empty = rng.random((4, width)) < 0.2
+            keys[empty], d[empty] = NO_KEY, np.inf
+            parts.append((keys, d))
+        k = int(rng.integers(1, 15))
+        batch = merge_topk(parts, k)
+        for i in range(4):
+            one = merge_topk([(p[0][i : i + 1], p[1][i : i + 1]) for p in parts], k)
+            for got, want in zip(one, batch):
+                np.testing.assert_array_equal(got[0], want[i])

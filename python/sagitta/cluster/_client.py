@@ -1,11 +1,14 @@
 """The cluster's client: a ``Collection``-shaped handle that routes writes
 and reads to each shard's primary (or, with ``reads="any"``, reads to any
-replica), with failover, and merges the answers exactly."""
+replica), with failover, and merges the answers exactly. Reads and writes
+go straight to the replicas' data-path endpoints (``_channels``); Ray
+carries only the routing table and the endpoints' addresses."""
 
 from __future__ import annotations
 
 import json
 import os
+import select
 import tempfile
 import time
 import uuid
@@ -16,9 +19,11 @@ from typing import Any
 import numpy as np
 
 from .. import _sagitta
+from ._channels import Channels
 from ._controller import NAMESPACE, Controller, head_node_id
+from ._errors import ShardUnavailable
 from ._layout import NO_KEY, merge_topk, shard_of
-from ._replica import ShardUnavailable
+from ._wire import CallTimeout, ReplicaLost
 
 READS = ("primary", "any")
 
@@ -78,6 +83,7 @@ def _is_lost(e: BaseException) -> bool:
     return isinstance(
         e,
         (
+            ReplicaLost,
             ray.exceptions.RayActorError,
             ray.exceptions.ActorUnavailableError,
             ray.exceptions.GetTimeoutError,
@@ -121,6 +127,11 @@ class Cluster:
         self.reads = reads
         self._table = ray.get(controller.table.remote())
         self._rr = 0
+        # Replicas' data-path endpoints (actor id -> address), asked of
+        # each replica through Ray once; connections to them.
+        self._eps: dict = {}
+        self._channels = Channels()
+        self._learn_endpoints()
         # Replicas that failed a call recently (actor id -> until when):
         # skipped while another replica of the shard is available.
         self._suspect: dict = {}
@@ -235,6 +246,7 @@ class Cluster:
 
         ray.get(self._controller.drop.remote())
         ray.kill(self._controller)
+        self._channels.close()
         # The name is released asynchronously: wait for it, so that a
         # create or connect right after sees the cluster gone.
         end = time.monotonic() + self.timeout
@@ -251,6 +263,39 @@ class Cluster:
 
         self.counters["table_refreshes"] += 1
         self._table = ray.get(self._controller.refresh.remote(self._table["epoch"]))
+        self._learn_endpoints()
+
+    def _learn_endpoints(self, timeout: float = 5.0) -> None:
+        """Asks the replicas of the table whose endpoints this client does
+        not know yet for them (through Ray, all at once). One that does not
+        answer stays unknown: calls to it count as to a lost replica."""
+        import ray
+
+        reps = [r for sh in self._table["shards"] for r in sh["replicas"]]
+        refs = {
+            r._actor_id.hex(): r.endpoint.remote()
+            for r in reps
+            if r._actor_id.hex() not in self._eps
+        }
+        end = time.monotonic() + timeout
+        for rid, ref in refs.items():
+            try:
+                self._eps[rid] = ray.get(ref, timeout=max(0.05, end - time.monotonic()))
+            except Exception:  # gone, or its node is: the table will move on
+                ray.cancel(ref, recursive=False)
+        live = {r._actor_id.hex() for r in reps}
+        for rid in [rid for rid in list(self._eps) if rid not in live]:
+            ep = self._eps.pop(rid, None)
+            if ep is not None:
+                self._channels.forget(ep)
+
+    def _start(self, replica: Any, method: str, args: tuple, kwargs: dict, deadline: float):
+        """Sends a call to a replica's endpoint (``ReplicaLost`` when its
+        endpoint is unknown or unreachable)."""
+        ep = self._eps.get(replica._actor_id.hex())
+        if ep is None:
+            raise ReplicaLost(f"replica {replica._actor_id.hex()[:12]}: endpoint unknown")
+        return self._channels.start(ep, method, args, kwargs, deadline)
 
     @property
     def shards(self) -> int:
@@ -268,8 +313,6 @@ class Cluster:
         ``timeout``, under the same write id (a retry of a write that was
         applied is not applied again). ``calls``: shard -> (op, keys, vectors, payload,
         where). Returns shard -> the primary's answer."""
-        import ray
-
         deadline = time.monotonic() + self.timeout
         out: dict = {}
         todo = dict(calls)
@@ -277,22 +320,31 @@ class Cluster:
         wids = {s: uuid.uuid4().hex for s in calls}
         last: BaseException | None = None
         while todo:
-            refs = {}
+            sent = {}
+            lost = expired = False
             for s, args in todo.items():
                 sh = self._table["shards"][s]
                 if sh["primary"] is not None:
-                    refs[s] = sh["primary"].write.remote(sh["term"], *args, wid=wids[s])
-            lost = expired = False
-            for s, ref in refs.items():
-                try:
-                    left = max(0.1, deadline - time.monotonic())
-                    out[s] = ray.get(ref, timeout=left)
-                    del todo[s]
-                except Exception as e:
-                    if not _is_lost(e):
-                        raise
-                    last, lost = e, True
-                    expired |= isinstance(e, ray.exceptions.GetTimeoutError)
+                    try:
+                        sent[s] = self._start(
+                            sh["primary"], "write", (sh["term"], *args), {"wid": wids[s]}, deadline
+                        )
+                    except ReplicaLost as e:
+                        last, lost = e, True
+            try:
+                for s in list(sent):
+                    call = sent.pop(s)
+                    try:
+                        out[s] = call.finish(deadline)
+                        del todo[s]
+                    except Exception as e:
+                        if not _is_lost(e):
+                            raise
+                        last, lost = e, True
+                        expired |= isinstance(e, CallTimeout)
+            finally:
+                for call in sent.values():
+                    call.abandon()
             if todo:
                 if expired or time.monotonic() >= deadline:
                     raise ClusterUnavailable(
@@ -358,35 +410,38 @@ class Cluster:
         awaiting the removal of a follower it dropped) or of another term
         is asked again on a fresh routing table, until ``timeout``. No
         hedging: no other replica may answer for the primary."""
-        import ray
-
         deadline = time.monotonic() + self.timeout
         out: dict = {}
         todo = set(args)
         last: BaseException | None = None
         while todo:
-            refs = {}
+            sent = {}
             for s in sorted(todo):
                 sh = self._table["shards"][s]
                 if sh["primary"] is not None:
-                    refs[s] = getattr(sh["primary"], method).remote(*args[s], term=sh["term"])
+                    try:
+                        sent[s] = self._start(
+                            sh["primary"], method, args[s], {"term": sh["term"]}, deadline
+                        )
+                    except ReplicaLost as e:
+                        last = e
             expired = False
-            for s, ref in refs.items():
-                try:
-                    out[s] = ray.get(ref, timeout=max(0.1, deadline - time.monotonic()))
-                    todo.discard(s)
-                except Exception as e:
-                    if not _is_lost(e):
-                        raise
-                    last = e
-                    # Ray rounds the wait to milliseconds: it may end a
-                    # moment before the deadline.
-                    expired |= isinstance(e, ray.exceptions.GetTimeoutError)
+            try:
+                for s in list(sent):
+                    call = sent.pop(s)
+                    try:
+                        out[s] = call.finish(deadline)
+                        todo.discard(s)
+                    except Exception as e:
+                        if not _is_lost(e):
+                            raise
+                        last = e
+                        expired |= isinstance(e, CallTimeout)
+            finally:
+                for call in sent.values():
+                    call.abandon()
             if todo:
                 if expired or time.monotonic() >= deadline:
-                    for s in todo:
-                        if s in refs:
-                            ray.cancel(refs[s], recursive=False)
                     raise ClusterUnavailable(
                         f"shards {sorted(todo)} did not answer within {self.timeout} s: {last}"
                     )
@@ -400,76 +455,94 @@ class Cluster:
         ``hedge_after`` seconds is asked again on another replica (first
         answer wins); a lost replica is replaced by the next one, then by
         a fresh routing table, until ``timeout``."""
-        import ray
-
         deadline = time.monotonic() + self.timeout
         out: dict = {}
         tried: dict = {s: set() for s in args}
-        inflight: dict = {}
+        inflight: dict = {}  # fd -> (call, shard, replica id)
         hedged: set = set()
 
         def send(s: int) -> bool:
-            reps = self._table["shards"][s]["replicas"]
-            fresh = [r for r in reps if r._actor_id.hex() not in tried[s]]
-            if not fresh:
-                return False
-            now = time.monotonic()
-            trusted = [r for r in fresh if self._suspect.get(r._actor_id.hex(), 0) < now]
-            fresh = trusted or fresh
-            r = fresh[self._rr % len(fresh)]
-            self._rr += 1
-            tried[s].add(r._actor_id.hex())
-            inflight[getattr(r, method).remote(*args[s])] = (s, r._actor_id.hex())
-            return True
+            while True:
+                reps = self._table["shards"][s]["replicas"]
+                fresh = [r for r in reps if r._actor_id.hex() not in tried[s]]
+                if not fresh:
+                    return False
+                now = time.monotonic()
+                trusted = [r for r in fresh if self._suspect.get(r._actor_id.hex(), 0) < now]
+                fresh = trusted or fresh
+                r = fresh[self._rr % len(fresh)]
+                self._rr += 1
+                rid = r._actor_id.hex()
+                tried[s].add(rid)
+                try:
+                    call = self._start(r, method, args[s], {}, deadline)
+                except ReplicaLost:
+                    self._suspect[rid] = time.monotonic() + SUSPECT_FOR
+                    self.counters["read_retries"] += 1
+                    continue
+                inflight[call.fileno()] = (call, s, rid)
+                return True
 
-        for s in args:
+        def resend(s: int) -> None:
             if not send(s):
                 self._refresh()
                 tried[s] = set()
                 send(s)
-        started = time.monotonic()
-        while len(out) < len(args):
-            now = time.monotonic()
-            if now >= deadline:
-                missing = sorted(set(args) - set(out))
-                raise ClusterUnavailable(f"shards {missing} did not answer within {self.timeout} s")
-            waiting = sorted(set(args) - set(out))
-            if not inflight:
-                self._refresh()
-                for s in waiting:
-                    tried[s] = set()
-                    send(s)
-                continue
-            hedge_at = started + self.hedge_after
-            wait = (hedge_at - now) if (hedge_at > now and not hedged) else (deadline - now)
-            # One wait for every call in flight (the common case: all
-            # answer within milliseconds), bounded by the hedge time.
-            pending = list(inflight)
-            ready, _ = ray.wait(pending, num_returns=len(pending), timeout=max(0.0, min(wait, 0.5)))
-            if not ready:
-                if time.monotonic() >= hedge_at:
+
+        try:
+            for s in args:
+                resend(s)
+            started = time.monotonic()
+            poller = select.poll()
+            while len(out) < len(args):
+                now = time.monotonic()
+                if now >= deadline:
+                    missing = sorted(set(args) - set(out))
+                    raise ClusterUnavailable(
+                        f"shards {missing} did not answer within {self.timeout} s"
+                    )
+                waiting = sorted(set(args) - set(out))
+                if not inflight:
+                    self._refresh()
                     for s in waiting:
-                        if s not in hedged and send(s):
-                            hedged.add(s)
-                            self.counters["hedged"] += 1
-                continue
-            for ref in ready:
-                s, rid = inflight.pop(ref)
-                if s in out:
-                    continue
-                try:
-                    out[s] = ray.get(ref)
-                except Exception as e:
-                    if not _is_lost(e):
-                        raise
-                    self._suspect[rid] = time.monotonic() + SUSPECT_FOR
-                    self.counters["read_retries"] += 1
-                    if not any(v[0] == s for v in inflight.values()) and not send(s):
-                        self._refresh()
                         tried[s] = set()
                         send(s)
-        for ref in inflight:
-            ray.cancel(ref)
+                    if not inflight:
+                        time.sleep(min(0.05, max(0.0, deadline - time.monotonic())))
+                    continue
+                hedge_at = started + self.hedge_after
+                wait = (hedge_at - now) if (hedge_at > now and not hedged) else (deadline - now)
+                for fd in inflight:
+                    poller.register(fd, select.POLLIN)
+                try:
+                    ready = poller.poll(max(0.0, min(wait, 0.5)) * 1e3)
+                finally:
+                    for fd in inflight:
+                        poller.unregister(fd)
+                if not ready:
+                    if time.monotonic() >= hedge_at:
+                        for s in waiting:
+                            if s not in hedged and send(s):
+                                hedged.add(s)
+                                self.counters["hedged"] += 1
+                    continue
+                for fd, _ in ready:
+                    call, s, rid = inflight.pop(fd)
+                    if s in out:
+                        call.abandon()
+                        continue
+                    try:
+                        out[s] = call.finish(deadline)
+                    except Exception as e:
+                        if not _is_lost(e):
+                            raise
+                        self._suspect[rid] = time.monotonic() + SUSPECT_FOR
+                        self.counters["read_retries"] += 1
+                        if not any(v[1] == s for v in inflight.values()):
+                            resend(s)
+        finally:
+            for call, _, _ in inflight.values():
+                call.abandon()
         return out
 
     def search(

@@ -66,6 +66,8 @@ def merge_topk(parts: Sequence[tuple], k: int) -> tuple:
     ``source[i, j] = (part, column)`` flattened as ``part * width + column``
     (``-1`` for empty slots), to pick payload rows."""
     n = parts[0][0].shape[0]
+    if n == 1:
+        return _merge_one(parts, k)
     keys = np.concatenate([p[0] for p in parts], axis=1)
     dists = np.concatenate([p[1] for p in parts], axis=1).astype(np.float32)
     width = max(p[0].shape[1] for p in parts)
@@ -90,4 +92,25 @@ def merge_topk(parts: Sequence[tuple], k: int) -> tuple:
         out_k = np.pad(out_k, ((0, 0), (0, pad)), constant_values=NO_KEY)
         out_d = np.pad(out_d, ((0, 0), (0, pad)), constant_values=np.inf)
         src = np.pad(src, ((0, 0), (0, pad)), constant_values=-1)
+    return out_k, out_d, src
+
+
+def _merge_one(parts: Sequence[tuple], k: int) -> tuple:
+    """:func:`merge_topk` of one query, in plain Python: the same order
+    (distance, then key, then position) without numpy's per-call cost,
+    which is most of a merge of a few dozen entries."""
+    width = max(p[0].shape[1] for p in parts)
+    cand = []
+    for i, (pk, pd) in enumerate(parts):
+        dl = np.asarray(pd, dtype=np.float32)[0].tolist()
+        for j, key in enumerate(pk[0].tolist()):
+            cand.append((dl[j], key, i * width + j))
+    cand.sort()
+    top = cand[:k]
+    out_k = np.full((1, k), NO_KEY, dtype=np.uint64)
+    out_d = np.full((1, k), np.inf, dtype=np.float32)
+    src = np.full((1, k), -1, dtype=np.int64)
+    for j, (d, key, o) in enumerate(top):
+        if key != NO_KEY:
+            out_k[0, j], out_d[0, j], src[0, j] = key, d, o
     return out_k, out_d, src

@@ -53,6 +53,9 @@ import numpy as np
 
 from .. import _sagitta
 from ..remote import fetch, publish
+from ._channels import Call, Channels
+from ._endpoint import Endpoint
+from ._errors import ShardUnavailable, StaleTerm
 
 # Seconds a primary waits for a follower to take a forwarded write before
 # it counts the follower as lost (a live follower answers in milliseconds).
@@ -65,17 +68,24 @@ GRANT_MARGIN = 0.2
 RECENT = 65536
 # Seconds a failpoint holds a call at most (tests arm and release them).
 FAILPOINT_MAX = 120.0
+# What a replica serves on its data-path endpoint (clients' reads and
+# writes, its primary's forwards and heartbeats); the rest (roles, joins,
+# publishes, status) only through Ray, from the controller.
+DATA_METHODS = frozenset(
+    {"search", "get", "count", "schema", "payload_types", "write", "apply", "heartbeat", "ping"}
+)
 
 
-class ShardUnavailable(RuntimeError):
-    """The shard cannot acknowledge a write or serve a read here now (too
-    few live copies, not its primary, a follower awaiting removal)."""
+def _node_ip() -> str:
+    """The address of this Ray node (loopback outside Ray)."""
+    try:
+        import ray
 
-
-class StaleTerm(ShardUnavailable):
-    """A call named an older term than the replica's (or this replica was
-    deposed): the caller's routing table, or the calling primary, is out
-    of date. The client refreshes its table and retries."""
+        if ray.is_initialized():
+            return ray.util.get_node_ip_address()
+    except ImportError:
+        pass
+    return "127.0.0.1"
 
 
 class _RWLock:
@@ -161,6 +171,11 @@ class Replica:
         self.recent: OrderedDict = OrderedDict()
         # Test hooks: name -> (reached, released) events (`failpoint`).
         self.failpoints: dict = {}
+        # Followers' endpoints (actor id -> address), and connections to
+        # them: forwards and heartbeats go over the data path.
+        self.follower_eps: dict = {}
+        self.channels = Channels()
+        self.data = Endpoint(self, DATA_METHODS, _node_ip())
 
     # -- life ------------------------------------------------------------
     def create(self) -> dict:
@@ -207,7 +222,13 @@ class Replica:
             "published_version": self.published_version,
         }
 
+    def endpoint(self) -> dict:
+        """This replica's data-path endpoint: host, port and token."""
+        return self.data.address()
+
     def close(self, remove: bool = True) -> None:
+        self.data.close()
+        self.channels.close()
         with self.rw.write():
             if self.coll is not None:
                 self.coll.close()
@@ -325,6 +346,9 @@ class Replica:
             self.followers = [f for f in self.followers if _rid(f) != replica_id]
             self.dropped.discard(replica_id)
             self.why.pop(replica_id, None)
+            ep = self.follower_eps.pop(replica_id, None)
+            if ep is not None:
+                self.channels.forget(ep)
 
     def publish(self) -> dict:
         """Seals and publishes the collection (the primary, on the
@@ -398,19 +422,46 @@ class Replica:
         self.followers = []
         self.lease_until = 0.0
 
-    def _collect(self, pending: list, sent: float) -> None:
-        """Waits for the answers of one round of forwards or heartbeats
-        (``pending``: (follower, ref), sent at ``sent``). A follower that
-        fails, times out or does not hold exactly this replica's sequence
-        is dropped (reported to the controller by `ping`); one that names
-        a newer term deposes this replica (:class:`StaleTerm`). A round
-        every follower answered renews the lease."""
+    def _endpoint_of(self, f: Any) -> dict:
+        """A follower's endpoint, asked of it through Ray once."""
         import ray
 
-        alive, stale = [], None
-        for f, ref in pending:
+        rid = _rid(f)
+        ep = self.follower_eps.get(rid)
+        if ep is None:
+            ep = ray.get(f.endpoint.remote(), timeout=FORWARD_TIMEOUT)
+            self.follower_eps[rid] = ep
+        return ep
+
+    def _send_all(self, method: str, args: tuple) -> list:
+        """Sends ``method(*args)`` to every follower over the data path, all
+        at once: (follower, call in flight or the error that stopped it)."""
+        deadline = time.monotonic() + FORWARD_TIMEOUT
+        out = []
+        for f in self.followers:
             try:
-                got = ray.get(ref, timeout=FORWARD_TIMEOUT)
+                out.append(
+                    (f, self.channels.start(self._endpoint_of(f), method, args, {}, deadline))
+                )
+            except Exception as e:  # unreachable: dropped by _collect
+                out.append((f, e))
+        return out
+
+    def _collect(self, pending: list, sent: float) -> None:
+        """Waits for the answers of one round of forwards or heartbeats
+        (``pending``: (follower, call or error), sent at ``sent``). A
+        follower that fails, takes over ``FORWARD_TIMEOUT`` seconds or
+        does not hold exactly this replica's sequence is dropped (reported
+        to the controller by `ping`); one that names a newer term deposes
+        this replica (:class:`StaleTerm`). A round every follower answered
+        renews the lease."""
+        alive, stale = [], None
+        deadline = sent + FORWARD_TIMEOUT
+        for f, call in pending:
+            try:
+                if not isinstance(call, Call):
+                    raise call
+                got = call.finish(deadline)
             except StaleTerm as e:
                 stale = e
                 continue
@@ -431,6 +482,9 @@ class Replica:
     def _drop(self, f: Any, why: str) -> None:
         self.dropped.add(_rid(f))
         self.why[_rid(f)] = why
+        ep = self.follower_eps.pop(_rid(f), None)
+        if ep is not None:
+            self.channels.forget(ep)
 
     def heartbeat(self, term: int) -> int:
         """A follower's answer to its primary's lease round: the term is
@@ -447,8 +501,7 @@ class Replica:
             if self.primary and term == self.term and not self.dropped:
                 if self.followers and time.monotonic() >= self.lease_until:
                     sent = time.monotonic()
-                    refs = [(f, f.heartbeat.remote(self.term)) for f in self.followers]
-                    self._collect(refs, sent)
+                    self._collect(self._send_all("heartbeat", (self.term,)), sent)
 
     def _read(self, term: int | None, fn: Any) -> Any:
         """``fn()`` as a read of the primary of ``term`` (see the module
@@ -524,7 +577,7 @@ class Replica:
             if self.retained is not None:
                 self.retained.append(args)
             sent = time.monotonic()
-            self._collect([(f, f.apply.remote(*args)) for f in self.followers], sent)
+            self._collect(self._send_all("apply", args), sent)
             if 1 + len(self.followers) < self.quorum:
                 raise ShardUnavailable(
                     f"shard {self.shard}: write {seq} reached {1 + len(self.followers)} copies, "
