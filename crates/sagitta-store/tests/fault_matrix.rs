@@ -590,6 +590,32 @@ fn open() {
 /// nothing logged) instead of growing the mutable part without bound;
 /// once the flush gets through, the next write waits for it and goes on.
 #[test]
+fn a_batch_past_the_frozen_parts_is_logged_in_whole_parts() {
+    // The flush fails, so after four parts freeze the mutable part stays
+    // full; the rest of one large batch used to be logged one row (and
+    // one log sync) at a time: 2,400 syncs for this batch. Forty are
+    // let through, which whole-part pieces need far fewer of.
+    let dir = tempfile::tempdir().unwrap();
+    let c = Collection::create(dir.path(), config(u64::MAX, Durability::Batch)).unwrap();
+    failpoints::inject(Fault::new(IoOp::Create, dir.path(), ENOSPC).named("seg-"));
+    failpoints::inject(
+        Fault::new(IoOp::Fsync, dir.path(), EIO)
+            .named("wal-")
+            .after(40),
+    );
+    let mut m = Model::default();
+    m.upsert(&c, 0..4_000, 0).unwrap();
+    assert_eq!(c.stats().frozen_segments, MAX_FROZEN);
+    assert!(failpoints::clear(dir.path()) > 0, "the flush never failed");
+    check(&c, &m, &[]);
+    settles(|| c.optimize());
+    check(&c, &m, &[]);
+    c.close().unwrap();
+    let c = Collection::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    check(&c, &m, &[]);
+}
+
+#[test]
 fn a_failing_flush_stalls_writes_with_bounded_memory() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = config(u64::MAX, Durability::Batch);

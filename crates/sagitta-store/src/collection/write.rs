@@ -263,13 +263,20 @@ impl Inner {
             // A write that fits in a part goes into the mutable part
             // whole (which may then hold up to twice a part), so that
             // reads see it whole; a larger one fills the mutable part
-            // and each part after it, and is seen part by part.
+            // and each part after it, and is seen part by part. When the
+            // mutable part is already full (its freeze deferred while
+            // MAX_FROZEN parts wait for the flush), the next piece is a
+            // whole part's worth too: the part grows by the batch this
+            // call holds in memory anyway, instead of the rest of the
+            // batch going in one row (and one log sync) at a time.
             let left = puts.keys.len() - start;
             let used = self.snapshot().active.slot_count() as u64;
             let take = if left as u64 <= per_segment {
                 left
+            } else if used >= per_segment {
+                per_segment as usize
             } else {
-                per_segment.saturating_sub(used).max(1) as usize
+                (per_segment - used) as usize
             };
             let end = start + take;
             self.write_piece(
