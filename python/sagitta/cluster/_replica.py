@@ -61,7 +61,11 @@ from ._errors import ShardUnavailable, StaleTerm
 # it counts the follower as lost (a live follower answers in milliseconds).
 FORWARD_TIMEOUT = 10.0
 # Seconds a primary serves reads after its followers last answered it.
-LEASE = 2.0
+# One second: a heartbeat round on the data path costs about a
+# millisecond, and a promotion after a primary's loss waits out at most
+# LEASE + GRANT_MARGIN (2.2 s with a 2 s lease: over the 2 s that a
+# failover may take).
+LEASE = 1.0
 # Extra seconds a follower's promise lasts (clock rates, scheduling).
 GRANT_MARGIN = 0.2
 # Ids of this many latest writes are kept, to recognise a retried write.
