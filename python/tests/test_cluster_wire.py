@@ -10,13 +10,14 @@ from __future__ import annotations
 import socket
 import struct
 import threading
+import time
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 import sagitta
-from sagitta.cluster import _wire
+from sagitta.cluster import _endpoint, _wire
 from sagitta.cluster._channels import Channels
 from sagitta.cluster._endpoint import Endpoint
 from sagitta.cluster._errors import StaleTerm
@@ -133,8 +134,6 @@ def endpoint():
 
 
 def far():
-    import time
-
     return time.monotonic() + 10
 
 
@@ -194,8 +193,6 @@ def test_garbage_closes_that_connection_only(endpoint):
 
 
 def test_a_call_past_its_deadline_is_a_timeout_and_the_connection_is_dropped(endpoint):
-    import time
-
     t, ep = endpoint
     ch = Channels()
     with pytest.raises(_wire.CallTimeout):
@@ -216,3 +213,29 @@ def test_a_closed_endpoint_is_a_lost_replica(endpoint):
         ch.call(addr, "echo", (), {}, far())
     with pytest.raises(_wire.ReplicaLost):
         Channels().call(addr, "echo", (), {}, far())
+
+
+def test_silent_and_surplus_connections_are_closed(endpoint, monkeypatch):
+    _, ep = endpoint
+    monkeypatch.setattr(_endpoint, "HELLO_TIMEOUT", 0.2)
+    monkeypatch.setattr(_endpoint, "MAX_CONNECTIONS", 3)
+    # A connection that never says hello is closed by the endpoint.
+    silent = socket.create_connection((ep.host, ep.port), timeout=10)
+    assert silent.recv(1) == b""
+    silent.close()
+    # Three connections in use; a fourth is closed at once; once one of
+    # the three goes, a new one is served again.
+    ch = [Channels() for _ in range(3)]
+    for c in ch:
+        assert c.call(ep.address(), "echo", (1,), {}, far())["args"] == [1]
+    with pytest.raises(_wire.ReplicaLost):
+        Channels().call(ep.address(), "echo", (), {}, far())
+    ch[0].close()
+    for _ in range(100):  # the endpoint notices the close when it reads
+        try:
+            assert Channels().call(ep.address(), "echo", (2,), {}, far())["args"] == [2]
+            break
+        except _wire.ReplicaLost:
+            time.sleep(0.01)
+    else:
+        raise AssertionError("no connection served after one closed")

@@ -9,6 +9,9 @@ runs the named method of the target (one of ``methods``; the target's
 own locks order it with the calls Ray makes) and writes the answer, in
 order. A malformed frame, a wrong token or a method not served closes or
 refuses that connection only; the endpoint itself never stops on input.
+A connection must say hello within ``HELLO_TIMEOUT`` seconds, and at most
+``MAX_CONNECTIONS`` are served at once (one more is closed at once), so
+neither idle sockets nor a flood of them can pile up threads.
 """
 
 from __future__ import annotations
@@ -20,6 +23,12 @@ import threading
 from typing import Any
 
 from . import _wire
+
+# Seconds a new connection has to send its hello (a client sends it at
+# once); afterwards a connection may stay idle between calls.
+HELLO_TIMEOUT = 10.0
+# Connections served at once (clients keep a few per endpoint).
+MAX_CONNECTIONS = 1024
 
 
 class Endpoint:
@@ -64,6 +73,9 @@ class Endpoint:
                 if self._closed:
                     conn.close()
                     return
+                if len(self._conns) >= MAX_CONNECTIONS:
+                    conn.close()
+                    continue
                 self._conns.add(conn)
             threading.Thread(
                 target=self._serve, args=(conn,), name="sagitta-endpoint-conn", daemon=True
@@ -71,7 +83,9 @@ class Endpoint:
 
     def _serve(self, conn: socket.socket) -> None:
         try:
+            conn.settimeout(HELLO_TIMEOUT)
             hello = _wire.recv(conn)
+            conn.settimeout(None)
             ok = (
                 isinstance(hello, dict)
                 and hello.get("m") == "hello"
