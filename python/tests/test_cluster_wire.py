@@ -239,3 +239,42 @@ def test_silent_and_surplus_connections_are_closed(endpoint, monkeypatch):
             time.sleep(0.01)
     else:
         raise AssertionError("no connection served after one closed")
+
+
+def test_mutated_frames_raise_wire_error_or_decode():
+    """Random byte flips, truncations and splices of real frames: decoding
+    either gives a value or raises WireError, never another exception (a
+    replica's endpoint answers anything else with a broken connection)."""
+    rng = np.random.default_rng(17)
+    table = pa.table({"g": pa.array([1, 2], pa.int64())})
+    bodies = [
+        {"m": "search", "a": [np.ones((2, 8), np.float32), 10, {"exact": True}], "k": {"term": 3}},
+        {"ok": [np.arange(4, dtype=np.uint64), np.zeros(4, np.float32), table]},
+        {"m": "write", "a": [1, "upsert", np.arange(3, dtype=np.uint64), b"xy", None], "k": {}},
+    ]
+    frames = [b"".join(bytes(p) for p in _wire.encode(b)) for b in bodies]
+    outcomes = {"decoded": 0, "refused": 0}
+    for i in range(3000):
+        f = bytearray(frames[i % len(frames)])
+        for _ in range(int(rng.integers(1, 4))):
+            at = int(rng.integers(0, len(f)))
+            kind = int(rng.integers(0, 3))
+            if kind == 0:
+                f[at] ^= 1 << int(rng.integers(0, 8))
+            elif kind == 1:
+                del f[at : at + int(rng.integers(1, 16))]
+            else:
+                f[at:at] = rng.integers(0, 256, int(rng.integers(1, 16)), dtype=np.uint8).tobytes()
+        a, b = socket.socketpair()
+        try:
+            a.sendall(bytes(f))
+            a.shutdown(socket.SHUT_WR)
+            try:
+                _wire.recv(b)
+                outcomes["decoded"] += 1
+            except (_wire.WireError, _wire.ReplicaLost):
+                outcomes["refused"] += 1
+        finally:
+            a.close()
+            b.close()
+    assert outcomes["refused"] > 1000, outcomes

@@ -118,9 +118,10 @@ def _decoder(bufs: list):
         if tag == _ARROW:
             import pyarrow as pa
 
+            b = _buf(bufs, x)
             try:
-                return pa.ipc.open_stream(pa.py_buffer(_buf(bufs, x))).read_all()
-            except (pa.ArrowInvalid, pa.ArrowException) as e:
+                return pa.ipc.open_stream(pa.py_buffer(b)).read_all()
+            except Exception as e:  # pyarrow's errors vary (ArrowInvalid, OSError, ...)
                 raise WireError(f"not an Arrow IPC stream: {e}") from None
         raise WireError(f"unknown tag {tag!r}")
 
@@ -130,14 +131,18 @@ def _decoder(bufs: list):
 def _array(bufs: list, x: Any) -> np.ndarray:
     if not (isinstance(x, list) and len(x) == 3 and isinstance(x[1], list)):
         raise WireError("array: [dtype, shape, buffer] expected")
+    if not isinstance(x[0], str):
+        raise WireError("array: the dtype must be a string")
     try:
         dt = np.dtype(x[0])
-    except TypeError as e:
+    except (TypeError, ValueError, SyntaxError) as e:
         raise WireError(f"array: dtype {x[0]!r}: {e}") from None
     if dt.kind not in "biuf?" or dt.hasobject:
         raise WireError(f"array: dtype {dt} is not numeric")
     shape = x[1]
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+    if len(shape) > 32 or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
         raise WireError(f"array: shape {shape!r}")
     b = _buf(bufs, x[2])
     n = 1
