@@ -205,13 +205,20 @@ def test_reads_and_writes_make_no_ray_call(lr, tmp_path, monkeypatch):
         np.testing.assert_array_equal(vecs[0], rows(np.array([5]))[0])
         assert vecs[1] is None
         assert any_reads.count() == 2000
+        # A closed client's next call opens connections again.
+        any_reads.close()
+        assert any_reads.count() == 2000
         np.testing.assert_array_equal(
             any_reads.search(q, 10, exact=True).keys,
             np.asarray(local.search(q, 10, exact=True).keys),
         )
         monkeypatch.undo()
+        with sc.Cluster.connect("direct") as other:
+            assert other.count() == 2000
+        assert other._channels.opened >= 1 and not other._channels._idle
     finally:
         monkeypatch.undo()
+        any_reads.close()
         c.drop()
 
 

@@ -239,6 +239,17 @@ class Cluster:
             raise KeyError(f"no cluster named {name!r}") from None
         return cls(name, ctl, timeout, hedge_after, reads)
 
+    def close(self) -> None:
+        """Closes this client's connections to the replicas (the cluster
+        goes on; a later call opens new ones)."""
+        self._channels.close()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def drop(self) -> None:
         """Removes every replica (and its local files) and the controller.
         Published objects stay in the object store."""
