@@ -129,16 +129,6 @@ def add_phase(path: Path, rows: int, batch: int, shard_size: int, seed: int) -> 
     }
 
 
-def _drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
-
-
 def read_phase(path: str, rows: int, batch: int, seed: int, queries: int) -> dict:
     """Runs in a fresh process (``--read``)."""
     from sagitta.compat.iscc import ShardedIndex
@@ -268,7 +258,7 @@ def render(res: dict) -> str:
 def main(argv: list | None = None) -> None:
     import sagitta
 
-    from .env import cpu_model
+    from .env import cpu_model, drop_page_cache
 
     ap = argparse.ArgumentParser(prog="python -m sagitta_bench.binary_scale", description=__doc__)
     ap.add_argument("--rows", type=int, default=10_000_000)
@@ -300,7 +290,7 @@ def main(argv: list | None = None) -> None:
         print(f"adding {a.rows:,} codes into {path}", flush=True)
         add = add_phase(path, a.rows, a.batch, a.shard_size, a.seed)
         on_disk = _du(path)
-        dropped = _drop_caches()
+        dropped = drop_page_cache()
         cmd = [sys.executable, "-m", "sagitta_bench.binary_scale", "--read", str(path)]
         cmd += ["--rows", str(a.rows), "--batch", str(a.batch), "--seed", str(a.seed)]
         cmd += ["--queries", str(a.queries)]

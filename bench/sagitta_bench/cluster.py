@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from . import datasets
-from .env import cpu_model
+from .env import cpu_model, drop_page_cache
 
 OUT = Path(__file__).resolve().parents[1] / "results" / "cluster"
 
@@ -84,16 +84,6 @@ def _batch_pass(search, queries: np.ndarray, k: int) -> dict:
     search(queries, k)
     wall = time.perf_counter() - t
     return {"qps": len(queries) / wall, "seconds": wall}
-
-
-def _drop_caches() -> bool:
-    try:
-        os.sync()
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-        return True
-    except OSError:
-        return False
 
 
 def _env() -> dict:
@@ -284,7 +274,7 @@ def cold_phase(single, tmp: Path, queries: np.ndarray, reps: int) -> dict:
     runs = []
     for i in range(reps):
         dst = tmp / f"cold-{i}"
-        dropped = _drop_caches()
+        dropped = drop_page_cache()
         t0 = time.perf_counter()
         got = sagitta.fetch(str(bucket), dst)
         t1 = time.perf_counter()
