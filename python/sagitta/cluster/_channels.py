@@ -51,7 +51,7 @@ class Call:
         try:
             self.sock.settimeout(max(1e-3, deadline - time.monotonic()))
             body = _wire.recv(self.sock)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:  # socket.timeout is TimeoutError
             self._channels._discard(self.sock)
             raise _wire.CallTimeout(
                 f"{self.ep['host']}:{self.ep['port']}: no answer by the deadline"
@@ -87,21 +87,23 @@ class Channels:
         ``host``, ``port`` and ``token``). :class:`_wire.ReplicaLost` when
         it cannot be reached."""
         parts = _wire.encode({"m": method, "a": list(args), "k": kwargs})
-        for fresh in (False, True):
-            sock = None if fresh else self._take(ep)
-            if sock is None:
-                fresh = True
-                sock = self._open(ep, deadline)
+        sock = self._take(ep)
+        if sock is not None:
             try:
-                sock.settimeout(max(1e-3, deadline - time.monotonic()))
-                _wire.send_parts(sock, parts)
-                return Call(self, ep, sock)
-            except OSError as e:
-                self._discard(sock)
-                if fresh:
-                    raise _wire.ReplicaLost(f"{ep['host']}:{ep['port']}: {e}") from None
-                # An idle connection the replica closed meanwhile: try a new one.
-        raise AssertionError("unreachable")
+                return self._send(ep, sock, parts, deadline)
+            except OSError:
+                self._discard(sock)  # the replica closed it meanwhile: open a new one
+        sock = self._open(ep, deadline)
+        try:
+            return self._send(ep, sock, parts, deadline)
+        except OSError as e:
+            self._discard(sock)
+            raise _wire.ReplicaLost(f"{ep['host']}:{ep['port']}: {e}") from None
+
+    def _send(self, ep: dict, sock: socket.socket, parts: list, deadline: float) -> Call:
+        sock.settimeout(max(1e-3, deadline - time.monotonic()))
+        _wire.send_parts(sock, parts)
+        return Call(self, ep, sock)
 
     def call(self, ep: dict, method: str, args: tuple, kwargs: dict, deadline: float) -> Any:
         return self.start(ep, method, args, kwargs, deadline).finish(deadline)
