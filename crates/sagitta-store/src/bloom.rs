@@ -10,16 +10,20 @@
 //!
 //! File layout (little-endian), see docs/FORMAT.md: magic `SGTABLM\0`,
 //! version u32, filter count u32, target rate f64, initial capacity u64,
-//! then per filter `blocks u64, k u32, 0u32, capacity u64, count u64`, then
-//! every filter's words, then a CRC32C of all preceding bytes.
+//! then per filter `blocks u64, k u32, 0u32, capacity u64, count u64`;
+//! version 2 then has a chunk count u64, a CRC32C per 4 KiB of words, the
+//! head's CRC32C and zeros to the next 4 KiB; then every filter's words,
+//! then a CRC32C of all preceding bytes. The chunk checksums let a mapped
+//! filter be trusted at once, each page checked when first read.
 
 use crate::envelope::{self, BLOOM};
 use crate::error::{io, Result, StoreError};
 use crate::fault::{self, IoOp};
+use crate::warm::Warmup;
 use memmap2::{MmapMut, MmapOptions};
 use parking_lot::Mutex;
 use std::path::Path;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -29,7 +33,14 @@ const HEADER_LEN: usize = 32;
 /// Bytes of one filter's entry in the filter table.
 const FILTER_ENTRY_LEN: usize = 32;
 const BLOCK_WORDS: usize = 8;
+/// Bytes of words one chunk checksum of a version-2 file covers: a page,
+/// so a probe of a mapped filter checks just the page it reads.
+const CHUNK: usize = 4096;
+const CHUNK_WORDS: usize = CHUNK / 8;
 const MAX_FILTERS: usize = 48;
+/// Probes of a mapped filter after which its misses read ahead as usual:
+/// a filter in steady use is warmed by large reads (see `warm.rs`).
+const BLOOM_WARM_AFTER: u32 = 32;
 /// Largest filter (2^34 blocks of 64 bytes, 1 TiB): a file claiming more
 /// is corrupt, and a chain never grows past it.
 const MAX_BLOCKS: u64 = 1 << 34;
@@ -85,9 +96,9 @@ impl Filter {
         (block, mix(h ^ 0xA076_1D64_78BD_642F))
     }
 
+    /// Whether all of a probe's bits are set in `block`.
     #[inline]
-    fn contains(&self, words: &[u64], key: u64) -> bool {
-        let (block, bits) = self.probe(key);
+    fn has(&self, words: &[u64], block: usize, bits: u64) -> bool {
         (0..self.k).all(|j| {
             let b = (bits >> (j * 9)) & 511;
             words
@@ -119,14 +130,87 @@ enum Words {
         start: usize,
         /// Number of words.
         len: usize,
+        /// A version-2 file's chunk checksums; `None` for version 1
+        /// (checked whole by a background thread).
+        chunks: Option<Chunks>,
     },
 }
 
+/// The chunk checksums of a mapped version-2 filter.
+#[derive(Debug)]
+struct Chunks {
+    /// Byte offset of the first chunk's CRC32C in the mapping.
+    crcs: usize,
+    /// Chunks whose words matched their checksum.
+    checked: Box<[AtomicBool]>,
+}
+
 impl Words {
+    /// Whether the words of the chunk holding word `at` may be used:
+    /// owned words and version-1 maps always (those are checked whole),
+    /// a version-2 chunk once its checksum matched, checked here on first
+    /// use (one page, read anyway by the probe that asks).
+    #[inline]
+    fn chunk_ok(&self, at: usize) -> bool {
+        let Words::Mapped {
+            map,
+            start,
+            len,
+            chunks: Some(c),
+        } = self
+        else {
+            return true;
+        };
+        let i = at / CHUNK_WORDS;
+        let Some(flag) = c.checked.get(i) else {
+            return false;
+        };
+        if flag.load(Ordering::Acquire) {
+            return true;
+        }
+        let from = start + i * CHUNK;
+        let to = (start + len * 8).min(from + CHUNK);
+        let want = map.get(c.crcs + 4 * i..c.crcs + 4 * i + 4);
+        let ok = match (map.get(from..to), want) {
+            (Some(words), Some(crc)) => crc32c::crc32c(words) == envelope::u32_at(crc, 0),
+            _ => false,
+        };
+        if ok {
+            flag.store(true, Ordering::Release);
+        }
+        ok
+    }
+
+    /// Gives mapped words the normal read-ahead again (see `warm.rs`).
+    fn unrandom(&self) {
+        #[cfg(unix)]
+        if let Words::Mapped {
+            map, start, len, ..
+        } = self
+        {
+            let _ = map.advise_range(memmap2::Advice::Normal, *start, *len * 8);
+        }
+    }
+
+    /// Checks every chunk not checked yet; false if one fails.
+    fn check_all(&self) -> bool {
+        let n = match self {
+            Words::Mapped {
+                len,
+                chunks: Some(_),
+                ..
+            } => len.div_ceil(CHUNK_WORDS),
+            _ => 0,
+        };
+        (0..n).all(|i| self.chunk_ok(i * CHUNK_WORDS))
+    }
+
     fn slice(&self) -> &[u64] {
         match self {
             Words::Owned(v) => v,
-            Words::Mapped { map, start, len } => {
+            Words::Mapped {
+                map, start, len, ..
+            } => {
                 let bytes = &map[*start..*start + len * 8];
                 // SAFETY: the mapping is page aligned and `start` is a
                 // multiple of 8 (checked at open), the range is inside the
@@ -140,7 +224,9 @@ impl Words {
     fn slice_mut(&mut self) -> &mut [u64] {
         match self {
             Words::Owned(v) => v,
-            Words::Mapped { map, start, len } => {
+            Words::Mapped {
+                map, start, len, ..
+            } => {
                 let bytes = &mut map[*start..*start + *len * 8];
                 // SAFETY: as in `slice`; the mapping is private
                 // (copy-on-write), so writes never reach the file, and
@@ -157,10 +243,12 @@ const BAD: u8 = 2;
 
 /// The scalable bloom filter.
 ///
-/// A filter opened from a file is memory-mapped and trusted only once a
-/// background thread has checked the file's CRC; until then (and for ever
-/// if the check fails) every key reads as "maybe present", which is always
-/// a correct answer.
+/// A filter opened from a file is memory-mapped. A version-2 file is
+/// trusted at once: each 4 KiB of words is checked against its checksum
+/// when first read. A version-1 file is trusted once a background thread
+/// has checked the whole file's CRC. Until then, and for ever once a
+/// check fails, every key reads as "maybe present", which is always a
+/// correct answer.
 #[derive(Debug)]
 pub struct Bloom {
     filters: Vec<Filter>,
@@ -169,6 +257,9 @@ pub struct Bloom {
     initial: u64,
     check: Arc<AtomicU8>,
     checker: Mutex<Option<JoinHandle<()>>>,
+    /// Probes of mapped words (advised random at open, normal once in
+    /// use).
+    warm: Warmup,
 }
 
 impl Drop for Bloom {
@@ -195,6 +286,7 @@ impl Bloom {
             initial,
             check: Arc::new(AtomicU8::new(GOOD)),
             checker: Mutex::new(None),
+            warm: Warmup::new(BLOOM_WARM_AFTER),
         }
     }
 
@@ -204,13 +296,14 @@ impl Bloom {
         self.check.load(Ordering::Acquire) == GOOD
     }
 
-    /// Waits for the background check of an opened file; returns whether
-    /// the filter is trusted.
+    /// Finishes the check of an opened file (waits for a version-1
+    /// file's background check, checks a version-2 file's unread chunks);
+    /// returns whether the filter is trusted.
     pub fn wait_checked(&self) -> bool {
         if let Some(h) = self.checker.lock().take() {
             let _ = h.join();
         }
-        if self.check.load(Ordering::Acquire) == PENDING {
+        if self.check.load(Ordering::Acquire) == PENDING || !self.words.check_all() {
             self.check.store(BAD, Ordering::Release);
         }
         self.trusted()
@@ -221,6 +314,9 @@ impl Bloom {
     pub fn may_contain(&self, key: u64) -> bool {
         if !self.trusted() {
             return true;
+        }
+        if self.warm.note() {
+            self.words.unrandom();
         }
         self.contains_bits(key)
     }
@@ -242,10 +338,20 @@ impl Bloom {
         }
     }
 
+    /// Whether any filter has all of `key`'s bits; a
+    /// chunk failing its check makes the whole filter untrusted (and
+    /// answers maybe).
     #[inline]
     fn contains_bits(&self, key: u64) -> bool {
         let words = self.words.slice();
-        self.filters.iter().any(|f| f.contains(words, key))
+        self.filters.iter().any(|f| {
+            let (block, bits) = f.probe(key);
+            if !self.words.chunk_ok(block) {
+                self.check.store(BAD, Ordering::Release);
+                return true;
+            }
+            f.has(words, block, bits)
+        })
     }
 
     /// Records `key`.
@@ -256,6 +362,10 @@ impl Bloom {
         let n = self.filters.len();
         let full = self.filters.last().is_none_or(|f| f.count >= f.capacity);
         if full && n < MAX_FILTERS {
+            // The words are copied out of the mapping: check them first.
+            if !self.wait_checked() {
+                return;
+            }
             let cap = self.initial << n.min(40);
             let fp = self.fp / 2f64.powi(n as i32 + 1);
             let mut words = self.words.slice().to_vec();
@@ -265,6 +375,12 @@ impl Bloom {
             self.filters.push(f);
         }
         if let Some(f) = self.filters.last_mut() {
+            // A chunk is checked before its first change (after it, its
+            // checksum no longer matches).
+            if !self.words.chunk_ok(f.probe(key).0) {
+                self.check.store(BAD, Ordering::Release);
+                return;
+            }
             f.insert(self.words.slice_mut(), key);
         }
     }
@@ -291,13 +407,15 @@ impl Bloom {
         self.words.slice().len() * 8
     }
 
-    /// Serialises to the file layout described in the module docs.
+    /// Serialises to the file layout described in the module docs (the
+    /// newest version). A mapped filter must be checked first
+    /// ([`Bloom::wait_checked`]): its words are written as they are.
     pub fn to_bytes(&self) -> Vec<u8> {
+        let words = self.words.slice();
+        let chunks = words.len().div_ceil(CHUNK_WORDS);
+        let head = HEADER_LEN + self.filters.len() * FILTER_ENTRY_LEN + 8 + chunks * 4 + 12;
         let mut b = Vec::with_capacity(
-            HEADER_LEN
-                + self.filters.len() * FILTER_ENTRY_LEN
-                + self.memory_bytes()
-                + envelope::TRAILER_LEN,
+            head.next_multiple_of(CHUNK) + self.memory_bytes() + envelope::TRAILER_LEN,
         );
         BLOOM.begin(&mut b);
         b.extend_from_slice(&(self.filters.len() as u32).to_le_bytes());
@@ -311,24 +429,37 @@ impl Bloom {
             b.extend_from_slice(&f.capacity.to_le_bytes());
             b.extend_from_slice(&f.count.to_le_bytes());
         }
-        for w in self.words.slice() {
+        b.extend_from_slice(&(chunks as u64).to_le_bytes());
+        let mut chunk = Vec::with_capacity(CHUNK);
+        for c in words.chunks(CHUNK_WORDS) {
+            chunk.clear();
+            c.iter()
+                .for_each(|w| chunk.extend_from_slice(&w.to_le_bytes()));
+            b.extend_from_slice(&crc32c::crc32c(&chunk).to_le_bytes());
+        }
+        b.resize(b.len().next_multiple_of(8), 0);
+        let crc = crc32c::crc32c(&b);
+        b.extend_from_slice(&crc.to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.resize(b.len().next_multiple_of(CHUNK), 0);
+        for w in words {
             b.extend_from_slice(&w.to_le_bytes());
         }
         envelope::seal(&mut b);
         b
     }
 
-    /// Parses the header and filter table of a serialised filter (not
-    /// the words, not the CRC); returns the filters, rate, initial
-    /// capacity and byte offset of the words. Every inconsistency is
+    /// Parses everything of a serialised filter but its words and the
+    /// whole-file CRC: header, filter table and (version 2) the chunk
+    /// table, whose own checksum is checked. Every inconsistency is
     /// `Corrupt`.
-    fn parse_header(b: &[u8], path: &Path) -> Result<(Vec<Filter>, f64, u64, usize)> {
+    fn parse_header(b: &[u8], path: &Path) -> Result<Layout> {
         let bad = |offset: usize, reason: &str| StoreError::Corrupt {
             file: path.to_path_buf(),
             offset: offset as u64,
             reason: reason.to_string(),
         };
-        BLOOM.version(path, b)?;
+        let version = BLOOM.version(path, b)?;
         if b.len() < HEADER_LEN + envelope::TRAILER_LEN {
             return Err(bad(0, "shorter than the bloom filter header"));
         }
@@ -380,17 +511,43 @@ impl Bloom {
             filters.push(f);
             at += FILTER_ENTRY_LEN;
         }
-        if at + offset * 8 != body {
+        let mut crcs = None;
+        let words_at = if version == 1 {
+            at
+        } else {
+            if at + 8 > body {
+                return Err(bad(at, "truncated chunk table"));
+            }
+            if u64_at(at) != offset.div_ceil(CHUNK_WORDS) as u64 {
+                return Err(bad(at, "chunk count does not match the filters"));
+            }
+            let end = at + 8 + (offset.div_ceil(CHUNK_WORDS) * 4).next_multiple_of(8);
+            if end + 8 > body {
+                return Err(bad(at, "truncated chunk table"));
+            }
+            if crc32c::crc32c(&b[..end]) != u32_at(end) {
+                return Err(bad(end, "header checksum mismatch"));
+            }
+            crcs = Some(at + 8);
+            (end + 8).next_multiple_of(CHUNK)
+        };
+        if words_at + offset * 8 != body {
             return Err(bad(at, "file size does not match the filter table"));
         }
-        Ok((filters, fp, initial, at))
+        Ok(Layout {
+            filters,
+            fp,
+            initial,
+            words_at,
+            crcs,
+        })
     }
 
     /// Parses a serialised filter, checking its CRC.
     pub fn from_bytes(b: &[u8], path: &Path) -> Result<Bloom> {
-        let (filters, fp, initial, start) = Bloom::parse_header(b, path)?;
+        let l = Bloom::parse_header(b, path)?;
         let body = envelope::unseal(path, b)?;
-        let words = body[start..]
+        let words = body[l.words_at..]
             .chunks_exact(8)
             .map(|c| {
                 let mut x = [0u8; 8];
@@ -399,19 +556,22 @@ impl Bloom {
             })
             .collect();
         Ok(Bloom {
-            filters,
+            filters: l.filters,
             words: Words::Owned(words),
-            fp,
-            initial,
+            fp: l.fp,
+            initial: l.initial,
             check: Arc::new(AtomicU8::new(GOOD)),
             checker: Mutex::new(None),
+            warm: Warmup::new(BLOOM_WARM_AFTER),
         })
     }
 
-    /// Opens a filter file without reading it: the words are mapped
-    /// privately (copy-on-write) and the CRC is checked by a background
-    /// thread, so the cost is the same for any number of keys. Until the
-    /// check passes the filter answers "maybe" for every key.
+    /// Opens a filter file without reading its words: they are mapped
+    /// privately (copy-on-write), so the cost is the same for any number
+    /// of keys. A version-2 file is trusted at once (each chunk checked
+    /// when first read); a version-1 file's CRC is checked by a
+    /// background thread, and until that passes the filter answers
+    /// "maybe" for every key.
     pub fn open(path: &Path) -> Result<Bloom> {
         let file = fault::open(path)?;
         fault::check(IoOp::Mmap, path).map_err(io("mmap", path))?;
@@ -420,7 +580,8 @@ impl Bloom {
         // inserts never reach the file. All reads are bounds checked
         // against the length validated below.
         let map = unsafe { MmapOptions::new().map_copy(&file) }.map_err(io("mmap", path))?;
-        let (filters, fp, initial, start) = Bloom::parse_header(&map, path)?;
+        let l = Bloom::parse_header(&map, path)?;
+        let start = l.words_at;
         if !start.is_multiple_of(8) {
             return Err(StoreError::Corrupt {
                 file: path.to_path_buf(),
@@ -428,27 +589,50 @@ impl Bloom {
                 reason: "misaligned words".into(),
             });
         }
-        let len = filters.iter().map(Filter::words).sum();
-        let check = Arc::new(AtomicU8::new(PENDING));
-        let flag = check.clone();
-        let owned = path.to_path_buf();
-        let checker = std::thread::Builder::new()
-            .name("sagitta-bloom-check".into())
-            .spawn(move || {
-                let ok = std::fs::read(&owned).is_ok_and(|b| envelope::unseal(&owned, &b).is_ok());
-                flag.store(if ok { GOOD } else { BAD }, Ordering::Release);
-            })
-            .ok();
-        if checker.is_none() {
-            check.store(BAD, Ordering::Release);
-        }
+        let len: usize = l.filters.iter().map(Filter::words).sum();
+        let (check, checker, chunks) = match l.crcs {
+            Some(crcs) => {
+                // A probe reads one block per filter and one chunk
+                // checksum: no read-ahead (the head included).
+                #[cfg(unix)]
+                let _ = map.advise(memmap2::Advice::Random);
+                let checked = (0..len.div_ceil(CHUNK_WORDS))
+                    .map(|_| AtomicBool::new(false))
+                    .collect();
+                let chunks = Chunks { crcs, checked };
+                (Arc::new(AtomicU8::new(GOOD)), None, Some(chunks))
+            }
+            None => {
+                let check = Arc::new(AtomicU8::new(PENDING));
+                let flag = check.clone();
+                let owned = path.to_path_buf();
+                let checker = std::thread::Builder::new()
+                    .name("sagitta-bloom-check".into())
+                    .spawn(move || {
+                        let ok = std::fs::read(&owned)
+                            .is_ok_and(|b| envelope::unseal(&owned, &b).is_ok());
+                        flag.store(if ok { GOOD } else { BAD }, Ordering::Release);
+                    })
+                    .ok();
+                if checker.is_none() {
+                    check.store(BAD, Ordering::Release);
+                }
+                (check, checker, None)
+            }
+        };
         Ok(Bloom {
-            filters,
-            words: Words::Mapped { map, start, len },
-            fp,
-            initial,
+            filters: l.filters,
+            words: Words::Mapped {
+                map,
+                start,
+                len,
+                chunks,
+            },
+            fp: l.fp,
+            initial: l.initial,
             check,
             checker: Mutex::new(checker),
+            warm: Warmup::new(BLOOM_WARM_AFTER),
         })
     }
 
@@ -457,6 +641,17 @@ impl Bloom {
         let b = fault::read(path).map_err(io("read", path))?;
         Bloom::from_bytes(&b, path)
     }
+}
+
+/// What [`Bloom::parse_header`] found.
+struct Layout {
+    filters: Vec<Filter>,
+    fp: f64,
+    initial: u64,
+    /// Byte offset of the first word.
+    words_at: usize,
+    /// Version 2: byte offset of the chunk checksums.
+    crcs: Option<usize>,
 }
 
 #[cfg(test)]
@@ -535,32 +730,55 @@ mod tests {
     }
 
     #[test]
-    fn mapped_open_is_trusted_only_after_its_check() {
+    fn mapped_open_is_trusted_at_once_and_checks_each_page_it_reads() {
         let dir = tempfile::tempdir().unwrap();
-        let mut b = Bloom::new(2048, 0.01);
-        for k in 0..5000u64 {
+        let mut b = Bloom::new(200_000, 0.01);
+        for k in 0..50_000u64 {
             b.insert(k);
         }
+        let bytes = b.to_bytes();
+        assert_eq!(envelope::u32_at(&bytes, 8), 2);
         let path = dir.path().join("bloom.bin");
-        std::fs::write(&path, b.to_bytes()).unwrap();
+        std::fs::write(&path, &bytes).unwrap();
         let mut m = Bloom::open(&path).unwrap();
-        assert!(m.wait_checked());
-        assert!((0..5000u64).all(|k| m.may_contain(k)));
-        let misses = (5000..105_000u64).filter(|&k| m.may_contain(k)).count();
+        assert!(m.trusted(), "no wait for a check of the whole file");
+        assert!((0..50_000u64).all(|k| m.may_contain(k)));
+        let misses = (50_000..150_000u64).filter(|&k| m.may_contain(k)).count();
         assert!(misses < 1000, "{misses}");
         m.insert(1_000_000); // copy-on-write: the file is unchanged
         assert!(m.may_contain(1_000_000));
-        assert_eq!(std::fs::read(&path).unwrap(), b.to_bytes());
+        assert!(m.wait_checked());
+        assert_eq!(std::fs::read(&path).unwrap(), bytes);
 
-        let mut bytes = b.to_bytes();
-        let n = bytes.len();
-        bytes[n - 40] ^= 0x10; // a word, not the header: only the CRC sees it
-        std::fs::write(&path, &bytes).unwrap();
+        // One bit of one page of words flipped (the whole-file CRC left
+        // stale: a mapped open never reads it).
+        let words_at = bytes.len() - envelope::TRAILER_LEN - b.memory_bytes();
+        assert!(words_at.is_multiple_of(CHUNK));
+        let page = 3;
+        let mut bad = bytes.clone();
+        bad[words_at + page * CHUNK + 100] ^= 0x10;
+        std::fs::write(&path, &bad).unwrap();
         let m = Bloom::open(&path).unwrap();
-        assert!(!m.wait_checked());
+        assert!(m.trusted());
+        let f = &m.filters[0];
+        let (clean, hit): (Vec<u64>, Vec<u64>) =
+            (0..50_000u64).partition(|&k| f.probe(k).0 / CHUNK_WORDS != page);
+        assert!(clean.iter().all(|&k| m.may_contain(k)));
+        assert!(m.trusted(), "pages that were not changed pass");
+        assert!(m.may_contain(hit[0]));
+        assert!(!m.trusted(), "the changed page fails its check");
         assert!(
-            m.may_contain(123_456_789),
-            "an unchecked filter answers maybe"
+            m.may_contain(123_456_789_000),
+            "an untrusted filter answers maybe"
         );
+        assert!(!m.wait_checked());
+        // A damaged chunk table is refused at open.
+        let mut bad = bytes.clone();
+        bad[HEADER_LEN + FILTER_ENTRY_LEN + 8] ^= 1;
+        std::fs::write(&path, &bad).unwrap();
+        assert!(matches!(
+            Bloom::open(&path),
+            Err(StoreError::Corrupt { .. })
+        ));
     }
 }

@@ -41,7 +41,7 @@ pub(crate) const BLOOM: FileKind = FileKind {
     name: "bloom filter",
     magic: b"SGTABLM\0",
     oldest: 1,
-    newest: 1,
+    newest: 2,
 };
 
 /// Tombstone files (`tomb-*.bin`).

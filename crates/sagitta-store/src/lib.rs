@@ -38,6 +38,7 @@ pub mod request;
 pub mod segment;
 mod trim;
 pub mod wal;
+mod warm;
 
 pub use collection::{
     codes_named, default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionStats,

@@ -11,7 +11,7 @@
 //!   index threshold), a version-4 segment with payload and text, a
 //!   tombstone file with entries, a bloom filter, and a version-2 log
 //!   tail (puts with payload and removes) never folded into segments.
-//! - `bloom-v1.bin`: a bloom filter of known keys.
+//! - `bloom-v1.bin`, `bloom-v2.bin`: bloom filters of known keys.
 //!
 //! Also: the documented header layouts asserted on the frozen bytes, field
 //! by field; and a collection whose tombstone file says a future version
@@ -456,15 +456,22 @@ fn frozen_headers_match_the_documented_layout() {
     assert!(ops.contains(&3) && ops.contains(&2), "{ops:?}");
 }
 
-// -- bloom filter, version 1 -----------------------------------------------------
+// -- bloom filter, versions 1 and 2 ----------------------------------------------
 
 fn bloom_keys() -> impl Iterator<Item = u64> {
     (0..3000u64).map(|i| i.wrapping_mul(0x2545_F491_4F6C_DD1D))
 }
 
+/// Version 1 (one whole-file CRC, checked by a background thread when
+/// mapped) is no longer written: its sample is frozen for good.
 #[test]
 fn bloom_version_1_reads_back() {
-    let path = fixtures().join("bloom-v1.bin");
+    bloom_reads_back("bloom-v1.bin", 1);
+}
+
+#[test]
+fn bloom_version_2_reads_back() {
+    let path = fixtures().join("bloom-v2.bin");
     if regen() {
         let mut b = Bloom::new(1000, 0.01);
         for k in bloom_keys() {
@@ -472,7 +479,47 @@ fn bloom_version_1_reads_back() {
         }
         std::fs::write(&path, b.to_bytes()).unwrap();
     }
+    bloom_reads_back("bloom-v2.bin", 2);
+    // Bloom (version 2): magic, version, filters, rate, initial capacity,
+    // 32 bytes per filter, the chunk count and a CRC per 4 KiB of words,
+    // padded to 8 bytes, the CRC of all that and a zero u32, zeros to the
+    // next 4 KiB, the words, CRC.
+    let bloom = std::fs::read(&path).unwrap();
+    assert_eq!(&bloom[..8], b"SGTABLM\0");
+    assert_eq!(u32_at(&bloom, 8), 2);
+    let filters = u32_at(&bloom, 12) as usize;
+    let words: usize = (0..filters)
+        .map(|f| u64_at(&bloom, 32 + 32 * f) as usize * 8)
+        .sum();
+    let table = 32 + 32 * filters;
+    let chunks = words.div_ceil(512);
+    assert_eq!(u64_at(&bloom, table), chunks as u64);
+    let end = table + 8 + (4 * chunks).next_multiple_of(8);
+    assert_eq!(crc32c::crc32c(&bloom[..end]), u32_at(&bloom, end));
+    let words_at = (end + 8).next_multiple_of(4096);
+    assert_eq!(bloom.len(), words_at + words * 8 + 4);
+    for c in 0..chunks {
+        let from = words_at + 4096 * c;
+        let to = (from + 4096).min(words_at + words * 8);
+        assert_eq!(
+            crc32c::crc32c(&bloom[from..to]),
+            u32_at(&bloom, table + 8 + 4 * c)
+        );
+    }
+    assert_eq!(
+        crc32c::crc32c(&bloom[..bloom.len() - 4]),
+        u32_at(&bloom, bloom.len() - 4)
+    );
+    // Mapped, a version-2 filter answers before any whole-file check.
+    let b = Bloom::open(&path).unwrap();
+    assert!(b.trusted());
+    assert!(bloom_keys().all(|k| b.may_contain(k)));
+}
+
+fn bloom_reads_back(name: &str, version: u32) {
+    let path = fixtures().join(name);
     let bytes = std::fs::read(&path).unwrap();
+    assert_eq!(u32_at(&bytes, 8), version);
     for b in [
         Bloom::from_bytes(&bytes, &path).unwrap(),
         Bloom::open(&path).unwrap(),

@@ -94,7 +94,7 @@ fn named(m: &Manifest) -> impl Iterator<Item = &str> {
         .iter()
         .map(|s| s.file.as_str())
         .chain(m.tombstones.as_deref())
-        .chain(m.bloom.as_deref())
+        .chain(m.bloom_file())
 }
 
 fn export_dir(dir: &Path) -> Result<Export> {
@@ -107,7 +107,7 @@ fn export_dir(dir: &Path) -> Result<Export> {
         .iter()
         .map(|s| (s.file.as_str(), ExportKind::Segment))
         .chain(m.tombstones.as_deref().map(|t| (t, ExportKind::Tombstones)))
-        .chain(m.bloom.as_deref().map(|b| (b, ExportKind::Bloom)));
+        .chain(m.bloom_file().map(|b| (b, ExportKind::Bloom)));
     for (name, kind) in kinds {
         let p = dir.join(name);
         let file = File::open(&p).map_err(io("open", &p))?;

@@ -110,6 +110,7 @@ impl State {
 
     /// [`State::locate`] of one key that is not in the mutable part.
     fn locate_one(&self, key: u64) -> Loc {
+        self.prefetch_cold_key(key);
         for (pi, part) in self.parts.iter().enumerate().rev() {
             if let Some(slot) = part.read().slot_of(key) {
                 if !part.dead().keys.contains(&key) {

@@ -57,6 +57,8 @@ mod lookup;
 pub(crate) mod optimizer;
 mod part;
 mod parts;
+#[doc(hidden)]
+pub use commit::set_small_bloom_bytes;
 pub use export::{Export, ExportFile, ExportKind};
 pub use parts::{PartEvent, PartSummary};
 mod scan;
@@ -117,7 +119,18 @@ pub(crate) struct State {
 impl State {
     /// The immutable part holding a live `key`.
     fn holder(&self, key: u64) -> Option<&Arc<Part>> {
+        self.prefetch_cold_key(key);
         self.parts.iter().rev().find(|s| s.has_live(key))
+    }
+
+    /// Hints the first reads of a lookup of `key` in every segment not
+    /// searched yet (see [`Segment::prefetch_cold_key`]).
+    fn prefetch_cold_key(&self, key: u64) {
+        if self.parts.len() > 1 {
+            for seg in self.parts.iter().filter_map(|p| p.segment()) {
+                seg.prefetch_cold_key(key);
+            }
+        }
     }
 
     fn frozen(&self) -> impl Iterator<Item = &Arc<Part>> {
@@ -291,6 +304,7 @@ impl Collection {
             segments: Vec::new(),
             tombstones: None,
             bloom: None,
+            bloom_partial: None,
             wal_seq: 0,
             next_segment_id: 1,
             payload: Vec::new(),
@@ -406,11 +420,18 @@ impl Collection {
                 }
             }
         }
-        let bloom = manifest
-            .bloom
-            .as_ref()
-            .and_then(|b| Bloom::open(&dir.join(b)).ok())
-            .unwrap_or_else(|| commit::rebuild_bloom(&config, &parts, None));
+        let bloom = match manifest.bloom_file().map(|b| Bloom::open(&dir.join(b))) {
+            Some(Ok(mut b)) => {
+                // The keys of segments written since the file was.
+                let missing: std::collections::HashSet<u64> =
+                    manifest.bloom_missing().iter().copied().collect();
+                for p in parts.iter().filter(|p| missing.contains(&p.id)) {
+                    p.for_each_live(|_, key, _| b.insert(key));
+                }
+                b
+            }
+            _ => commit::rebuild_bloom(&config, &parts, None),
+        };
         let schema = manifest.schema(dir)?;
         if manifest.config.id_type.is_none() && schema.field(crate::ids::STRING_ID_FIELD).is_ok() {
             // Written before id types, by a server that kept string ids in
@@ -660,6 +681,8 @@ impl Collection {
         self.inner.freeze_now()?;
         self.inner.flush_frozen()?;
         self.inner.checkpoint()?;
+        // A reopen finds a filter of every key, with none to add.
+        self.inner.complete_bloom()?;
         self.flush()
     }
 }

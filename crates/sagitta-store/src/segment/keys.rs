@@ -29,12 +29,37 @@ impl Segment {
             return self.key_filter.get();
         }
         Some(self.key_filter.get_or_init(|| {
+            // One read of the whole index, not a miss per page (the index
+            // is advised random at open).
+            self.unrandom(self.key_index, true);
             let mut b = Bloom::new(n as u64, KEY_FILTER_FP);
             for &k in recs.iter().step_by(2) {
                 b.insert(k);
             }
             b
         }))
+    }
+
+    /// Before the first lookup in this segment's key index, asks the
+    /// kernel to read the pages a lookup of `key` reads first: the first
+    /// and last records and the record where `key` would sit were the
+    /// keys spread over all of u64 (where hashed ids are). A lookup that
+    /// walks many cold segments hints them all first, so their reads go
+    /// out together rather than one after another (103 segments: 347
+    /// page reads in a row took 42 ms). Costs nothing once the index has
+    /// been used.
+    pub fn prefetch_cold_key(&self, key: u64) {
+        if self.key_warm.used() {
+            return;
+        }
+        let n = self.key_index.1 / 16;
+        if n == 0 {
+            return;
+        }
+        let guess = ((u128::from(key) * n as u128) >> 64) as usize;
+        for rec in [0, n - 1, guess.min(n - 1)] {
+            self.will_need((self.key_index.0 + rec * 16, 16));
+        }
     }
 
     /// The live slots of many keys: `keys` must be sorted ascending;
@@ -61,6 +86,7 @@ impl Segment {
         if from >= to {
             return;
         }
+        self.note_key_lookup();
         let filter = if route { self.key_filter(true) } else { None };
         let mut hit = |i: usize, at: usize| {
             if at < n && recs[2 * at] == keys[i] {

@@ -46,6 +46,7 @@ use crate::bloom::Bloom;
 use crate::durable::write_durably;
 use crate::error::{Result, StoreError};
 use crate::filter::SegmentPayload;
+use crate::warm::Warmup;
 use format::Section;
 use ivf::SegIvf;
 use memmap2::Mmap;
@@ -102,6 +103,9 @@ pub struct Segment {
     /// A bloom filter of the keys, in memory, built by the first batch
     /// lookup (see [`Segment::key_filter`]).
     key_filter: OnceLock<Bloom>,
+    /// Lookups in the key index (advised random at open, normal once in
+    /// use).
+    key_warm: Warmup,
     /// The text section, parsed on each use (O(fields)).
     text: Option<(usize, usize)>,
 }
@@ -228,6 +232,38 @@ impl Segment {
     #[inline]
     fn bytes(&self, (off, len): (usize, usize)) -> &[u8] {
         self.map.get(off..off + len).unwrap_or(&[])
+    }
+
+    /// Asks the kernel to read a byte range in (asynchronously).
+    fn will_need(&self, (off, len): (usize, usize)) {
+        #[cfg(unix)]
+        let _ = self.map.advise_range(memmap2::Advice::WillNeed, off, len);
+        #[cfg(not(unix))]
+        let _ = (off, len);
+    }
+
+    /// Gives a section the normal read-ahead again, and with `now` asks
+    /// the kernel to read all of it in (one request instead of a miss per
+    /// page, for a reader about to walk all of it).
+    fn unrandom(&self, (off, len): (usize, usize), now: bool) {
+        #[cfg(unix)]
+        {
+            let _ = self.map.advise_range(memmap2::Advice::Normal, off, len);
+            if now {
+                self.will_need((off, len));
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = (off, len, now);
+    }
+
+    /// Counts a lookup in the key index (advised random at open): from
+    /// the second on, misses read ahead as usual (see `warm.rs`).
+    #[inline]
+    fn note_key_lookup(&self) {
+        if self.key_warm.note() {
+            self.unrandom(self.key_index, false);
+        }
     }
 
     fn key_records(&self) -> &[u64] {

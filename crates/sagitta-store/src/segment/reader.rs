@@ -15,12 +15,18 @@ use super::ivf::SegIvf;
 use super::{words, Segment, UpperLevel};
 use crate::error::{io, Result, StoreError};
 use crate::fault::{self, IoOp};
+use crate::warm::Warmup;
 use memmap2::Mmap;
 use parking_lot::Mutex;
 use sagitta_index::{DType, IndexKind};
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
+
+/// Lookups of a key index after which its misses read ahead as usual:
+/// the first lookup after a cold open reads a page per probe in each
+/// segment, the next ones warm the index by large reads (see `warm.rs`).
+const KEY_WARM_AFTER: u32 = 1;
 
 /// Byte ranges of an HNSW segment's graph.
 type Graph = ((usize, usize), Vec<UpperLevel>);
@@ -38,6 +44,16 @@ impl Segment {
         let slot_keys = sections.find(SectionKind::SlotKeys, Some(slots * 8))?;
         let key_index = sections.find(SectionKind::KeyIndex, Some(live * 16))?;
         let tombstones = sections.find(SectionKind::Tombstones, Some(slots.div_ceil(64) * 8))?;
+        // A key lookup reads two or three records of the index: without
+        // this each cold miss reads ahead the device's whole window (8 MiB
+        // on some virtual disks, 2.9 ms a miss measured here, 0.05 ms
+        // without), which made the first lookup in 100 segments take
+        // seconds. Whole-index readers ask for it first (`key_filter`).
+        #[cfg(unix)]
+        let _ = map.advise_range(memmap2::Advice::Random, key_index.0, key_index.1);
+        // A lookup reads one word of the dead-slot bitset.
+        #[cfg(unix)]
+        let _ = map.advise_range(memmap2::Advice::Random, tombstones.0, tombstones.1);
         let (level0, upper) = if head.kind == IndexKind::Hnsw {
             open_graph(path, &map, &head, &sections)?
         } else {
@@ -78,6 +94,7 @@ impl Segment {
             payload_sections,
             payload: OnceLock::new(),
             key_filter: OnceLock::new(),
+            key_warm: Warmup::new(KEY_WARM_AFTER),
             text,
             sections: list,
             info,

@@ -148,6 +148,7 @@ impl IndexRead for Segment {
         if self.key_filter(false).is_some_and(|f| !f.may_contain(key)) {
             return None;
         }
+        self.note_key_lookup();
         let recs = self.key_records();
         let at = lower_bound_from(recs, 0, key);
         if recs.get(2 * at) != Some(&key) {

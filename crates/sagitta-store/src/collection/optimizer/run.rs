@@ -223,6 +223,7 @@ fn commit(
                 add: out.into_iter().collect(),
                 wal_seq: None,
                 what: Some(p.kind.name()),
+                full_bloom: false,
             },
             &carry,
         )
