@@ -8,7 +8,7 @@ use super::files::{self, segment_file, SegmentEntry};
 use super::part::{Body, Dead, Part};
 use super::{Inner, State, Writer, MAX_FROZEN};
 use crate::bloom::Bloom;
-use crate::durable::{sync_dir, write_durably};
+use crate::durable::sync_dir;
 use crate::error::Result;
 use crate::payload::{self, Row, Schema};
 use crate::segment::{Segment, SegmentWriter};
@@ -388,8 +388,11 @@ impl Inner {
             *self.bloom.write() = b;
         }
         let bloom_name = bloom_file(m.generation);
-        let bytes = self.bloom.read().to_bytes();
-        write_durably(&self.dir.join(&bloom_name), &bytes)?;
+        // Written from a copy, so writes (which insert their keys) wait
+        // for a memory copy, not for the file. Keys inserted meanwhile
+        // are logged past this commit's `wal_seq` (replay restores them).
+        let copy = self.bloom.read().copy();
+        copy.write_durably(&self.dir.join(&bloom_name))?;
         m.bloom = Some(bloom_name);
         m.bloom_partial = None;
         Ok(())
