@@ -33,9 +33,7 @@ impl Segment {
             // is advised random at open).
             self.unrandom(self.key_index, true);
             let mut b = Bloom::new(n as u64, KEY_FILTER_FP);
-            for &k in recs.iter().step_by(2) {
-                b.insert(k);
-            }
+            b.insert_distinct(recs.iter().step_by(2).copied());
             b
         }))
     }
