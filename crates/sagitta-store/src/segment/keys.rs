@@ -8,6 +8,7 @@ use super::Segment;
 use crate::bloom::Bloom;
 use crate::keysearch::{lower_bound_from, lower_bounds};
 use sagitta_index::GraphView;
+use std::sync::atomic::Ordering;
 
 impl Segment {
     /// A bloom filter of this segment's keys, so that a batch lookup
@@ -44,10 +45,14 @@ impl Segment {
     /// keys spread over all of u64 (where hashed ids are). A lookup that
     /// walks many cold segments hints them all first, so their reads go
     /// out together rather than one after another (103 segments: 347
-    /// page reads in a row took 42 ms). Costs nothing once the index has
-    /// been used.
+    /// page reads in a row took 42 ms). Done once per segment, and not
+    /// once its index has been used: later calls cost an atomic load (a
+    /// lookup that stops at a newer segment never uses the older ones).
     pub fn prefetch_cold_key(&self, key: u64) {
-        if self.key_warm.used() {
+        if self.key_warm.used()
+            || self.key_hinted.load(Ordering::Relaxed)
+            || self.key_hinted.swap(true, Ordering::Relaxed)
+        {
             return;
         }
         let n = self.key_index.1 / 16;

@@ -55,7 +55,7 @@ use sagitta_index::search::SearchScratch;
 use sagitta_index::{Bitset, Index, IndexError, IvfModel, IvfParams};
 use sagitta_kernels::Distance;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Reinterprets an 8-aligned byte slice as little-endian `T` words.
@@ -106,6 +106,9 @@ pub struct Segment {
     /// Lookups in the key index (advised random at open, normal once in
     /// use).
     key_warm: Warmup,
+    /// Whether a lookup has hinted this key index's first reads (once:
+    /// see [`Segment::prefetch_cold_key`]).
+    key_hinted: AtomicBool,
     /// The text section, parsed on each use (O(fields)).
     text: Option<(usize, usize)>,
 }

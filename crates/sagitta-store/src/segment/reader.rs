@@ -95,6 +95,7 @@ impl Segment {
             payload: OnceLock::new(),
             key_filter: OnceLock::new(),
             key_warm: Warmup::new(KEY_WARM_AFTER),
+            key_hinted: std::sync::atomic::AtomicBool::new(false),
             text,
             sections: list,
             info,
