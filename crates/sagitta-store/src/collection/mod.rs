@@ -9,7 +9,10 @@
 //!   LOCK                   held (flock) by the one writer
 //!   seg-000001.sgt ...     sealed, immutable, memory-mapped segments
 //!   tomb-000007.bin        keys deleted from sealed segments
-//!   bloom-000007.bin       scalable bloom filter over every key
+//!   bloom-000007.bin       scalable bloom filter over every key (or
+//!                          every key but the segments the MANIFEST
+//!                          lists as missing: it is rewritten only when
+//!                          those pass an eighth of the rows, and at close)
 //!   wal-000...0123.log     write-ahead logs not yet folded into segments
 //! ```
 //!
@@ -36,10 +39,11 @@
 //! committed under the writer lock by a manifest rename. Readers hold an
 //! `Arc` snapshot of the part list and never wait.
 //!
-//! **Open** reads the manifest, maps the segments (in parallel), loads the
-//! bloom and tombstone files and replays the logs written since `wal_seq`
-//! into the mutable part: nothing grows with the number of sealed
-//! vectors, and after `close()` nothing is left to replay.
+//! **Open** reads the manifest, maps the segments (in parallel), maps the
+//! bloom file (adding the keys of segments it lacks, if any), loads the
+//! tombstone file and replays the logs written since `wal_seq` into the
+//! mutable part: after `close()` nothing grows with the number of sealed
+//! vectors and nothing is left to replay.
 //!
 //! Each key has at most one live version. Replacing or deleting a key held
 //! by an immutable part records it in that part's dead set (persisted in
