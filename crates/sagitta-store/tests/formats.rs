@@ -428,12 +428,7 @@ fn frozen_headers_match_the_documented_layout() {
     // Bloom: magic, version, filters, rate, initial capacity, 32 bytes per
     // filter, the words, CRC.
     let bloom = file("bloom-");
-    assert_eq!(&bloom[..8], b"SGTABLM\0");
-    assert_eq!(u32_at(&bloom, 8), 1);
-    let filters = u32_at(&bloom, 12) as usize;
-    let words: usize = (0..filters)
-        .map(|f| u64_at(&bloom, 32 + 32 * f) as usize * 8)
-        .sum();
+    let (filters, words) = bloom_head(&bloom, 1);
     assert_eq!(bloom.len(), 32 + 32 * filters + words * 8 + 4);
     assert_eq!(
         crc32c::crc32c(&bloom[..bloom.len() - 4]),
@@ -485,12 +480,7 @@ fn bloom_version_2_reads_back() {
     // padded to 8 bytes, the CRC of all that and a zero u32, zeros to the
     // next 4 KiB, the words, CRC.
     let bloom = std::fs::read(&path).unwrap();
-    assert_eq!(&bloom[..8], b"SGTABLM\0");
-    assert_eq!(u32_at(&bloom, 8), 2);
-    let filters = u32_at(&bloom, 12) as usize;
-    let words: usize = (0..filters)
-        .map(|f| u64_at(&bloom, 32 + 32 * f) as usize * 8)
-        .sum();
+    let (filters, words) = bloom_head(&bloom, 2);
     let table = 32 + 32 * filters;
     let chunks = words.div_ceil(512);
     assert_eq!(u64_at(&bloom, table), chunks as u64);
@@ -514,6 +504,19 @@ fn bloom_version_2_reads_back() {
     let b = Bloom::open(&path).unwrap();
     assert!(b.trusted());
     assert!(bloom_keys().all(|k| b.may_contain(k)));
+}
+
+/// A bloom file's magic and version checked; its filter count and the
+/// number of words of all its filters (the table of 32-byte entries at 32,
+/// each starting with its block count of 8 words).
+fn bloom_head(bloom: &[u8], version: u32) -> (usize, usize) {
+    assert_eq!(&bloom[..8], b"SGTABLM\0");
+    assert_eq!(u32_at(bloom, 8), version);
+    let filters = u32_at(bloom, 12) as usize;
+    let words = (0..filters)
+        .map(|f| u64_at(bloom, 32 + 32 * f) as usize * 8)
+        .sum();
+    (filters, words)
 }
 
 fn bloom_reads_back(name: &str, version: u32) {

@@ -345,11 +345,13 @@ impl Inner {
             .map(|s| s.id)
             .filter(|id| lacked.contains(id) || (new.contains(id) && !covered_inputs))
             .collect();
-        let rows = |ids: &mut dyn Iterator<Item = &files::SegmentEntry>| -> u64 {
-            ids.map(|s| s.vectors).sum()
-        };
-        let total = rows(&mut m.segments.iter());
-        let lacking = rows(&mut m.segments.iter().filter(|s| missing.contains(&s.id)));
+        let total: u64 = m.segments.iter().map(|s| s.vectors).sum();
+        let lacking: u64 = m
+            .segments
+            .iter()
+            .filter(|s| missing.contains(&s.id))
+            .map(|s| s.vectors)
+            .sum();
         // A grown chain costs one probe per filter on every miss: fold it
         // back into one filter (O(n), but only each time the collection
         // has grown fourfold, so O(1) per insert amortised). A filter
