@@ -325,22 +325,33 @@ fn rerank<G: GraphView + ?Sized>(
     pool.extend(s.results.drain());
     pool.sort_unstable_by(|a, b| a.dist.total_cmp(&b.dist).then(a.slot.cmp(&b.slot)));
     pool.truncate(depth);
-    for c in pool.iter().take(PREFETCH_AHEAD) {
+    let ahead = if g.reads_full_rows() {
+        0
+    } else {
+        PREFETCH_AHEAD
+    };
+    for c in pool.iter().take(ahead) {
         if let Some(r) = g.full(c.slot) {
             prefetch_vector(r);
         }
     }
+    let mut row = std::mem::take(&mut s.row);
     let mut out: Vec<Neighbor> = Vec::with_capacity(pool.len());
     for (i, c) in pool.iter().enumerate() {
-        if let Some(r) = pool.get(i + PREFETCH_AHEAD).and_then(|n| g.full(n.slot)) {
-            prefetch_vector(r);
+        if ahead > 0 {
+            if let Some(r) = pool.get(i + ahead).and_then(|n| g.full(n.slot)) {
+                prefetch_vector(r);
+            }
         }
-        let distance = g.full(c.slot).map_or(c.dist, |r| f.dist.eval(f.query, r));
+        let distance = g
+            .full_row(c.slot, &mut row)
+            .map_or(c.dist, |r| f.dist.eval(f.query, r));
         out.push(Neighbor {
             key: g.key(c.slot),
             distance,
         });
     }
+    s.row = row;
     s.pool = pool;
     out.sort_by(|a, b| a.distance.total_cmp(&b.distance).then(a.key.cmp(&b.key)));
     out.truncate(k);

@@ -27,6 +27,9 @@ pub(crate) struct Scratch {
     pub ivf: crate::ivf::IvfScratch,
     /// The float input of an insert into an index keeping full precision.
     pub full: Vec<f32>,
+    /// A full-precision row read for re-scoring
+    /// ([`crate::GraphView::full_row`]).
+    pub row: Vec<f32>,
     /// The f32 query compared with full-precision rows (see
     /// [`crate::plan::execute`]).
     pub full_query: Vec<f32>,

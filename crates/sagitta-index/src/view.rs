@@ -30,6 +30,20 @@ pub trait GraphView: Sync {
     fn full(&self, _slot: u32) -> Option<&[u8]> {
         None
     }
+    /// A slot's full-precision row for re-scoring, as [`GraphView::full`]
+    /// unless the structure reads it into `buf` instead (a sealed segment
+    /// reads it with a positional read: mapping it in would leave every
+    /// row a search ever re-scored, and the pages the kernel maps around
+    /// each, in the process's resident set, where only the codes and the
+    /// graph belong).
+    fn full_row<'a>(&'a self, slot: u32, _buf: &'a mut Vec<f32>) -> Option<&'a [u8]> {
+        self.full(slot)
+    }
+    /// Whether [`GraphView::full_row`] reads rows rather than returning
+    /// [`GraphView::full`]'s (a prefetch of the mapping is then wasted).
+    fn reads_full_rows(&self) -> bool {
+        false
+    }
     /// Every slot's stored vector back to back and their stride in bytes,
     /// where the structure keeps them so (a sealed segment's mapped
     /// vectors): exact scans then compute distances a block of rows at a

@@ -514,6 +514,52 @@ fn quantized_segments_rerank_from_full_precision_rows() {
     assert!(Index::flat(f32s).unwrap().keep_full_precision().is_err());
 }
 
+/// A graph over sq8 codes re-scores its beam from the f32 rows, which a
+/// sealed segment reads with positional reads rather than through its
+/// mapping: the file answers exactly as the index it was written from
+/// (same keys, same exact f32 distances), which a code distance left by a
+/// failed read would not.
+#[test]
+fn graph_segments_rescore_from_rows_read_from_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Large enough that the planner walks the graph rather than scanning
+    // (`sagitta_index::plan::exact_scan_rows`: about 5k rows of 256-d).
+    let data = rows(8000, 256, 21);
+    let queries = rows(30, 256, 22);
+    let space = Space::new(256, Metric::Cos, DType::Sq8).unwrap();
+    let idx = Index::hnsw(space, HnswParams::default())
+        .unwrap()
+        .keep_full_precision()
+        .unwrap();
+    for (i, r) in data.iter().enumerate() {
+        idx.add(i as u64, VectorRef::F32(r)).unwrap();
+    }
+    let path = dir.path().join("hnsw-sq8.sgt");
+    Segment::write(&idx, &path).unwrap();
+    let seg = Segment::open(&path).unwrap();
+    assert!(seg.has_full_precision());
+    let o = SearchOptions {
+        ef: Some(128),
+        ..Default::default()
+    };
+    for q in &queries {
+        let a = idx.search(VectorRef::F32(q), 10, &o).unwrap();
+        let b = seg.search(VectorRef::F32(q), 10, &o).unwrap();
+        assert_eq!(a, b, "file and memory disagree");
+        for h in &b {
+            let x = &data[h.key as usize];
+            let dot: f32 = q.iter().zip(x).map(|(a, b)| a * b).sum();
+            let norm = |v: &[f32]| v.iter().map(|a| a * a).sum::<f32>().sqrt();
+            let exact = 1.0 - dot / (norm(q) * norm(x));
+            assert!(
+                (h.distance - exact).abs() < 1e-4,
+                "{} vs {exact}",
+                h.distance
+            );
+        }
+    }
+}
+
 fn payload_fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/segment-v3-payload.sgt")
 }

@@ -95,6 +95,9 @@ pub struct Segment {
     ivf: Option<SegIvf>,
     /// Full-precision rows (sq8 / sq16 segments written with them).
     full: Option<(usize, usize)>,
+    /// The file, kept open where it has full-precision rows: a search
+    /// reads the rows it re-scores from it (`GraphView::full_row`).
+    rows_file: Option<std::fs::File>,
     ef_search: AtomicUsize,
     scratch: Mutex<Vec<SearchScratch>>,
     /// Payload sections (IPC stream, index), decoded on first use.

@@ -34,7 +34,7 @@ type Graph = ((usize, usize), Vec<UpperLevel>);
 impl Segment {
     /// Maps and validates a segment. O(1) in the number of vectors.
     pub fn open(path: &Path) -> Result<Segment> {
-        let (map, file_len) = map_file(path)?;
+        let (map, file, file_len) = map_file(path)?;
         let h = &map[..HEADER_LEN];
         let head = format::parse_header(path, h)?;
         let list = read_table(path, &map, &head, file_len)?;
@@ -88,6 +88,7 @@ impl Segment {
             level0,
             upper,
             ivf,
+            rows_file: full.map(|_| file),
             full,
             ef_search: AtomicUsize::new(info.ef_search as usize),
             scratch: Mutex::new(Vec::new()),
@@ -158,7 +159,7 @@ impl Segment {
 
 /// Opens and maps `path`, which must be at least a header long; returns
 /// the map and the file's length.
-fn map_file(path: &Path) -> Result<(Mmap, u64)> {
+fn map_file(path: &Path) -> Result<(Mmap, std::fs::File, u64)> {
     let file = fault::open(path)?;
     let file_len = file.metadata().map_err(io("stat", path))?.len();
     if file_len < HEADER_LEN as u64 {
@@ -175,7 +176,7 @@ fn map_file(path: &Path) -> Result<(Mmap, u64)> {
     // mmap-based store); all reads below are bounds checked against
     // the length seen here.
     let map = unsafe { Mmap::map(&file) }.map_err(io("mmap", path))?;
-    Ok((map, file_len))
+    Ok((map, file, file_len))
 }
 
 /// The section table after the header: checksummed, and every section

@@ -71,6 +71,31 @@ impl GraphView for Segment {
         self.map.get(start..start + fstride)
     }
 
+    /// Read with a positional read into `buf` (on Unix): see
+    /// [`GraphView::full_row`]. A failed read (a file cut short under the
+    /// store) leaves the slot its code distance, as a row-less slot has.
+    #[cfg(unix)]
+    fn full_row<'a>(&'a self, slot: u32, buf: &'a mut Vec<f32>) -> Option<&'a [u8]> {
+        use std::os::unix::fs::FileExt;
+        let (at, len) = self.full?;
+        let file = self.rows_file.as_ref()?;
+        let fstride = len / (self.info.slots as usize).max(1);
+        buf.resize(fstride / 4, 0.0);
+        // SAFETY: any bytes are a valid f32; the slice covers exactly the
+        // buffer's `fstride / 4` floats, which outlive it (borrowed 'a).
+        let bytes: &mut [u8] = unsafe {
+            std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), fstride / 4 * 4)
+        };
+        let start = at.checked_add((slot as usize).checked_mul(fstride)?)?;
+        file.read_exact_at(bytes, start as u64).ok()?;
+        Some(bytes)
+    }
+
+    #[cfg(unix)]
+    fn reads_full_rows(&self) -> bool {
+        self.rows_file.is_some()
+    }
+
     fn full_rows(&self) -> Option<(&[u8], usize)> {
         let (at, len) = self.full?;
         let fstride = len.checked_div(self.info.slots as usize)?;
