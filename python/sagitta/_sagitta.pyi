@@ -260,7 +260,7 @@ class Collection:
         dtype: DType | None = None,
         kind: Kind = "hnsw",
         segment_size: int = 64 << 20,
-        max_segment_size: int = 1 << 30,
+        max_segment_size: int | None = None,
         durability: str = "batch",
         key_bits: int = 64,
         connectivity: int = 16,

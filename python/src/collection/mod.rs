@@ -73,7 +73,7 @@ impl PyCollection {
     /// mutable part (searched exactly) is frozen and flushed past this many
     /// bytes (default 64 MiB); the background optimizer then builds its
     /// index. max_segment_size: the optimizer merges segments up to this
-    /// size (default 1 GiB). durability:
+    /// size (default 16 GiB). durability:
     /// ``"batch"`` (fsync before each write returns), ``"off"`` (never
     /// fsync; survives a process crash, not a power loss), or a number of
     /// milliseconds such as ``"100ms"`` (fsync in the background at that
@@ -105,7 +105,7 @@ impl PyCollection {
     /// from the planner's cost model (about 40k 256-bit codes, 1.7k 384-d
     /// float rows), ``0``: every segment gets a graph.
     #[staticmethod]
-    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = 1 << 30, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None, text_fields = None, embed_model = None, bm25_k1 = None, bm25_b = None, index_threshold = None))]
+    #[pyo3(signature = (path, *, ndim, metric = "cos", dtype = None, kind = "hnsw", segment_size = 64 << 20, max_segment_size = None, durability = "batch", key_bits = 64, connectivity = 16, expansion_add = 128, expansion_search = 64, bits = 1, partitions = None, nprobe = 8, refine = None, codes = None, text_fields = None, embed_model = None, bm25_k1 = None, bm25_b = None, index_threshold = None))]
     #[allow(clippy::too_many_arguments)]
     fn create(
         py: Python<'_>,
@@ -115,7 +115,7 @@ impl PyCollection {
         dtype: Option<&str>,
         kind: &str,
         segment_size: u64,
-        max_segment_size: u64,
+        max_segment_size: Option<u64>,
         durability: &str,
         key_bits: u32,
         connectivity: i64,
@@ -159,7 +159,7 @@ impl PyCollection {
                 .transpose()?,
             codes: codes.map(Into::into),
             segment_size: Some(segment_size),
-            max_segment_size: Some(max_segment_size),
+            max_segment_size,
             durability: Some(durability.into()),
             key_bits: Some(key_bits),
             text_fields: text_fields_arg(text_fields)?,

@@ -134,7 +134,7 @@ pub struct CollectionOptions {
     pub codes: Option<String>,
     /// Bytes of the mutable part before it is frozen (default 64 MiB).
     pub segment_size: Option<u64>,
-    /// Largest segment a merge makes (default 1 GiB; at least
+    /// Largest segment a merge makes (default 16 GiB; at least
     /// `segment_size`).
     pub max_segment_size: Option<u64>,
     /// Milliseconds without writes before a non-empty mutable part is
