@@ -369,11 +369,18 @@ impl Inner {
                 && lacking * 8 <= total
         });
         if let Some(file) = keep {
-            m.bloom = None;
-            m.bloom_partial = Some(files::PartialBloom {
-                file: file.to_string(),
-                missing,
-            });
+            // A merge of covered segments leaves nothing missing: the
+            // file is whole again, and the manifest says so.
+            if missing.is_empty() {
+                m.bloom = Some(file.to_string());
+                m.bloom_partial = None;
+            } else {
+                m.bloom = None;
+                m.bloom_partial = Some(files::PartialBloom {
+                    file: file.to_string(),
+                    missing,
+                });
+            }
             return Ok(());
         }
         if rebuild {
