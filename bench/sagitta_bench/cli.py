@@ -254,6 +254,11 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     r.add_argument("--queries", type=int, help="override the mode's query count")
     r.add_argument(
+        "--ef",
+        help="comma list of beam widths, overriding the mode's (larger sets need wider beams "
+        "for the same recall)",
+    )
+    r.add_argument(
         "--passes",
         type=int,
         default=5,
@@ -324,6 +329,9 @@ def main(argv: list[str] | None = None) -> None:
     if unknown or not names:
         raise SystemExit(f"unknown or no engines {unknown or args.engines}; known: {list(ENGINES)}")
     mode = MODES[args.mode]
+    if args.ef:
+        ef = [int(x) for x in args.ef.split(",")]
+        mode = {**mode, "knobs": {**mode["knobs"], "ef": ef}}
     n_queries = min(args.queries or mode["queries"], len(ds.queries()))
     cfg = {
         "dataset": ds.name,

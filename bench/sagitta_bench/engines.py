@@ -12,6 +12,7 @@ the pages the searches touched, loaded ones hold all of it.
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import ClassVar
@@ -145,10 +146,30 @@ class SagittaCollection(Engine):
             connectivity=self.m,
             expansion_add=self.ef_construction,
         )
+        # Each add's wall time: how long the load ever made a writer wait
+        # (a stall behind the flush or the optimizer shows as a slow batch).
+        batches = []
+        t0 = time.perf_counter()
         for at in range(0, len(base), 10_000):
             rows = base[at : at + 10_000]
+            t = time.perf_counter()
             c.add(np.arange(at, at + len(rows), dtype=np.uint64), rows)
+            batches.append(time.perf_counter() - t)
+        loaded = time.perf_counter() - t0
+        segments_loaded = c.stats()["segments"]
         c.optimize()
+        b = np.array(batches)
+        self.build_extra = {
+            "load_s": loaded,
+            "optimize_s": time.perf_counter() - t0 - loaded,
+            "batch_rows": 10_000,
+            "batch_median_s": float(np.median(b)),
+            "batch_p99_s": float(np.percentile(b, 99)),
+            "batch_max_s": float(b.max()),
+            "batch_max_over_median": float(b.max() / np.median(b)),
+            "segments_after_load": segments_loaded,
+            "segments": c.stats()["segments"],
+        }
         c.close()
 
     def save(self, path):

@@ -141,6 +141,7 @@ def build(cfg: dict, out_path: Path) -> None:
                 "rss_base_mb": rss_base / 2**20,
                 "rss_after_build_mb": rss_after_build / 2**20,
                 "rss_build_peak_mb": peak_rss_bytes() / 2**20,
+                **getattr(engine, "build_extra", {}),
             }
         )
     )
