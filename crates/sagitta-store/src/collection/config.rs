@@ -66,7 +66,9 @@ pub const DEFAULT_SEGMENT_SIZE: u64 = 64 << 20;
 /// (437-450 against 205-220 QPS, one query per call). A merge holds only
 /// the result's codes and graph in memory (about 560 bytes a row), and
 /// the growth rule of `optimizer/policy.rs` bounds how often a row is
-/// rewritten, so larger segments cost little. It was 1 GiB.
+/// rewritten, so larger segments cost little; one build task still
+/// indexes at most 1 GiB of Flat rows (`optimizer/policy.rs`), so rows
+/// become searchable by graph a gibibyte at a time. It was 1 GiB.
 pub const DEFAULT_MAX_SEGMENT_SIZE: u64 = 16 << 30;
 /// Default idle time after which a non-empty mutable part is frozen.
 pub const DEFAULT_IDLE_SEAL_MS: u64 = 1000;

@@ -27,6 +27,15 @@ const EAGER_QUIET_MS: u64 = 5_000;
 /// this many bytes a second.
 const EAGER_REWRITE_BYTES_PER_S: u64 = 16 << 20;
 
+/// Most bytes of Flat segments one build task indexes (the rows it
+/// inserts; the base graph it imports may be far larger): each task ends,
+/// and its rows become searchable by graph, within minutes, whatever
+/// `max_segment_size` allows a segment to grow to. With a 16 GiB ceiling
+/// and no such cap, a 5M-row bulk load was one task of 4.5M inserts that
+/// had not finished after 83 minutes on 2 cores, every search meanwhile
+/// scanning those rows exactly.
+const MAX_BUILD_BYTES: u64 = 1 << 30;
+
 /// One immutable segment as the policy sees it.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct PartInfo {
@@ -112,7 +121,8 @@ const GROWTH: u64 = 8;
 /// The next task for `parts` (oldest first), or `None` when settled:
 /// 1. a built segment whose dead share reaches `dead_ratio` is rewritten;
 /// 2. unbuilt (Flat) segments, oldest first and up to `max_segment_size`
-///    together, are built: into the largest built segment they fit in
+///    (at most [`MAX_BUILD_BYTES`]) together, are built: into the largest
+///    built segment they fit in
 ///    and bring at least 1 / [`GROWTH`] of, when graphs can be imported
 ///    (so only their rows are linked), else as a new segment;
 /// 3. built segments under half of `max_segment_size` are merged: the
@@ -142,7 +152,8 @@ pub(crate) fn plan(parts: &[PartInfo], p: &Policy) -> Option<Plan> {
         let mut inputs = Vec::new();
         let mut total = 0u64;
         for x in unbuilt {
-            if !inputs.is_empty() && bytes(total + x.live) > p.max_segment_size {
+            if !inputs.is_empty() && bytes(total + x.live) > p.max_segment_size.min(MAX_BUILD_BYTES)
+            {
                 break;
             }
             inputs.push(x.id);
@@ -378,6 +389,28 @@ mod tests {
         // one larger than the maximum still gets built
         let p = plan(&[part(1, 5000, 5000, false)], &pol()).unwrap();
         assert_eq!(p.inputs, vec![1]);
+    }
+
+    #[test]
+    fn one_build_indexes_at_most_a_gibibyte_of_rows_into_a_larger_base() {
+        // Rows of 1 MiB, a 16 GiB ceiling: eight Flat segments of 512 rows
+        // (512 MiB each) are built two at a time, each time into the
+        // largest built segment (4 GiB here), which may keep growing.
+        let p = Policy {
+            bytes_per_vector: 1 << 20,
+            max_segment_size: 16 << 30,
+            ..pol()
+        };
+        let mut parts = vec![part(1, 4096, 4096, true)];
+        parts.extend((2..10).map(|id| part(id, 512, 512, false)));
+        let b = plan(&parts, &p).unwrap();
+        assert_eq!(
+            (b.kind, b.base, b.inputs),
+            (TaskKind::Build, Some(1), vec![1, 2, 3])
+        );
+        // One segment larger than the cap is still built, alone.
+        let big = [part(1, 2048, 2048, false), part(2, 10, 10, false)];
+        assert_eq!(plan(&big, &p).unwrap().inputs, vec![1]);
     }
 
     #[test]
