@@ -65,9 +65,7 @@ impl GraphView for Segment {
 
     #[inline]
     fn full(&self, slot: u32) -> Option<&[u8]> {
-        let (at, len) = self.full?;
-        let fstride = len / (self.info.slots as usize).max(1);
-        let start = at + slot as usize * fstride;
+        let (start, fstride) = self.full_at(slot)?;
         self.map.get(start..start + fstride)
     }
 
@@ -77,16 +75,14 @@ impl GraphView for Segment {
     #[cfg(unix)]
     fn full_row<'a>(&'a self, slot: u32, buf: &'a mut Vec<f32>) -> Option<&'a [u8]> {
         use std::os::unix::fs::FileExt;
-        let (at, len) = self.full?;
+        let (start, fstride) = self.full_at(slot)?;
         let file = self.rows_file.as_ref()?;
-        let fstride = len / (self.info.slots as usize).max(1);
         buf.resize(fstride / 4, 0.0);
         // SAFETY: any bytes are a valid f32; the slice covers exactly the
         // buffer's `fstride / 4` floats, which outlive it (borrowed 'a).
         let bytes: &mut [u8] = unsafe {
             std::slice::from_raw_parts_mut(buf.as_mut_ptr().cast::<u8>(), fstride / 4 * 4)
         };
-        let start = at.checked_add((slot as usize).checked_mul(fstride)?)?;
         file.read_exact_at(bytes, start as u64).ok()?;
         Some(bytes)
     }
@@ -252,5 +248,18 @@ impl IndexRead for Segment {
             });
         }
         self.with_scratch(|s| search::run(self, &space, &self.dist, query, k, plan, opts.filter, s))
+    }
+}
+
+impl Segment {
+    /// Where `slot`'s full-precision row starts in the file, and the rows'
+    /// stride (`None` without such rows).
+    fn full_at(&self, slot: u32) -> Option<(usize, usize)> {
+        let (at, len) = self.full?;
+        let fstride = len / (self.info.slots as usize).max(1);
+        Some((
+            at.checked_add((slot as usize).checked_mul(fstride)?)?,
+            fstride,
+        ))
     }
 }
