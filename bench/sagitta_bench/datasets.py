@@ -98,22 +98,43 @@ def _iscc_codes(texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
     return codes, lens
 
 
-def hamming_topk(base: np.ndarray, queries: np.ndarray, k: int, chunk: int = 2_000):
-    """Exact Hamming top-k over packed uint8 codes: ids and distances."""
+def hamming_topk(
+    base: np.ndarray, queries: np.ndarray, k: int, rows: int = 32_768, block: int = 128
+):
+    """Exact Hamming top-k over packed uint8 codes: ids and distances,
+    nearest first, ties by row. Each (distance, row) pair is one int64
+    (distance in the high half), so a partial partition per block of rows
+    keeps exactly the k smallest pairs: linear in the rows (10M codes x
+    1,000 queries in minutes, where a full sort per block took hours)."""
     bw = base.view(np.uint64) if base.shape[1] % 8 == 0 else base
     qw = queries.view(np.uint64) if queries.shape[1] % 8 == 0 else queries
-    best_d = np.full((len(queries), k), np.iinfo(np.int64).max, dtype=np.int64)
-    best_i = np.zeros((len(queries), k), dtype=np.int64)
-    for start in range(0, len(bw), chunk):
-        block = bw[start : start + chunk]
-        d = np.bitwise_count(qw[:, None, :] ^ block[None, :, :]).sum(-1, dtype=np.int64)
-        idx = np.broadcast_to(np.arange(start, start + len(block)), d.shape)
-        all_d = np.concatenate([best_d, d], axis=1)
-        all_i = np.concatenate([best_i, idx], axis=1)
-        order = np.lexsort((all_i, all_d), axis=-1)[:, :k]
-        best_d = np.take_along_axis(all_d, order, 1)
-        best_i = np.take_along_axis(all_i, order, 1)
-    return best_i, best_d
+    k = min(k, len(bw))
+    best = np.full((len(qw), k), np.iinfo(np.int64).max, dtype=np.int64)
+    for start in range(0, len(bw), rows):
+        chunk = np.asarray(bw[start : start + rows])
+        ids = np.arange(start, start + len(chunk), dtype=np.int64)
+        for q0 in range(0, len(qw), block):
+            q = qw[q0 : q0 + block]
+            d = np.bitwise_count(q[:, None, :] ^ chunk[None, :, :]).sum(-1, dtype=np.int64)
+            pairs = np.concatenate([best[q0 : q0 + block], (d << 32) | ids], axis=1)
+            best[q0 : q0 + block] = np.partition(pairs, k - 1, axis=1)[:, :k]
+    best.sort(axis=1)
+    return best & 0xFFFF_FFFF, best >> 32
+
+
+def hamming_topk_flat(base: np.ndarray, queries: np.ndarray, k: int):
+    """The same as :func:`hamming_topk` (distances exact; rows at equal
+    distance in any order) from Sagitta's Flat index, the exact oracle:
+    10M codes x 1,000 queries in seconds where numpy takes an hour."""
+    import sagitta
+
+    flat = sagitta.Index(base.shape[1] * 8, metric="hamming", kind="flat")
+    rows = 1 << 20
+    for start in range(0, len(base), rows):
+        block = np.asarray(base[start : start + rows])
+        flat.add(np.arange(start, start + len(block), dtype=np.uint64), block)
+    ids, dist = flat.search(queries, min(k, len(base)), exact=True)
+    return ids.astype(np.int64), np.rint(dist).astype(np.int64)
 
 
 def _normalize(x: np.ndarray) -> np.ndarray:

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .datasets import cache_root, hamming_topk, load
+from .datasets import cache_root, hamming_topk, hamming_topk_flat, load
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -66,7 +66,8 @@ def random_codes(rows: int, seed: int = 0) -> Path:
     for q in queries:
         bits = rng.choice(256, 24, replace=False)
         q[bits // 8] ^= (1 << (bits % 8)).astype(np.uint8)
-    gt, gt_dist = hamming_topk(base, queries, 100)
+    topk = hamming_topk if rows <= 2_000_000 else hamming_topk_flat
+    gt, gt_dist = topk(base, queries, 100)
     np.save(d / "base.u8.npy", base)
     np.save(d / "queries.u8.npy", queries)
     np.save(d / "gt.npy", gt)

@@ -242,3 +242,23 @@ def test_memory_measures_a_collection_with_a_text_field():
     assert len(rows) == 1, out
     cells = [c.strip() for c in rows[0].strip(" |").split("|")]
     assert float(cells[2]) > 0 and cells[5] != "–" and float(cells[6]) > 0, out
+
+
+def test_hamming_ground_truths_agree_with_a_brute_force_scan():
+    """Both exact top-k paths (numpy, Sagitta's Flat oracle) give the
+    distances of a plain per-pair scan; numpy's ids break ties by row."""
+    from sagitta_bench.datasets import hamming_topk, hamming_topk_flat
+
+    rng = np.random.default_rng(3)
+    base = rng.integers(0, 256, (3_000, 8), dtype=np.uint8)
+    queries = base[rng.integers(0, len(base), 20)].copy()
+    queries[:, 2] ^= 0x0F
+    bits = np.unpackbits(base, axis=1)
+    for q, ids, dist in zip(queries, *hamming_topk(base, queries, 30, rows=1_000, block=7)):
+        full = (bits != np.unpackbits(q)).sum(1)
+        order = np.lexsort((np.arange(len(base)), full))[:30]
+        assert (ids == order).all() and (dist == full[order]).all()
+    ids_f, dist_f = hamming_topk_flat(base, queries, 30)
+    assert (dist_f == hamming_topk(base, queries, 30)[1]).all()
+    for q, ids, dist in zip(queries, ids_f, dist_f):
+        assert (dist == (bits[ids] != np.unpackbits(q)).sum(1)).all()
