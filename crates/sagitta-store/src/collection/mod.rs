@@ -127,12 +127,17 @@ impl State {
         self.parts.iter().rev().find(|s| s.has_live(key))
     }
 
-    /// Hints the first reads of a lookup of `key` in every segment not
-    /// searched yet (see [`Segment::prefetch_cold_key`]).
+    /// Hints the reads of a lookup of `key` in every segment not searched
+    /// yet, in two rounds whose reads each go out together: the ends of
+    /// every cold key index, then the records near `key` in each (see
+    /// [`Segment::hint_key_ends`]).
     fn prefetch_cold_key(&self, key: u64) {
         if self.parts.len() > 1 {
-            for seg in self.parts.iter().filter_map(|p| p.segment()) {
-                seg.prefetch_cold_key(key);
+            let cold: Vec<&Segment> = (self.parts.iter().filter_map(|p| p.segment()))
+                .filter(|s| s.hint_key_ends())
+                .collect();
+            for seg in cold {
+                seg.hint_key_near(key);
             }
         }
     }

@@ -40,29 +40,55 @@ impl Segment {
     }
 
     /// Before the first lookup in this segment's key index, asks the
-    /// kernel to read the pages a lookup of `key` reads first: the first
-    /// and last records and the record where `key` would sit were the
-    /// keys spread over all of u64 (where hashed ids are). A lookup that
-    /// walks many cold segments hints them all first, so their reads go
-    /// out together rather than one after another (103 segments: 347
+    /// kernel to read its first and last records, where an interpolation
+    /// search starts; true when it did, and [`Segment::hint_key_near`]
+    /// should follow once every cold segment has been asked. A lookup
+    /// that walks many cold segments hints them all first, so their reads
+    /// go out together rather than one after another (103 segments: 347
     /// page reads in a row took 42 ms). Done once per segment, and not
     /// once its index has been used: later calls cost an atomic load (a
     /// lookup that stops at a newer segment never uses the older ones).
-    pub fn prefetch_cold_key(&self, key: u64) {
+    pub fn hint_key_ends(&self) -> bool {
         if self.key_warm.used()
             || self.key_hinted.load(Ordering::Relaxed)
             || self.key_hinted.swap(true, Ordering::Relaxed)
         {
-            return;
+            return false;
         }
         let n = self.key_index.1 / 16;
         if n == 0 {
-            return;
+            return false;
         }
-        let guess = ((u128::from(key) * n as u128) >> 64) as usize;
-        for rec in [0, n - 1, guess.min(n - 1)] {
+        for rec in [0, n - 1] {
             self.will_need((self.key_index.0 + rec * 16, 16));
         }
+        true
+    }
+
+    /// The second step of [`Segment::hint_key_ends`]: with the ends read
+    /// (the wait is for the first segment's; the others' reads were in
+    /// flight beside it), asks for the records around the place
+    /// interpolation gives `key`, `sqrt(n)` records either side. Keys
+    /// spread evenly over any range (hashed ids, ISCC codes below 2^63,
+    /// sequential ids) sit within about `sqrt(n) / 2` records of that
+    /// place, so the search's first two probes find their pages read: a
+    /// guess that assumed keys spread over all of u64 missed by half the
+    /// index for keys below 2^63, and each segment then waited for two
+    /// reads of its own.
+    pub fn hint_key_near(&self, key: u64) {
+        let recs = self.key_records();
+        let n = recs.len() / 2;
+        if n < 2 {
+            return;
+        }
+        let (lo, hi) = (recs[0], recs[2 * (n - 1)]);
+        if key <= lo || key > hi {
+            return;
+        }
+        let pos = (u128::from(key - lo) * (n - 1) as u128 / u128::from(hi - lo)) as usize;
+        let w = n.isqrt() + 1;
+        let (a, b) = (pos.saturating_sub(w), (pos + w + 1).min(n));
+        self.will_need((self.key_index.0 + a * 16, (b - a) * 16));
     }
 
     /// The live slots of many keys: `keys` must be sorted ascending;

@@ -110,7 +110,7 @@ pub struct Segment {
     /// use).
     key_warm: Warmup,
     /// Whether a lookup has hinted this key index's first reads (once:
-    /// see [`Segment::prefetch_cold_key`]).
+    /// see [`Segment::hint_key_ends`]).
     key_hinted: AtomicBool,
     /// The text section, parsed on each use (O(fields)).
     text: Option<(usize, usize)>,
