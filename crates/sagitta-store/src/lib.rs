@@ -43,7 +43,7 @@ mod warm;
 pub use collection::{
     codes_named, default_codes, Collection, CollectionConfig, CollectionMetadata, CollectionStats,
     Durability, Export, ExportFile, ExportKind, IdWrite, OpenMode, PartEvent, PartSummary, Scan,
-    ScanBatch, SearchRows, TextHit, MAX_FROZEN, STALL_TIMEOUT,
+    ScanBatch, SearchRows, TextHit, MAX_FROZEN, PACE_MAX, STALL_TIMEOUT,
 };
 pub use embedder::Embedder;
 pub use error::{ModelError, Result, StoreError};

@@ -169,6 +169,7 @@ impl Inner {
             else {
                 return Ok(());
             };
+            let began = std::time::Instant::now();
             let file = segment_file(part.id);
             let path = self.dir.join(&file);
             let batch = self.payload_batch(index, |_, slot| rows.get(slot))?;
@@ -204,7 +205,7 @@ impl Inner {
                 },
                 &[(part.clone(), dead)],
             )?;
-            self.opt.flushed(index.len() as u64);
+            self.opt.flushed(index.len() as u64, began.elapsed());
         }
     }
 

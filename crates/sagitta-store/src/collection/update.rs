@@ -38,7 +38,7 @@ impl Collection {
     pub fn set_payload(&self, keys: &[u64], payload: &Payload) -> Result<usize> {
         payload.validate(keys.len())?;
         self.check_update(payload)?;
-        let mut g = self.writer_guard("set_payload")?;
+        let mut g = self.writer_guard("set_payload", keys.len())?;
         let w = g
             .as_mut()
             .ok_or(StoreError::ReadOnly { op: "set_payload" })?;
@@ -79,7 +79,7 @@ impl Collection {
         }
         values.validate(1)?;
         self.check_update(values)?;
-        let mut g = self.writer_guard("set_payload")?;
+        let mut g = self.writer_guard("set_payload", 1)?;
         let w = g
             .as_mut()
             .ok_or(StoreError::ReadOnly { op: "set_payload" })?;

@@ -47,11 +47,15 @@ impl Encoded {
 }
 
 impl Collection {
+    /// The writer, for a write adding `rows` rows to the mutable part
+    /// (paced while the flush falls behind, then room waited for).
     pub(super) fn writer_guard(
         &self,
         op: &'static str,
+        rows: usize,
     ) -> Result<parking_lot::MutexGuard<'_, Option<super::Writer>>> {
         self.inner.writable(op)?;
+        self.inner.pace(rows);
         self.inner.wait_for_room()?;
         let g = self.inner.writer.lock();
         if g.is_none() {
@@ -65,7 +69,7 @@ impl Collection {
     pub fn add(&self, keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<()> {
         check_lengths(keys, vectors)?;
         let stored = self.inner.encode(vectors)?;
-        let mut g = self.writer_guard("add")?;
+        let mut g = self.writer_guard("add", keys.len())?;
         let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "add" })?;
         let mut seen = HashSet::with_capacity(keys.len());
         for (i, &k) in keys.iter().enumerate() {
@@ -89,7 +93,7 @@ impl Collection {
     pub fn add_once(&self, keys: &[u64], vectors: &[VectorRef<'_>]) -> Result<usize> {
         check_lengths(keys, vectors)?;
         let stored = self.inner.encode(vectors)?;
-        let mut g = self.writer_guard("add_once")?;
+        let mut g = self.writer_guard("add_once", keys.len())?;
         let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "add_once" })?;
         let stride = self.inner.config.space.stride();
         let mut seen = HashSet::with_capacity(keys.len());
@@ -131,7 +135,7 @@ impl Collection {
         }
         let c = &*self.inner;
         let stored = c.encode(vectors)?;
-        let mut g = self.writer_guard("upsert")?;
+        let mut g = self.writer_guard("upsert", keys.len())?;
         let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "upsert" })?;
         let rows = match payload {
             Some(p) if !p.fields.is_empty() => {
@@ -205,7 +209,7 @@ impl Collection {
 
     /// Deletes keys; returns how many were present.
     pub fn remove(&self, keys: &[u64]) -> Result<usize> {
-        let mut g = self.writer_guard("remove")?;
+        let mut g = self.writer_guard("remove", 0)?;
         let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "remove" })?;
         let mut seen = HashSet::with_capacity(keys.len());
         let present: Vec<u64> = keys
@@ -226,7 +230,7 @@ impl Collection {
     pub fn remove_where(&self, pred: &Bound) -> Result<usize> {
         // Hold the writer lock so that the keys matched are the keys
         // removed (no write can slip in between).
-        let mut g = self.writer_guard("remove")?;
+        let mut g = self.writer_guard("remove", 0)?;
         let w = g.as_mut().ok_or(StoreError::ReadOnly { op: "remove" })?;
         let keys = self.keys_where(Some(pred))?;
         if !keys.is_empty() {
@@ -366,6 +370,17 @@ impl Inner {
             }
         }
         Ok(())
+    }
+
+    /// Before a write of `rows` takes the writer lock: waits for its
+    /// share of the flush while one frozen slot is left (see
+    /// [`super::pace_delay`]).
+    pub(super) fn pace(&self, rows: usize) {
+        let frozen = self.snapshot().frozen().count();
+        let wait = super::pace_delay(frozen, rows, self.opt.flush_rate());
+        if !wait.is_zero() {
+            std::thread::sleep(wait);
+        }
     }
 
     /// Before a write takes the writer lock: while the mutable part is

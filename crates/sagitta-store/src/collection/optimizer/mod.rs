@@ -97,6 +97,9 @@ struct Status {
     flush_error: Option<String>,
     /// Passes of the flush thread finished (with or without an error).
     flush_passes: u64,
+    /// Rows per second of the recent flushes (a moving average; 0 before
+    /// the first), which paces writes while the flush falls behind.
+    flush_rows_per_s: f64,
 }
 
 /// Where the flush thread stands ([`Shared::wait_flush`]).
@@ -117,14 +120,28 @@ impl Shared {
         self.cv.notify_all();
     }
 
-    pub fn flushed(&self, rows: u64) {
+    /// A frozen part of `rows` rows was flushed in `took`.
+    pub fn flushed(&self, rows: u64, took: Duration) {
         let mut s = self.status.lock();
+        let rate = rows as f64 / took.as_secs_f64().max(1e-6);
+        s.flush_rows_per_s = if s.flush_rows_per_s > 0.0 {
+            0.5 * (s.flush_rows_per_s + rate)
+        } else {
+            rate
+        };
         s.stats.flushes += 1;
         s.stats.rows_flushed += rows;
         s.flush_error = None;
         s.wakes += 1;
         drop(s);
         self.cv.notify_all();
+    }
+
+    /// Rows per second of the recent flushes, while the flush is healthy
+    /// (a failing one refuses writes instead: see `wait_for_room`).
+    pub(crate) fn flush_rate(&self) -> Option<f64> {
+        let s = self.status.lock();
+        (s.flush_rows_per_s > 0.0 && s.flush_error.is_none()).then_some(s.flush_rows_per_s)
     }
 
     pub fn stats(&self) -> OptimizerStats {
