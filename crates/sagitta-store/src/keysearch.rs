@@ -15,6 +15,14 @@ const INTERPOLATION_STEPS: usize = 4;
 /// flight to hide a cache miss, few enough that their state stays in L1.
 const GROUP: usize = 32;
 
+/// Where `key` would sit between records `a` and `b` (`b > a`) holding
+/// keys `ka < key <= kb`, were the keys between spread evenly: a record
+/// in `[a, b]`. The first step of every search here, and where a cold
+/// lookup hints its reads (`Segment::hint_key_near`).
+pub(crate) fn interpolate(a: usize, b: usize, ka: u64, kb: u64, key: u64) -> usize {
+    a + ((u128::from(key - ka) * (b - a) as u128) / u128::from(kb - ka)) as usize
+}
+
 /// The first record at or after `from` whose key is at least `key`
 /// (`recs` holds (key, slot) pairs sorted by key; the record count when
 /// every key from `from` on is smaller). A few interpolation steps first
@@ -40,7 +48,7 @@ pub(crate) fn lower_bound_from(recs: &[u64], from: usize, key: u64) -> usize {
             return b;
         }
         // ka < key <= kb, so kb > ka and the estimate lies in [a, b - 1].
-        let pos = a + ((u128::from(key - ka) * (b - 1 - a) as u128) / u128::from(kb - ka)) as usize;
+        let pos = interpolate(a, b - 1, ka, kb, key);
         if recs[2 * pos] < key {
             a = pos + 1;
         } else {

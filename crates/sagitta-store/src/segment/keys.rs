@@ -6,7 +6,7 @@
 
 use super::Segment;
 use crate::bloom::Bloom;
-use crate::keysearch::{lower_bound_from, lower_bounds};
+use crate::keysearch::{interpolate, lower_bound_from, lower_bounds};
 use sagitta_index::GraphView;
 use std::sync::atomic::Ordering;
 
@@ -85,7 +85,7 @@ impl Segment {
         if key <= lo || key > hi {
             return;
         }
-        let pos = (u128::from(key - lo) * (n - 1) as u128 / u128::from(hi - lo)) as usize;
+        let pos = interpolate(0, n - 1, lo, hi, key);
         let w = n.isqrt() + 1;
         let (a, b) = (pos.saturating_sub(w), (pos + w + 1).min(n));
         self.will_need((self.key_index.0 + a * 16, (b - a) * 16));
