@@ -66,6 +66,43 @@ pub(crate) fn lower_bound_from(recs: &[u64], from: usize, key: u64) -> usize {
     a
 }
 
+/// [`lower_bound_from`] from 0 where the first and last keys of `recs`
+/// are known without reading them (`first <= last`, a segment header's
+/// key range): a key outside them costs no read, and the first read is
+/// the interpolated record itself, so a cold lookup reads one place of
+/// the index (the one `Segment::hint_key_near` asked for) instead of its
+/// two ends first.
+pub(crate) fn lower_bound_ranged(recs: &[u64], key: u64, first: u64, last: u64) -> usize {
+    let n = recs.len() / 2;
+    if n == 0 || key <= first {
+        return 0;
+    }
+    if key > last {
+        return n;
+    }
+    // recs[lo] = klo < key <= khi = recs[hi]: the answer lies in (lo, hi].
+    let (mut lo, mut klo, mut hi, mut khi) = (0, first, n - 1, last);
+    let mut steps = 0;
+    while hi - lo > 1 {
+        let span = hi - lo - 1;
+        let off = if steps < INTERPOLATION_STEPS {
+            // key - klo - 1 < khi - klo, so off < span.
+            (u128::from(key - klo - 1) * span as u128 / u128::from(khi - klo)) as usize
+        } else {
+            span / 2
+        };
+        steps += 1;
+        let at = lo + 1 + off;
+        let k = recs[2 * at];
+        if k < key {
+            (lo, klo) = (at, k);
+        } else {
+            (hi, khi) = (at, k);
+        }
+    }
+    hi
+}
+
 /// One key's search in [`lower_bounds`]: `recs[lo] < key <= recs[hi]`,
 /// with both keys known, and the record read next.
 #[derive(Clone, Copy, Default)]
@@ -166,7 +203,7 @@ pub(crate) fn lower_bounds(recs: &[u64], keys: &[u64], out: &mut Vec<usize>) {
 
 #[cfg(test)]
 mod tests {
-    use super::{lower_bound_from, lower_bounds};
+    use super::{lower_bound_from, lower_bound_ranged, lower_bounds};
     use proptest::prelude::*;
 
     /// (key, slot) records of `keys`, sorted by key.
@@ -198,6 +235,11 @@ mod tests {
                     let from = from.min(n);
                     let want = from + sorted[from..].partition_point(|&k| k < key);
                     prop_assert_eq!(lower_bound_from(&recs, from, key), want, "key {}", key);
+                    if n > 0 {
+                        let (first, last) = (sorted[0], sorted[n - 1]);
+                        let want = sorted.partition_point(|&k| k < key);
+                        prop_assert_eq!(lower_bound_ranged(&recs, key, first, last), want, "key {}", key);
+                    }
                 }
                 // The interleaved search of every ask at once, in the
                 // order given (duplicates and all).
@@ -221,6 +263,12 @@ mod tests {
                 assert_eq!(lower_bound_from(&recs, 0, k + 1), i + 1);
             }
             assert_eq!(lower_bound_from(&recs, 0, u64::MAX), keys.len());
+            let (first, last) = (keys[0], keys[keys.len() - 1]);
+            for (i, &k) in keys.iter().enumerate().step_by(997) {
+                assert_eq!(lower_bound_ranged(&recs, k, first, last), i);
+                assert_eq!(lower_bound_ranged(&recs, k + 1, first, last), i + 1);
+            }
+            assert_eq!(lower_bound_ranged(&recs, u64::MAX, first, last), keys.len());
             let asks: Vec<u64> = keys.iter().step_by(997).flat_map(|&k| [k, k + 1]).collect();
             let mut got = Vec::new();
             lower_bounds(&recs, &asks, &mut got);

@@ -301,6 +301,78 @@ fn frozen_v1_fixture_reads_back() {
     assert!(r.iter().all(|n| n.key != 130), "tombstoned key returned");
 }
 
+/// A segment records the range of its live keys in header bytes 104..120
+/// (docs/FORMAT.md): a key outside it is absent without a read of the key
+/// index. A file without the range (zeros, as every file written before
+/// it was recorded) answers the same; one whose range disagrees with its
+/// key index fails `verify`.
+#[test]
+fn header_records_the_live_key_range() {
+    let dir = tempfile::tempdir().unwrap();
+    let (idx, _) = build(IndexKind::Flat, 3000);
+    // build() keys rows 1000..4000: remove both ends, so the range is of
+    // the live keys, not of the slots.
+    for k in [1000u64, 1001, 3999] {
+        idx.remove(k);
+    }
+    let path = dir.path().join("r.sgt");
+    Segment::write(&idx, &path).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let u64_at = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().unwrap());
+    assert_eq!((u64_at(&bytes, 104), u64_at(&bytes, 112)), (1002, 3998));
+    let seg = Segment::open(&path).unwrap();
+    seg.verify().unwrap();
+    assert_eq!(seg.info().key_range, Some((1002, 3998)));
+    // The same file with the range zeroed (and the header's CRC redone).
+    let reheader = |b: &mut Vec<u8>| {
+        let crc = crc32c::crc32c(&b[..124]);
+        b[124..128].copy_from_slice(&crc.to_le_bytes());
+    };
+    let mut old = bytes.clone();
+    old[104..120].fill(0);
+    reheader(&mut old);
+    let old_path = dir.path().join("old.sgt");
+    std::fs::write(&old_path, &old).unwrap();
+    let unranged = Segment::open(&old_path).unwrap();
+    unranged.verify().unwrap();
+    assert_eq!(unranged.info().key_range, None);
+    for k in [
+        0u64,
+        1001,
+        1002,
+        1003,
+        2500,
+        3997,
+        3998,
+        3999,
+        4000,
+        u64::MAX,
+    ] {
+        let want = (1002..=3998).contains(&k);
+        assert_eq!(seg.contains(k), want, "key {k}");
+        assert_eq!(unranged.contains(k), want, "key {k}, no range");
+    }
+    // A range narrower than the keys: open trusts the checksummed header,
+    // verify compares it with the index.
+    let mut lying = bytes.clone();
+    lying[104..112].copy_from_slice(&1010u64.to_le_bytes());
+    reheader(&mut lying);
+    std::fs::write(&old_path, &lying).unwrap();
+    assert!(matches!(
+        Segment::open(&old_path).unwrap().verify(),
+        Err(StoreError::Corrupt { offset: 104, .. })
+    ));
+    // A range out of order is refused at open.
+    let mut reversed = bytes;
+    reversed[104..112].copy_from_slice(&5000u64.to_le_bytes());
+    reheader(&mut reversed);
+    std::fs::write(&old_path, &reversed).unwrap();
+    assert!(matches!(
+        Segment::open(&old_path),
+        Err(StoreError::Corrupt { offset: 104, .. })
+    ));
+}
+
 #[test]
 fn corrupt_files_are_typed_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -39,13 +39,21 @@
 //! | 88     | 4    | IVF: default nprobe                                          |
 //! | 92     | 4    | IVF: default rerank depth (`u32::MAX`: chosen from bits, k)  |
 //! | 96     | 8    | IVF: listed vectors *L* (live + deleted)                     |
-//! | 104    | 16   | reserved, 0                                                  |
+//! | 104    | 8    | smallest live key (with 112: the key range, see below)       |
+//! | 112    | 8    | largest live key; 104..120 all 0: no range recorded         |
 //! | 120    | 4    | CRC32C of the section table                                  |
 //! | 124    | 4    | CRC32C of bytes 0..124                                       |
 //!
 //! The section table follows at byte 128: one 32-byte entry per section,
 //! `kind: u32, reserved: u32, offset: u64, length: u64, crc32c: u32,
 //! reserved: u32`. Every section starts at a multiple of 64 bytes.
+//!
+//! Bytes 104..120 were reserved (0) in the files of every version before
+//! the key range was recorded there; readers of any version ignore them.
+//! A reader treats both zero (older files, a segment with no live key, or
+//! one whose only key is 0) as "no range": it then reads the key index's
+//! ends instead. With a range, a key outside it is known absent without a
+//! read, and a lookup starts interpolating from the range.
 //!
 //! | kind | section         | contents                                                     |
 //! |-----:|-----------------|--------------------------------------------------------------|
@@ -179,6 +187,9 @@ pub struct SegmentInfo {
     pub file_len: u64,
     /// IVF-RaBitQ parameters (IVF segments only).
     pub ivf: Option<IvfInfo>,
+    /// The smallest and largest live key (header bytes 104..120), where
+    /// the file records them.
+    pub key_range: Option<(u64, u64)>,
 }
 
 /// One entry of the section table.
@@ -231,6 +242,7 @@ pub(super) struct Header {
     pub(super) ef_search: u32,
     pub(super) ef_construction: u32,
     pub(super) table_crc: u32,
+    pub(super) key_range: Option<(u64, u64)>,
 }
 
 /// Decodes and checks the fixed header `h` (at least [`HEADER_LEN`]
@@ -285,6 +297,11 @@ pub(super) fn parse_header(path: &Path, h: &[u8]) -> Result<Header> {
     if sections > 64 {
         return Err(corrupt(path, 44, format!("{sections} sections")));
     }
+    let key_range = match (u64_at(h, 104), u64_at(h, 112)) {
+        (0, 0) => None,
+        (lo, hi) if lo <= hi && live > 0 => Some((lo, hi)),
+        _ => return Err(corrupt(path, 104, "key range out of order")),
+    };
     Ok(Header {
         version,
         space,
@@ -300,6 +317,7 @@ pub(super) fn parse_header(path: &Path, h: &[u8]) -> Result<Header> {
         ef_search: u32_at(h, 64).max(1),
         ef_construction: u32_at(h, 68),
         table_crc: u32_at(h, 120),
+        key_range,
     })
 }
 
@@ -398,6 +416,10 @@ pub(super) fn encode_header(
     h[60..64].copy_from_slice(&info.top_level.to_le_bytes());
     h[64..68].copy_from_slice(&info.ef_search.to_le_bytes());
     h[68..72].copy_from_slice(&info.ef_construction.to_le_bytes());
+    if let Some((lo, hi)) = info.key_range {
+        h[104..112].copy_from_slice(&lo.to_le_bytes());
+        h[112..120].copy_from_slice(&hi.to_le_bytes());
+    }
     h[120..124].copy_from_slice(&table_crc.to_le_bytes());
     let crc = crc32c::crc32c(&h[..124]);
     h[124..128].copy_from_slice(&crc.to_le_bytes());

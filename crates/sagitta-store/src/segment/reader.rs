@@ -129,6 +129,16 @@ impl Segment {
                 ));
             }
         }
+        if let Some((lo, hi)) = self.info.key_range {
+            let n = recs.len() / 2;
+            if n == 0 || recs[0] != lo || recs[2 * (n - 1)] != hi {
+                return Err(corrupt(
+                    &self.path,
+                    104,
+                    "key range differs from the key index",
+                ));
+            }
+        }
         if self.info.kind == IndexKind::Hnsw {
             let l0: &[u32] = words(self.bytes(self.level0));
             for (slot, rec) in l0.chunks_exact(1 + self.info.m0 as usize).enumerate() {
@@ -304,6 +314,7 @@ fn segment_info(head: &Header, file_len: u64, ivf: Option<IvfInfo>) -> SegmentIn
         ef_construction: head.ef_construction,
         file_len,
         ivf,
+        key_range: head.key_range,
     }
 }
 

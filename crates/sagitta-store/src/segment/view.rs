@@ -6,7 +6,7 @@
 
 use super::ivf::SegIvfView;
 use super::{words, Segment};
-use crate::keysearch::lower_bound_from;
+use crate::keysearch::{lower_bound_from, lower_bound_ranged};
 use sagitta_index::ivf::{self, IvfQuery};
 use sagitta_index::search;
 use sagitta_index::{
@@ -169,9 +169,18 @@ impl IndexRead for Segment {
         if self.key_filter(false).is_some_and(|f| !f.may_contain(key)) {
             return None;
         }
-        self.note_key_lookup();
         let recs = self.key_records();
-        let at = lower_bound_from(recs, 0, key);
+        let at = match self.info.key_range {
+            Some((lo, hi)) if key < lo || key > hi => return None,
+            Some((lo, hi)) => {
+                self.note_key_lookup();
+                lower_bound_ranged(recs, key, lo, hi)
+            }
+            None => {
+                self.note_key_lookup();
+                lower_bound_from(recs, 0, key)
+            }
+        };
         if recs.get(2 * at) != Some(&key) {
             return None;
         }

@@ -365,7 +365,7 @@ fn write_body(
     let mut w = SectionWriter::new(BufWriter::with_capacity(1 << 20, file), tmp);
     w.raw(&vec![0u8; HEADER_LEN + nsec * SECTION_ENTRY_LEN])?;
 
-    let live = write_rows(&mut w, b.slots, b.vector)?;
+    let (live, key_range) = write_rows(&mut w, b.slots, b.vector)?;
     let (entry, top) = match b.graph {
         Some(view) if hnsw => write_graph(&mut w, view, params.m0())?,
         _ => (NO_ENTRY, 0),
@@ -404,6 +404,7 @@ fn write_body(
         ef_construction: params.ef_construction as u32,
         file_len: w.pos(),
         ivf: ivf_info,
+        key_range,
     };
     let table = encode_table(w.sections());
     let header = encode_header(
@@ -477,12 +478,12 @@ fn payload_sections<'b>(
 
 /// The sections every segment has: vectors (each slot's from `vector`),
 /// slot keys, the sorted key index and the tombstones. Returns the live
-/// count.
+/// count and the range of the live keys.
 fn write_rows(
     w: &mut SectionWriter<'_>,
     view: &dyn SlotTable,
     vector: VectorOf<'_>,
-) -> Result<u64> {
+) -> Result<(u64, Option<(u64, u64)>)> {
     let n = view.count();
     let live: Vec<u32> = (0..n as u32).filter(|&s| view.live(s)).collect();
     w.begin(SectionKind::Vectors)?;
@@ -514,7 +515,8 @@ fn write_rows(
         w.put(&word.to_le_bytes())?;
     }
     w.end();
-    Ok(live.len() as u64)
+    let range = recs.first().zip(recs.last()).map(|(a, b)| (a.0, b.0));
+    Ok((live.len() as u64, range))
 }
 
 /// An HNSW graph's sections: level 0 at a fixed width of `m0` links, the
