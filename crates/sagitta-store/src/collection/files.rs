@@ -5,7 +5,7 @@
 use super::config::ConfigFile;
 use super::part::Part;
 use crate::durable::write_durably;
-use crate::envelope::{self, FileKind, BLOOM, SEGMENT, TOMBSTONES, WAL};
+use crate::envelope::{self, FileKind, BLOOM, TOMBSTONES, WAL};
 use crate::error::{io, Result, StoreError};
 use crate::fault;
 use crate::payload::{Field, FieldType, Schema};
@@ -334,48 +334,68 @@ fn remove_obsolete_logs(dir: &Path, wal_seq: u64) -> Result<()> {
 }
 
 /// Refuses a directory holding any file of a format version this build
-/// does not read: the manifest (already read into `m`), the segments,
-/// tombstones and bloom filter it names, and every log. Reads only the
+/// does not read, other than the segments (which [`Segment::open`] checks
+/// as it maps them, before this): the manifest (already read into `m`),
+/// the tombstones and bloom filter it names, and every log. Reads only the
 /// files' first bytes, and runs before a writer creates its lock or
 /// removes anything, so an older build leaves a newer directory as it
-/// found it. The reads go out several at a time (each is a disk read on a
-/// cold open: one after another they took 30 of the 64 ms that opening
-/// 103 segments took); the first refusal in file order is returned.
+/// found it. The first refusal in file order is returned.
+///
+/// [`Segment::open`]: crate::segment::Segment::open
 pub(crate) fn check_versions(dir: &Path, m: &Manifest) -> Result<()> {
-    let mut files: Vec<(&FileKind, PathBuf)> = m
-        .segments
-        .iter()
-        .map(|s| (&SEGMENT, dir.join(&s.file)))
-        .chain(m.tombstones.iter().map(|t| (&TOMBSTONES, dir.join(t))))
+    let mut files: Vec<(&FileKind, PathBuf)> = (m.tombstones.iter())
+        .map(|t| (&TOMBSTONES, dir.join(t)))
         .chain(m.bloom_file().map(|b| (&BLOOM, dir.join(b))))
         .collect();
     files.extend(logs(dir)?.into_iter().map(|(_, path)| (&WAL, path)));
-    let per = files.len().div_ceil(VERSION_READERS).max(1);
-    let check = |chunk: &[(&FileKind, PathBuf)]| -> Result<()> {
-        chunk
-            .iter()
-            .try_for_each(|(kind, path)| kind.refuse_unreadable(path))
-    };
-    if files.len() <= 4 {
-        return check(&files);
-    }
-    std::thread::scope(|s| {
-        // A chunk whose thread cannot start is checked here instead.
-        let checks: Vec<_> = files
-            .chunks(per)
-            .map(|chunk| {
-                std::thread::Builder::new()
-                    .name("sagitta-open".into())
-                    .spawn_scoped(s, move || check(chunk))
-                    .map_err(|_| chunk)
-            })
-            .collect();
-        checks.into_iter().try_for_each(|h| match h {
-            Ok(h) => h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)),
-            Err(chunk) => check(chunk),
-        })
-    })
+    on_io_threads(&files, |(kind, path)| kind.refuse_unreadable(path)).map(|_| ())
 }
 
-/// Threads reading file versions at open (reads in flight at once).
-const VERSION_READERS: usize = 16;
+/// `f` of each of `items`, several at once: work that mostly waits for a
+/// disk read on a cold open (mapping a segment and checking its header,
+/// reading a file's version), whose reads go out together this way (one
+/// after another, or two at a time on the search pool, they took most of
+/// the 46-64 ms that opening 103 segments took). Each thread takes the
+/// next item not yet taken. Results are in item order; the first error in
+/// item order is returned. Few items are done on the calling thread.
+pub(crate) fn on_io_threads<I: Sync, T: Send>(
+    items: &[I],
+    f: impl Fn(&I) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    if items.len() <= 4 {
+        return items.iter().map(f).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let work = || {
+        let mut done = Vec::new();
+        loop {
+            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(item) = items.get(i) else {
+                return done;
+            };
+            done.push((i, f(item)));
+        }
+    };
+    let mut all: Vec<(usize, Result<T>)> = std::thread::scope(|s| {
+        // Threads that cannot start leave their share to the others and
+        // to this one.
+        let threads: Vec<_> = (1..IO_THREADS.min(items.len()))
+            .filter_map(|_| {
+                std::thread::Builder::new()
+                    .name("sagitta-open".into())
+                    .spawn_scoped(s, work)
+                    .ok()
+            })
+            .collect();
+        let mut all = work();
+        for t in threads {
+            all.extend(t.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        }
+        all
+    });
+    all.sort_unstable_by_key(|(i, _)| *i);
+    all.into_iter().map(|(_, r)| r).collect()
+}
+
+/// Threads of [`on_io_threads`] (reads in flight at once).
+const IO_THREADS: usize = 16;

@@ -90,7 +90,6 @@ use active::ActiveRows;
 use files::{Manifest, LOCK, MANIFEST, MANIFEST_FORMAT};
 use parking_lot::{Mutex, RwLock};
 use part::{Body, Part};
-use rayon::prelude::*;
 use sagitta_index::{Index, IndexRead};
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -193,6 +192,34 @@ pub(crate) struct Writer {
 /// Largest log buffer kept between writes (one 64 MiB part's worth at
 /// most is written at once).
 const KEEP_LOG_BUF: usize = 64 << 20;
+
+/// The sealed parts `manifest` names, each segment mapped and its header
+/// checked (several at once: on a cold open each waits for disk reads),
+/// and in the collection's space.
+fn open_parts(
+    dir: &Path,
+    manifest: &Manifest,
+    config: &CollectionConfig,
+) -> Result<Vec<Arc<Part>>> {
+    files::on_io_threads(&manifest.segments, |e| {
+        let seg = Segment::open(&dir.join(&e.file))?;
+        let space = seg.info().space;
+        if space != config.space && space != config.built_space() {
+            return Err(StoreError::Corrupt {
+                file: dir.join(&e.file),
+                offset: 0,
+                reason: "segment space differs from the collection's".into(),
+            });
+        }
+        Ok(Arc::new(Part::new(
+            e.id,
+            Body::Sealed {
+                file: e.file.clone(),
+                seg,
+            },
+        )))
+    })
+}
 
 /// The config a manifest records (read by the one parser of collection
 /// options), or why it cannot be one.
@@ -413,43 +440,34 @@ impl Collection {
 
     fn open_once(dir: &Path, mode: OpenMode) -> Result<Collection> {
         // Nothing is created (a writer's lock) or removed before this build
-        // knows it reads every file: an older build refusing a newer
-        // directory leaves it byte for byte as it was. Readers refuse the
-        // same files (a newer bloom filter too, which they would otherwise
-        // rebuild in memory).
-        files::check_versions(dir, &Manifest::read(dir)?)?;
+        // knows it reads every file: the segments are mapped and their
+        // headers checked, and the other files' versions read, first. An
+        // older build refusing a newer directory leaves it byte for byte as
+        // it was. Readers refuse the same files (a newer bloom filter too,
+        // which they would otherwise rebuild in memory).
+        let mut manifest = Manifest::read(dir)?;
+        let mut config = manifest_config(dir, &manifest)?;
+        let mut parts = open_parts(dir, &manifest, &config)?;
+        files::check_versions(dir, &manifest)?;
         let lock = match mode {
             OpenMode::ReadWrite => Some(take_lock(dir)?),
             OpenMode::ReadOnly => None,
         };
-        let manifest = Manifest::read(dir)?;
-        let mut config = manifest_config(dir, &manifest)?;
+        if lock.is_some() {
+            // A writer that closed between the first read and the lock
+            // may have committed: what the lock now guards is read again.
+            let now = Manifest::read(dir)?;
+            if now.generation != manifest.generation {
+                config = manifest_config(dir, &now)?;
+                parts = open_parts(dir, &now, &config)?;
+                files::check_versions(dir, &now)?;
+                manifest = now;
+            }
+        }
         if let Some(m) = &config.embed_model {
             embed::check_model(m, config.space.dims)?;
             embed::preload(m);
         }
-        let parts: Vec<Arc<Part>> = manifest
-            .segments
-            .par_iter()
-            .map(|e| {
-                let seg = Segment::open(&dir.join(&e.file))?;
-                let space = seg.info().space;
-                if space != config.space && space != config.built_space() {
-                    return Err(StoreError::Corrupt {
-                        file: dir.join(&e.file),
-                        offset: 0,
-                        reason: "segment space differs from the collection's".into(),
-                    });
-                }
-                Ok(Arc::new(Part::new(
-                    e.id,
-                    Body::Sealed {
-                        file: e.file.clone(),
-                        seg,
-                    },
-                )))
-            })
-            .collect::<Result<_>>()?;
         if let Some(t) = &manifest.tombstones {
             let dead = files::read_tombstones(&dir.join(t))?;
             for s in &parts {
