@@ -44,16 +44,6 @@ impl Segment {
         let slot_keys = sections.find(SectionKind::SlotKeys, Some(slots * 8))?;
         let key_index = sections.find(SectionKind::KeyIndex, Some(live * 16))?;
         let tombstones = sections.find(SectionKind::Tombstones, Some(slots.div_ceil(64) * 8))?;
-        // A key lookup reads two or three records of the index: without
-        // this each cold miss reads ahead the device's whole window (8 MiB
-        // on some virtual disks, 2.9 ms a miss measured here, 0.05 ms
-        // without), which made the first lookup in 100 segments take
-        // seconds. Whole-index readers ask for it first (`key_filter`).
-        #[cfg(unix)]
-        let _ = map.advise_range(memmap2::Advice::Random, key_index.0, key_index.1);
-        // A lookup reads one word of the dead-slot bitset.
-        #[cfg(unix)]
-        let _ = map.advise_range(memmap2::Advice::Random, tombstones.0, tombstones.1);
         let (level0, upper) = if head.kind == IndexKind::Hnsw {
             open_graph(path, &map, &head, &sections)?
         } else {
@@ -64,10 +54,6 @@ impl Segment {
             let (parsed, i) = SegIvf::open(path, &map, h, head.space, slots, &sections)?;
             ivf = Some(parsed);
             ivf_info = Some(i);
-            // IVF searches touch full vectors only to rerank a few
-            // candidates: no readahead, so only those pages come in.
-            #[cfg(unix)]
-            let _ = map.advise_range(memmap2::Advice::Random, vectors.0, vectors.1);
         }
         let full = open_full(path, &map, &head, &sections)?;
         let payload_sections = open_payload(path, &sections)?;
@@ -77,6 +63,25 @@ impl Segment {
             None
         };
         let info = segment_info(&head, file_len, ivf_info);
+        #[cfg(unix)]
+        {
+            // What open read, it read page by page (see `map_file`); the
+            // sections are read ahead as usual from here on but these:
+            let _ = map.advise(memmap2::Advice::Normal);
+            // A key lookup reads two or three records of the index: without
+            // this each cold miss reads ahead the device's whole window (8
+            // MiB on some virtual disks, 2.9 ms a miss measured here, 0.05
+            // ms without), which made the first lookup in 100 segments take
+            // seconds. Whole-index readers ask for it first (`key_filter`).
+            let _ = map.advise_range(memmap2::Advice::Random, key_index.0, key_index.1);
+            // A lookup reads one word of the dead-slot bitset.
+            let _ = map.advise_range(memmap2::Advice::Random, tombstones.0, tombstones.1);
+            // IVF searches touch full vectors only to rerank a few
+            // candidates: no readahead, so only those pages come in.
+            if ivf.is_some() {
+                let _ = map.advise_range(memmap2::Advice::Random, vectors.0, vectors.1);
+            }
+        }
         Ok(Segment {
             path: path.to_path_buf(),
             dist: head.space.distance().map_err(StoreError::Index)?,
@@ -186,6 +191,13 @@ fn map_file(path: &Path) -> Result<(Mmap, std::fs::File, u64)> {
     // mmap-based store); all reads below are bounds checked against
     // the length seen here.
     let map = unsafe { Mmap::map(&file) }.map_err(io("mmap", path))?;
+    // Open reads the header, the section table and a few directories, a
+    // page or two each: with the device's read-ahead a cold page fault
+    // reads a window around it (8 MiB on some virtual disks), which made
+    // opening 221 segments on 16 threads read gigabytes and take 1-2 s.
+    // `open` restores read-ahead once it is done.
+    #[cfg(unix)]
+    let _ = map.advise(memmap2::Advice::Random);
     Ok((map, file, file_len))
 }
 
