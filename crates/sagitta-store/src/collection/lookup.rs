@@ -108,6 +108,17 @@ impl State {
         out
     }
 
+    /// For each of `keys`, the index in `parts` of the immutable part
+    /// where it is live (`None`: missing, or in the mutable part).
+    pub(super) fn holders(&self, bloom: &Bloom, keys: &[u64]) -> Vec<Option<usize>> {
+        (self.locate(bloom, keys).into_iter())
+            .map(|l| match l {
+                Loc::Part { part, .. } => Some(part),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// [`State::locate`] of one key that is not in the mutable part.
     fn locate_one(&self, key: u64) -> Loc {
         self.prefetch_cold_key(key);

@@ -36,7 +36,8 @@
 //! the largest built segment with room so only new rows are linked; merges
 //! small segments up to `max_segment_size`; rewrites segments with many
 //! dead rows. Each result is written as a new segment file, then
-//! committed under the writer lock by a manifest rename. Readers hold an
+//! committed by a manifest rename, the part list swapped under the apply
+//! lock (not the writer lock: a long write does not hold up a flush). Readers hold an
 //! `Arc` snapshot of the part list and never wait.
 //!
 //! **Open** reads the manifest, maps the segments (in parallel), maps the
@@ -93,7 +94,7 @@ use part::{Body, Part};
 use sagitta_index::{Index, IndexRead};
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Frozen parts allowed in memory at once. From one below it writes are
@@ -311,6 +312,22 @@ pub(crate) struct Inner {
     schema: RwLock<Schema>,
     bloom: RwLock<Bloom>,
     writer: Mutex<Option<Writer>>,
+    /// Held while a write finds the older versions of its keys, kills
+    /// them and makes its rows visible (after it is logged), and while a
+    /// commit carries kills and swaps the part list: a write never kills
+    /// in a part a commit has just replaced. Not the writer lock, which a
+    /// write holds from its checks through its log sync: a flush waiting
+    /// for that to commit a segment let one segment through per write
+    /// (a bulk load of 1M-key batches slept a third of its time in
+    /// pacing while the flush thread waited). Taken after the writer
+    /// lock and the manifest lock, never before them.
+    apply: Mutex<()>,
+    /// A commit found the bloom filter grown into a chain too large to
+    /// fold inline: the bloom thread folds it ([`Inner::fold_bloom`]).
+    bloom_fold: AtomicBool,
+    /// The filter was folded since the last bloom file was written: the
+    /// next commit writes it whole.
+    bloom_folded: AtomicBool,
     /// What a read may see changes only under this lock's write side: a
     /// write makes its new rows visible, retires the rows they replace
     /// and kills the keys it removes all at once ([`Inner::publish`]),
@@ -332,6 +349,8 @@ pub(crate) struct Inner {
     id_type: AtomicU8,
     /// Milliseconds (since `epoch`) of the last write.
     last_write: AtomicU64,
+    /// Writes begun and not finished ([`Inner::quiet_ms`]).
+    writing: AtomicUsize,
     epoch: std::time::Instant,
     opt: optimizer::Shared,
     /// The latest changes to the part list (seals, builds, merges,
@@ -511,12 +530,16 @@ impl Collection {
             schema: RwLock::new(schema),
             bloom: RwLock::new(bloom),
             writer: Mutex::new(None),
+            apply: Mutex::new(()),
+            bloom_fold: AtomicBool::new(false),
+            bloom_folded: AtomicBool::new(false),
             visible: RwLock::new(()),
             manifest: Mutex::new(manifest.clone()),
             next_id: AtomicU64::new(manifest.next_segment_id),
             build_ef,
             id_type,
             last_write: AtomicU64::new(0),
+            writing: AtomicUsize::new(0),
             epoch: std::time::Instant::now(),
             opt: optimizer::Shared::default(),
             history: Mutex::default(),
@@ -605,11 +628,11 @@ impl Collection {
     }
 
     /// Rebuilds the bloom filter from the live keys of every part (under
-    /// the writer lock, so no key written meanwhile is missed); it is
+    /// the apply lock, so no key written meanwhile is missed); it is
     /// written with the next commit. Returns the keys it holds.
     pub fn rebuild_bloom(&self) -> usize {
         let c = &*self.inner;
-        let _w = c.writer.lock();
+        let _apply = c.apply.lock();
         let st = c.snapshot();
         let b = commit::rebuild_bloom(&c.config, &st.parts, Some(&st.active));
         *c.bloom.write() = b;
@@ -799,6 +822,19 @@ impl Inner {
 
     fn touch(&self) {
         self.last_write.store(self.now_ms(), Ordering::Release);
+    }
+
+    /// Milliseconds since writes last arrived: 0 while one is in
+    /// progress. A batch of a million keys takes seconds; timed from the
+    /// end of the last write only, the optimizer took the middle of each
+    /// such write for a pause and ran its builds at the idle priority,
+    /// above the flush the writer waited for.
+    fn quiet_ms(&self) -> u64 {
+        if self.writing.load(Ordering::Acquire) > 0 {
+            return 0;
+        }
+        self.now_ms()
+            .saturating_sub(self.last_write.load(Ordering::Acquire))
     }
 }
 

@@ -238,6 +238,11 @@ impl Background {
         ));
         let c = inner.clone();
         threads.extend(spawn(
+            "sagitta-bloom",
+            Box::new(move || threads::bloom_loop(&c)),
+        ));
+        let c = inner.clone();
+        threads.extend(spawn(
             "sagitta-optimize",
             Box::new(move || threads::optimize_loop(&c)),
         ));

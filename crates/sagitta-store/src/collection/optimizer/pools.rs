@@ -4,14 +4,18 @@
 
 use super::super::Inner;
 use super::policy::DEFER_MS;
-use std::sync::atomic::Ordering;
 
-/// The nice value of background threads while writes arrive (flush,
-/// builds of a backlog): the lowest, below the server's ingest threads
+/// The nice value of background builds while writes arrive (builds of a
+/// backlog): the lowest, below the server's ingest threads
 /// (nice 10), so searches come first, then acknowledged writes, then
 /// background work; not SCHED_IDLE, so a build still progresses under a
 /// saturating load.
 pub(super) const BACKGROUND_NICE: libc::c_int = 19;
+/// The nice value of the flush thread: level with the server's ingest
+/// threads, whose acknowledged writes it turns into segments, and above
+/// every build (writers are paced to the flush's speed when it falls
+/// behind, never to a build's).
+pub(super) const FLUSH_NICE: libc::c_int = 10;
 /// The nice value of builds once writes have paused: level with the
 /// server's ingest threads, so that other processes on the machine cannot
 /// hold them off for good (at 19 a build gets about 1/70 of a core beside
@@ -115,11 +119,7 @@ impl Inner {
     pub(super) fn build_priority(&self) -> Priority {
         if self.opt.waited_for() {
             Priority::Waited
-        } else if self
-            .now_ms()
-            .saturating_sub(self.last_write.load(Ordering::Acquire))
-            >= DEFER_MS
-        {
+        } else if self.quiet_ms() >= DEFER_MS {
             Priority::Idle
         } else {
             Priority::Background

@@ -6,7 +6,7 @@
 
 use super::super::{Inner, State};
 use super::policy::{self, defer, eager_quiet_ms, plan, PartInfo, Policy};
-use super::pools::{LazyPool, Pools, BACKGROUND_NICE, IDLE_NICE};
+use super::pools::{LazyPool, Pools, BACKGROUND_NICE, FLUSH_NICE, IDLE_NICE};
 use super::run::run;
 use super::RETRY;
 use sagitta_index::sched::priority;
@@ -28,7 +28,10 @@ pub(super) fn sync_loop(c: &Inner, every: Duration) {
 }
 
 pub(super) fn flush_loop(c: &Inner) {
-    priority::background(BACKGROUND_NICE);
+    // Above the builds: a flush that falls behind paces every writer
+    // (at nice 19 beside two nice-19 build threads it got a third of a
+    // core, and a bulk load slept a quarter of its time in pacing).
+    priority::background(FLUSH_NICE);
     let idle = c.config.idle_seal_ms;
     let tick = policy::flush_tick(idle);
     let mut seen = 0;
@@ -40,10 +43,7 @@ pub(super) fn flush_loop(c: &Inner) {
         let mut r = c.flush_frozen();
         if r.is_ok() && idle > 0 {
             let st = c.snapshot();
-            let quiet = c
-                .now_ms()
-                .saturating_sub(c.last_write.load(Ordering::Acquire))
-                >= idle;
+            let quiet = c.quiet_ms() >= idle;
             if quiet && (st.active.slot_count() > 0 || c.log_pending()) {
                 r = c
                     .freeze_now()
@@ -57,6 +57,22 @@ pub(super) fn flush_loop(c: &Inner) {
                 c.opt.flush_failed(&e);
                 c.opt.wait(&mut seen, RETRY);
             }
+        }
+    }
+}
+
+/// Folds the bloom filter's chain when a commit asks
+/// ([`Inner::fold_bloom`]), on its own thread: behind the optimizer's
+/// builds (minutes each under a bulk load) the chain grew to five filters
+/// and every write and lookup probed them all. At the flush's priority,
+/// as it serves the same writes.
+pub(super) fn bloom_loop(c: &Inner) {
+    priority::background(FLUSH_NICE);
+    let mut seen = 0;
+    while !c.opt.stopping() {
+        c.opt.wait(&mut seen, Duration::from_secs(5));
+        if c.bloom_fold.swap(false, Ordering::AcqRel) && !c.opt.stopping() {
+            c.fold_bloom();
         }
     }
 }
@@ -100,9 +116,7 @@ fn optimize_with(c: &Inner, pools: &Pools) {
         };
         let st = c.snapshot();
         let parts = infos(c, &st);
-        let quiet = c
-            .now_ms()
-            .saturating_sub(c.last_write.load(Ordering::Acquire));
+        let quiet = c.quiet_ms();
         // Someone waits in `optimize()` / `compact()`, or writes paused.
         let eager = urgent || quiet >= eager_quiet_ms(&parts, c.config.bytes_per_vector());
         let next = plan(&parts, &policy(c, force, eager));
