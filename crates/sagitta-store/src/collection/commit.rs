@@ -411,7 +411,7 @@ impl Inner {
         // Written from a copy, so writes (which insert their keys) wait
         // for a memory copy, not for the file. Keys inserted meanwhile
         // are logged past this commit's `wal_seq` (replay restores them).
-        let copy = self.bloom.read().copy();
+        let copy = Bloom::copy_chunked(&self.bloom);
         self.bloom_folded.store(false, Ordering::Release);
         copy.write_durably(&self.dir.join(&bloom_name))?;
         m.bloom = Some(bloom_name);
@@ -428,8 +428,19 @@ impl Inner {
     /// waits at most for that last catch-up. The next commit writes it.
     pub(super) fn fold_bloom(&self) {
         let st = self.snapshot();
-        let mut bloom = rebuild_bloom(&self.config, &st.parts, Some(&st.active));
-        let mut seen: HashSet<u64> = st.parts.iter().map(|p| p.id).collect();
+        let live: u64 =
+            st.parts.iter().map(|s| s.live_len() as u64).sum::<u64>() + st.active.len() as u64;
+        let mut bloom = Bloom::new(bloom_capacity(&self.config).max(live * 4), 0.01);
+        let mut seen = HashSet::new();
+        let mut keys = Vec::new();
+        // Part by part, so that a close does not wait for the whole fold.
+        for p in &st.parts {
+            if self.opt.stopping() {
+                return;
+            }
+            seen.insert(p.id);
+            insert_live_keys(&mut bloom, p, &mut keys);
+        }
         drop(st);
         for _ in 0..4 {
             if self.opt.stopping() {
@@ -575,16 +586,22 @@ pub(crate) fn rebuild_bloom(
 /// before it is taken.
 const FOLD_CATCH_UP_LOCKED: usize = 1 << 20;
 
+/// Adds the live keys of `part` to `bloom` (gathered in `keys`); returns
+/// how many.
+fn insert_live_keys(bloom: &mut Bloom, part: &Part, keys: &mut Vec<u64>) -> usize {
+    keys.clear();
+    part.for_each_live(|_, key, _| keys.push(key));
+    bloom.insert_many(keys);
+    keys.len()
+}
+
 /// Adds to `bloom` the live keys of the parts of `st` not in `seen` (now
 /// seen) and of its mutable part; returns how many keys of new parts.
 fn catch_up(bloom: &mut Bloom, st: &State, seen: &mut HashSet<u64>) -> usize {
     let mut keys = Vec::new();
     let mut fresh = 0;
     for p in st.parts.iter().filter(|p| seen.insert(p.id)) {
-        keys.clear();
-        p.for_each_live(|_, key, _| keys.push(key));
-        fresh += keys.len();
-        bloom.insert_many(&keys);
+        fresh += insert_live_keys(bloom, p, &mut keys);
     }
     let view = st.active.view();
     keys.clear();

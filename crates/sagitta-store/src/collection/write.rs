@@ -22,6 +22,9 @@ pub(crate) struct Encoded {
     keys: Vec<u64>,
     stored: Vec<u8>,
     rows: Option<Vec<Row>>,
+    /// No key is live anywhere (checked under the writer lock by `add`):
+    /// there are no older versions to find and kill.
+    absent: bool,
 }
 
 pub(crate) fn row_err(row: usize, e: IndexError) -> StoreError {
@@ -56,7 +59,12 @@ impl Encoded {
     /// Rows to write: keys, their stored vectors (`stride` bytes each) and
     /// payload rows laid out by the collection schema.
     pub(super) fn new(keys: Vec<u64>, stored: Vec<u8>, rows: Option<Vec<Row>>) -> Encoded {
-        Encoded { keys, stored, rows }
+        Encoded {
+            keys,
+            stored,
+            rows,
+            absent: false,
+        }
     }
 }
 
@@ -133,6 +141,7 @@ impl Collection {
                 keys: keys.to_vec(),
                 stored,
                 rows: None,
+                absent: true,
             },
             &[],
         )
@@ -148,7 +157,10 @@ impl Collection {
         let stride = self.inner.config.space.stride();
         let first = firsts(keys);
         let present = self.contains_many(keys);
-        let mut e = Encoded::default();
+        let mut e = Encoded {
+            absent: true,
+            ..Encoded::default()
+        };
         for (i, &k) in keys.iter().enumerate() {
             if first.as_ref().is_none_or(|f| f[i]) && !present[i] {
                 e.keys.push(k);
@@ -211,6 +223,7 @@ impl Collection {
                 keys: keys.to_vec(),
                 stored,
                 rows,
+                absent: false,
             }
         } else {
             let mut e = Encoded {
@@ -340,11 +353,12 @@ impl Inner {
                 &puts.stored[start * stride..end * stride],
                 puts.rows.as_ref().map(|r| &r[start..end]),
                 &[],
+                puts.absent,
             )?;
             start = end;
         }
         if !removes.is_empty() {
-            self.write_piece(w, &[], &[], None, removes)?;
+            self.write_piece(w, &[], &[], None, removes, false)?;
         }
         self.touch();
         Ok(())
@@ -358,6 +372,7 @@ impl Inner {
         stored: &[u8],
         rows: Option<&[Row]>,
         removes: &[u64],
+        absent: bool,
     ) -> Result<()> {
         let vb = self.config.space.vector_bytes();
         let stride = self.config.space.stride();
@@ -406,7 +421,7 @@ impl Inner {
             w.wal.sync()?;
         }
         if !keys.is_empty() {
-            self.put_encoded(keys, stored, rows)?;
+            self.put_encoded(keys, stored, rows, absent)?;
         }
         if !removes.is_empty() {
             self.apply_removes(removes);
@@ -492,8 +507,15 @@ impl Inner {
 
     /// Applies puts: `stored` holds one stride-long encoded row per key,
     /// `rows` (when given) one payload row per key.
-    /// Under the apply lock, on the part list as it is then.
-    fn put_encoded(&self, keys: &[u64], stored: &[u8], rows: Option<&[Row]>) -> Result<()> {
+    /// Under the apply lock, on the part list as it is then; `absent`:
+    /// no key is live anywhere (nothing to kill).
+    fn put_encoded(
+        &self,
+        keys: &[u64],
+        stored: &[u8],
+        rows: Option<&[Row]>,
+        absent: bool,
+    ) -> Result<()> {
         let _apply = self.apply.lock();
         let st = self.snapshot();
         let state = &*st;
@@ -503,10 +525,12 @@ impl Inner {
         // joined once (a probe per key cost a miss per key in a filter of
         // hundreds of megabytes).
         let mut kills: HashMap<u64, Vec<u64>> = HashMap::new();
-        let holders = state.holders(&self.bloom.read(), keys);
-        for (&k, h) in keys.iter().zip(holders) {
-            if let Some(part) = h {
-                kills.entry(state.parts[part].id).or_default().push(k);
+        if !absent {
+            let holders = state.holders(&self.bloom.read(), keys);
+            for (&k, h) in keys.iter().zip(holders) {
+                if let Some(part) = h {
+                    kills.entry(state.parts[part].id).or_default().push(k);
+                }
             }
         }
         // Into the bloom filter before the keys become visible: a reader
@@ -705,7 +729,7 @@ impl Inner {
                 .map(|b| b.2.clone().unwrap_or_default())
                 .collect()
         });
-        self.put_encoded(&keys, &stored, rows.as_deref())
+        self.put_encoded(&keys, &stored, rows.as_deref(), false)
     }
 }
 

@@ -64,10 +64,11 @@ pub(super) fn flush_loop(c: &Inner) {
 /// Folds the bloom filter's chain when a commit asks
 /// ([`Inner::fold_bloom`]), on its own thread: behind the optimizer's
 /// builds (minutes each under a bulk load) the chain grew to five filters
-/// and every write and lookup probed them all. At the flush's priority,
-/// as it serves the same writes.
+/// and every write and lookup probed them all. At the builds' priority
+/// while writes arrive: at the flush's, the fold of 100M keys took the
+/// flush's core and paced the writer.
 pub(super) fn bloom_loop(c: &Inner) {
-    priority::background(FLUSH_NICE);
+    priority::background(BACKGROUND_NICE);
     let mut seen = 0;
     while !c.opt.stopping() {
         c.opt.wait(&mut seen, Duration::from_secs(5));
