@@ -428,9 +428,7 @@ impl Inner {
     /// waits at most for that last catch-up. The next commit writes it.
     pub(super) fn fold_bloom(&self) {
         let st = self.snapshot();
-        let live: u64 =
-            st.parts.iter().map(|s| s.live_len() as u64).sum::<u64>() + st.active.len() as u64;
-        let mut bloom = Bloom::new(bloom_capacity(&self.config).max(live * 4), 0.01);
+        let mut bloom = sized_bloom(&self.config, &st.parts, Some(&st.active));
         let mut seen = HashSet::new();
         let mut keys = Vec::new();
         // Part by part, so that a close does not wait for the whole fold.
@@ -549,28 +547,20 @@ fn carry_kills<'a>(
         .collect()
 }
 
-/// A bloom filter over the live keys of `parts` (and `active`), sized for
-/// four times their number (so it stays one filter, one probe, while the
-/// collection grows fourfold).
+/// A bloom filter over the live keys of `parts` (and `active`)
+/// ([`sized_bloom`]).
 pub(crate) fn rebuild_bloom(
     config: &CollectionConfig,
     parts: &[Arc<Part>],
     active: Option<&Index>,
 ) -> Bloom {
-    let live: u64 = parts.iter().map(|s| s.live_len() as u64).sum::<u64>()
-        + active.map_or(0, |a| a.len() as u64);
-    let mut bloom = Bloom::new(bloom_capacity(config).max(live * 4), 0.01);
+    let mut bloom = sized_bloom(config, parts, active);
     // A live key is live in one part only: each part's keys go in as
-    // distinct keys, their blocks prefetched (this runs under the writer
+    // distinct keys, their blocks prefetched (this runs under the apply
     // lock: at 64M keys one at a time took seconds).
     let mut keys = Vec::new();
     if let Some(a) = active {
-        let view = a.view();
-        keys.extend(
-            (0..view.slots() as u32)
-                .filter(|&s| view.is_live(s))
-                .map(|s| view.key(s)),
-        );
+        active_keys(a, &mut keys);
         bloom.insert_distinct(keys.iter().copied());
     }
     for s in parts {
@@ -579,6 +569,26 @@ pub(crate) fn rebuild_bloom(
         bloom.insert_distinct(keys.iter().copied());
     }
     bloom
+}
+
+/// An empty bloom filter sized for four times the live rows of `parts`
+/// (and `active`), so it stays one filter, one probe, while the
+/// collection grows fourfold.
+fn sized_bloom(config: &CollectionConfig, parts: &[Arc<Part>], active: Option<&Index>) -> Bloom {
+    let live: u64 = parts.iter().map(|s| s.live_len() as u64).sum::<u64>()
+        + active.map_or(0, |a| a.len() as u64);
+    Bloom::new(bloom_capacity(config).max(live * 4), 0.01)
+}
+
+/// The live keys of the mutable part `a`, into `keys` (cleared first).
+fn active_keys(a: &Index, keys: &mut Vec<u64>) {
+    let view = a.view();
+    keys.clear();
+    keys.extend(
+        (0..view.slots() as u32)
+            .filter(|&s| view.is_live(s))
+            .map(|s| view.key(s)),
+    );
 }
 
 /// Keys of parts written since a fold's snapshot that are left for the
@@ -603,14 +613,7 @@ fn catch_up(bloom: &mut Bloom, st: &State, seen: &mut HashSet<u64>) -> usize {
     for p in st.parts.iter().filter(|p| seen.insert(p.id)) {
         fresh += insert_live_keys(bloom, p, &mut keys);
     }
-    let view = st.active.view();
-    keys.clear();
-    keys.extend(
-        (0..view.slots() as u32)
-            .filter(|&s| view.is_live(s))
-            .map(|s| view.key(s)),
-    );
-    drop(view);
+    active_keys(&st.active, &mut keys);
     bloom.insert_many(&keys);
     fresh
 }
