@@ -441,6 +441,21 @@ def test_one_directory_shared_by_objects_of_a_process(tmp_path, rng):
         assert sorted(c.keys) == [1, 2, 3, 4]
 
 
+def test_binary_codes_stay_unsealed_up_to_a_larger_share_of_the_shard(tmp_path, rng):
+    """400,000 256-bit codes are past the 64 MiB a float index keeps
+    unsealed (at a built code row's bytes, graph links included: ~370k)
+    but well under the 256 MiB codes get: one add leaves one shard (the
+    unsealed rows, or the one segment an idle seal makes of them), not a
+    sealed segment and a tail."""
+    n = 400_000
+    codes = rng.integers(0, 256, size=(n, 32), dtype=np.uint8)
+    idx = ShardedIndex(path=tmp_path / "b", ndim=256, metric="hamming", dtype="b1")
+    idx.add(np.arange(n, dtype=np.uint64), codes)
+    assert idx.shard_count == 1
+    assert len(idx) == n
+    assert idx.search(codes[123], 1).keys[0] == 123
+
+
 def test_tiny_shard_size_rotates_after_each_add(tmp_path, rng):
     """A shard_size under the smallest segment (4 KiB) seals the unsealed
     rows after the add that passes it, as iscc-usearch rotates: one

@@ -164,16 +164,16 @@ class ShardedIndex:
                     "(no existing shards found)"
                 )
             size = max(_MIN_SEGMENT, int(shard_size))
-            kw: dict[str, Any] = {
-                "ndim": int(ndim),
-                "metric": _metric(metric),
-                # below 4 KiB, _rotate_if_full seals (after a whole add, as
-                # iscc-usearch rotates), not the collection mid-batch
-                "segment_size": min(64 << 20, size if size > _MIN_SEGMENT else 1 << 20),
-                "max_segment_size": size,
-            }
+            kw: dict[str, Any] = {"ndim": int(ndim), "metric": _metric(metric)}
             if dtype is not None:
                 kw["dtype"] = _dtype(dtype)
+            binary = kw["metric"] in ("hamming", "nphd") or kw.get("dtype") == "b1"
+            active = _ACTIVE_BINARY if binary else _ACTIVE_FLOAT
+            # below 4 KiB, _rotate_if_full seals (after a whole add, as
+            # iscc-usearch rotates), not the collection mid-batch
+            kw["segment_size"] = min(active, size if size > _MIN_SEGMENT else 1 << 20)
+            kw["max_segment_size"] = size
+            if dtype is not None:
                 # usearch's dtype is the precision the graph is searched
                 # in: an explicit f32 gets a plain f32 graph, not the
                 # Collection default of sq8 graph codes.
@@ -903,6 +903,17 @@ class ShardedNphdIndex128(ShardedNphdIndex):
         kwargs.pop("key_kind", None)
         super().__init__(**kwargs)
 
+
+# The most bytes of rows (as a built segment counts them) not sealed yet:
+# iscc-usearch keeps its active shard in memory up to shard_size, Sagitta
+# its mutable part, which a search scans row by row. 64 MiB of float rows
+# (32k of 384-d f32 with their graph share) is some 50 MB to scan; the
+# same 64 MiB of 256-bit codes is 370k rows (their graph share is most of
+# a built row's bytes) and only 12 MB of codes, so at 100M codes the
+# flushes left 260+ segments for every open and key lookup to walk.
+# Codes get 256 MiB: 1.49M 256-bit codes, 48 MB to scan.
+_ACTIVE_FLOAT = 64 << 20
+_ACTIVE_BINARY = 256 << 20
 
 # The smallest segment_size a collection takes (the store's rule); a
 # smaller shard_size seals after the write that passes it
