@@ -322,8 +322,9 @@ pub(crate) struct Inner {
     /// pacing while the flush thread waited). Taken after the writer
     /// lock and the manifest lock, never before them.
     apply: Mutex<()>,
-    /// A commit found the bloom filter grown into a chain too large to
-    /// fold inline: the bloom thread folds it ([`Inner::fold_bloom`]).
+    /// A commit found the bloom filter too large to fold inline and half
+    /// full or grown into a chain: the bloom thread folds it
+    /// ([`Inner::fold_bloom`]).
     bloom_fold: AtomicBool,
     /// The filter was folded since the last bloom file was written: the
     /// next commit writes it whole.

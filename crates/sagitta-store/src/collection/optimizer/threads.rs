@@ -4,6 +4,7 @@
 //! it while writes arrive, runs it (`run.rs`) on a build pool
 //! (`pools.rs`), and tells waiters when the collection has settled.
 
+use super::super::commit::wants_fold;
 use super::super::{Inner, State};
 use super::policy::{self, defer, eager_quiet_ms, plan, PartInfo, Policy};
 use super::pools::{LazyPool, Pools, BACKGROUND_NICE, FLUSH_NICE, IDLE_NICE};
@@ -72,7 +73,12 @@ pub(super) fn bloom_loop(c: &Inner) {
     let mut seen = 0;
     while !c.opt.stopping() {
         c.opt.wait(&mut seen, Duration::from_secs(5));
-        if c.bloom_fold.swap(false, Ordering::AcqRel) && !c.opt.stopping() {
+        // Asked again while a fold ran (its filter was not swapped in
+        // yet): only folded again if the new filter wants it too.
+        if c.bloom_fold.swap(false, Ordering::AcqRel)
+            && !c.opt.stopping()
+            && wants_fold(&c.bloom.read())
+        {
             c.fold_bloom();
         }
     }
