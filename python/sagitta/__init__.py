@@ -37,6 +37,7 @@ from .client import (
     RemoteSearchResult,
     RemoteTextResult,
     ServerError,
+    StorageFullError,
     UnavailableError,
 )
 from .remote import fetch, publish, published
@@ -63,6 +64,7 @@ __all__ = [
     "RemoteTextResult",
     "SearchResult",
     "ServerError",
+    "StorageFullError",
     "TextSearchResult",
     "UnavailableError",
     "__version__",

@@ -13,6 +13,7 @@ thread), so one ``Client`` may be shared by threads.
 
 from __future__ import annotations
 
+import errno
 import http.client
 import json
 import threading
@@ -34,6 +35,7 @@ __all__ = [
     "RemoteCollection",
     "RemoteSearchResult",
     "ServerError",
+    "StorageFullError",
     "UnavailableError",
     "string_key",
 ]
@@ -69,6 +71,16 @@ class AuthError(ServerError, PermissionError):
     """401 / 403: missing, unknown or insufficient API key."""
 
 
+class StorageFullError(ServerError, OSError):
+    """507: the disk under the collection is full; the write was refused
+    and nothing it carried was acknowledged. An ``OSError`` with errno
+    ``ENOSPC``, as the in-process ``Collection`` raises."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(status, code, message)
+        self.errno = errno.ENOSPC
+
+
 class UnavailableError(ServerError):
     """503 / 504: the server is busy, timed out or shutting down; retry
     after ``retry_after`` seconds."""
@@ -91,6 +103,7 @@ def _error(status: int, body: bytes, headers: Mapping[str, str]) -> ServerError:
         403: AuthError,
         503: UnavailableError,
         504: UnavailableError,
+        507: StorageFullError,
     }.get(status, ServerError)
     err = cls(status, code, message)
     if isinstance(err, UnavailableError) and headers.get("retry-after"):
@@ -502,7 +515,8 @@ class RemoteCollection:
             body["columns"] = list(columns)
         r = self._post("get", body)
         found = {it["id"]: it for it in r["items"]}
-        dim = len(next(iter(found.values()))["vector"]) if found else 0
+        # NaN rows of the collection's width even when no key was found.
+        dim = len(next(iter(found.values()))["vector"]) if found else int(self.info()["dims"])
         vecs = np.full((len(keys), dim), np.nan, dtype=np.float32)
         rows = []
         for i, k in enumerate(keys):

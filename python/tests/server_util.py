@@ -46,12 +46,23 @@ class Server:
     (printed once both sockets listen) gives the addresses, so no polling
     is needed. Logs go to ``<data>.log``."""
 
-    def __init__(self, data: Path, *args: str, env: dict | None = None, http: str = "127.0.0.1:0"):
+    def __init__(
+        self,
+        data: Path,
+        *args: str,
+        env: dict | None = None,
+        http: str = "127.0.0.1:0",
+        prefix: list[str] | None = None,
+    ):
+        """``prefix``: a command that execs the server's command line it is
+        given (the server keeps its process), e.g. one that mounts a
+        file system first."""
         self.data = Path(data)
         self.log_path = self.data.with_suffix(".log")
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [
+                *(prefix or []),
                 sagitta_bin(),
                 "serve",
                 "--data",

@@ -173,6 +173,9 @@ def test_http_filters_payload_get_count_delete(server, loaded, data):
     np.testing.assert_array_equal(vecs[:2], x[:2])
     assert np.isnan(vecs[2]).all() and rows[2] is None
     assert rows[0] == {"cat": str(cat[0]), "year": int(year[0])}
+    # Only missing keys: NaN rows of the collection's width, not (n, 0).
+    missing = loaded.get([999_998, 999_999])
+    assert missing.shape == (2, D) and np.isnan(missing).all()
     # Delete by key and by filter; both are gone from search and count.
     assert loaded.remove([0, 1, 999_999]) == 2
     rare = {"field": "cat", "op": "eq", "value": "d"}
