@@ -18,8 +18,9 @@ import shutil
 
 import numpy as np
 import pytest
-import sagitta
 from server_util import Server
+
+import sagitta
 
 DIMS = 64
 BATCH = 200
