@@ -14,6 +14,8 @@ use super::{Collection, State};
 use crate::bloom::Bloom;
 use crate::error::Result;
 use crate::payload::{Row, Value};
+use crate::segment::Segment;
+use rayon::prelude::*;
 use sagitta_index::{GraphView, IndexRead};
 
 /// Where a live key is.
@@ -71,6 +73,9 @@ impl State {
         // Keys spread over several parts are routed by each segment's key
         // filter; with one part every key is searched anyway.
         let route = self.parts.len() > 1;
+        if route {
+            self.build_key_filters(&sorted);
+        }
         // Newest part first: a key replaced later is dead in older parts.
         for (pi, part) in self.parts.iter().enumerate().rev() {
             if pending.is_empty() {
@@ -117,6 +122,26 @@ impl State {
                 _ => None,
             })
             .collect()
+    }
+
+    /// Builds the key filters a routed batch of sorted `keys` is about to
+    /// use, all at once: every cold key index asked for together and the
+    /// filters built on the pool's threads, instead of one segment after
+    /// another inside the walk, each waiting for its own reads (the first
+    /// batch of 10,000 hashed keys after a cold open of 20M codes in 10
+    /// segments: 550 ms of CPU in 1,565 ms).
+    fn build_key_filters(&self, keys: &[u64]) {
+        let cold: Vec<&Segment> = (self.parts.iter())
+            .filter_map(|p| p.segment())
+            .filter(|s| s.wants_key_filter(keys))
+            .collect();
+        if cold.len() < 2 {
+            return;
+        }
+        for s in &cold {
+            s.hint_key_index();
+        }
+        cold.par_iter().for_each(|s| s.build_key_filter());
     }
 
     /// [`State::locate`] of one key that is not in the mutable part.

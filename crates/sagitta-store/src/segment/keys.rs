@@ -39,6 +39,31 @@ impl Segment {
         }))
     }
 
+    /// Whether a routed batch of sorted `keys` would build this segment's
+    /// key filter ([`Segment::slots_of_sorted`]): none built yet, the
+    /// segment large enough to get one, and a key inside its key range.
+    pub fn wants_key_filter(&self, keys: &[u64]) -> bool {
+        let recs = self.key_records();
+        if recs.len() / 2 < KEY_FILTER_MIN || self.key_filter.get().is_some() {
+            return false;
+        }
+        let (first, last) = self.key_ends(recs);
+        let from = keys.partition_point(|&k| k < first);
+        from < keys.len() && keys[from] <= last
+    }
+
+    /// Asks the kernel to read this segment's whole key index (the first
+    /// step of building its key filter), so that several segments' reads
+    /// go out together.
+    pub fn hint_key_index(&self) {
+        self.will_need(self.key_index);
+    }
+
+    /// Builds this segment's key filter now (see `key_filter`).
+    pub fn build_key_filter(&self) {
+        self.key_filter(true);
+    }
+
     /// Before the first lookup in this segment's key index, asks the
     /// kernel to read its first and last records, where an interpolation
     /// search starts; true when it did, and [`Segment::hint_key_near`]
