@@ -593,7 +593,8 @@ def test_http_front_serves_a_cluster_to_the_servers_clients(lr, tmp_path):
             assert json.loads(resp.read())["error"]["code"] == "invalid_argument"
             conn.close()
         assert len(col) == 1000
-        assert col.get([5000, 6000, 7000, 8000]).shape == (4, 0)  # none of them found
+        none = col.get([5000, 6000, 7000, 8000])  # none of them found: NaN rows
+        assert none.shape == (4, DIMS) and np.isnan(none).all()
         w.drop_collection("web")
         with pytest.raises(sagitta.NotFoundError):
             r["web"]

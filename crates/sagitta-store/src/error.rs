@@ -172,14 +172,17 @@ impl StoreError {
             StoreError::Io { source, .. } => {
                 matches!(source.kind(), StorageFull | QuotaExceeded | FileTooLarge)
             }
-            StoreError::Stalled { reason, .. } => reason.contains(DISK_FULL_MARK),
+            StoreError::Stalled { reason, .. } | StoreError::Optimizer(reason) => {
+                reason.contains(DISK_FULL_MARK)
+            }
             _ => false,
         }
     }
 }
 
-/// Put in a stall's reason when the flush failed for want of room, so that
-/// [`StoreError::is_disk_full`] can say so.
+/// Put in a stall's reason, or a background task's error, when it failed
+/// for want of room, so that [`StoreError::is_disk_full`] can say so (a
+/// server answers 507 for it, not 500).
 pub(crate) const DISK_FULL_MARK: &str = "disk full: ";
 
 /// Why a collection's embedding model could not be used.

@@ -148,10 +148,17 @@ impl Shared {
         self.status.lock().stats.clone()
     }
 
+    /// A pass failed: counted, and kept as what a waiter in `optimize()`
+    /// reports ([`StoreError::Optimizer`], still a disk-full error when
+    /// it was one: [`StoreError::is_disk_full`]).
     pub(super) fn failed(&self, e: &StoreError) {
         let mut s = self.status.lock();
         s.stats.errors += 1;
-        s.stats.last_error = Some(e.to_string());
+        s.stats.last_error = Some(if e.is_disk_full() {
+            format!("{}{e}", crate::error::DISK_FULL_MARK)
+        } else {
+            e.to_string()
+        });
         s.stats.task = None;
         drop(s);
         self.cv.notify_all();
