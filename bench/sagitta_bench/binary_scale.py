@@ -43,6 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .report import save
+
 OUT = Path(__file__).resolve().parents[1] / "results" / "binary-scale"
 NDIM = 256
 BYTES = NDIM // 8
@@ -310,11 +312,7 @@ def main(argv: list | None = None) -> None:
             "bytes_on_disk": on_disk,
             "read": read,
         }
-        a.out.mkdir(parents=True, exist_ok=True)
-        (a.out / f"{stamp}.json").write_text(json.dumps(res, indent=1))
-        md = render(res)
-        (a.out / f"{stamp}.md").write_text(md)
-        print(md)
+        save(a.out, stamp, res, render(res))
     finally:
         if not a.keep:
             shutil.rmtree(path, ignore_errors=True)

@@ -29,6 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .report import save
+
 OUT = Path(__file__).resolve().parents[1] / "results" / "load-batches"
 
 
@@ -143,11 +145,7 @@ def main() -> None:
         "config": {"dataset": a.dataset, "rows": reps[0]["rows"], "batch": a.batch},
         "repeats": reps,
     }
-    a.out.mkdir(parents=True, exist_ok=True)
-    (a.out / f"{stamp}.json").write_text(json.dumps(res, indent=1))
-    md = report(res)
-    (a.out / f"{stamp}.md").write_text(md)
-    print(md)
+    save(a.out, stamp, res, report(res))
 
 
 if __name__ == "__main__":

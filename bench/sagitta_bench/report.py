@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 TARGETS = (0.90, 0.95, 0.99)
+
+
+def save(out: Path, stamp: str, res: dict, md: str) -> None:
+    """A run's results as ``out/<stamp>.json`` and its table as
+    ``out/<stamp>.md``, the table printed too."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stamp}.json").write_text(json.dumps(res, indent=1))
+    (out / f"{stamp}.md").write_text(md)
+    print(md)
 
 
 def qps_at(sweep: list[dict], target: float, key: str = "qps_1t") -> float | None:
