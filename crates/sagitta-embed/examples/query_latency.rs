@@ -30,7 +30,8 @@ fn parse_type(s: &str) -> Result<Precision, String> {
         "f32" => Ok(Precision::F32),
         "f16" => Ok(Precision::F16),
         "i8" => Ok(Precision::I8),
-        _ => Err(format!("unknown weight type {s:?} (f32, f16, i8)")),
+        "q8" => Ok(Precision::Q8),
+        _ => Err(format!("unknown weight type {s:?} (f32, f16, i8, q8)")),
     }
 }
 

@@ -118,7 +118,7 @@ fn reduced_precision_keeps_the_vectors() {
     let (_, _, dataset) = read_f16_npy(&sample("base.f16.npy"), N).unwrap();
     let (min, _) = cosine_stats(&want[..N * dims], &dataset, dims);
     assert!(min >= 0.999, "f32 vs the dataset: min cosine {min}");
-    for p in [Precision::F16, Precision::I8] {
+    for p in [Precision::F16, Precision::I8, Precision::Q8] {
         let got = open(p).embed(&refs).unwrap();
         assert_unit_rows(&got, dims);
         let (min, mean) = cosine_stats(&got, &want, dims);

@@ -20,6 +20,7 @@
 
 use half::f16;
 
+use crate::qmatmul::{IntMatrix, IntWeights};
 use crate::Isa;
 
 /// Output columns per packed panel (two AVX registers of `f32`).
@@ -41,15 +42,24 @@ pub enum WeightType {
     /// Symmetric 8-bit integers with one `f32` scale per output column
     /// (`w ≈ q · scale`, `scale = max |w| / 127` over the column).
     I8,
+    /// `I8`'s weights with the products in integers: the activations
+    /// rounded per row to 16 bits at each call ([`crate::qmatmul`], twice
+    /// the multiply-adds per instruction).
+    Q8,
+    /// `Q8` with one scale per column and group of
+    /// [`crate::qmatmul::GROUP`] inputs.
+    Q8Grouped,
 }
 
 impl WeightType {
-    /// Short lowercase name (`f32`, `f16`, `i8`).
+    /// Short lowercase name (`f32`, `f16`, `i8`, `q8`, `q8g`).
     pub fn name(self) -> &'static str {
         match self {
             WeightType::F32 => "f32",
             WeightType::F16 => "f16",
             WeightType::I8 => "i8",
+            WeightType::Q8 => "q8",
+            WeightType::Q8Grouped => "q8g",
         }
     }
 }
@@ -59,6 +69,7 @@ enum Store {
     F32(Vec<f32>),
     F16(Vec<f16>),
     I8 { q: Vec<i8>, scale: Vec<f32> },
+    Int(IntMatrix),
 }
 
 /// A `k × n` weight matrix packed for [`PackedMatrix::matmul`].
@@ -129,6 +140,8 @@ impl PackedMatrix {
                 }
                 Store::I8 { q, scale }
             }
+            WeightType::Q8 => Store::Int(IntMatrix::pack(w, k, n, IntWeights::I8)),
+            WeightType::Q8Grouped => Store::Int(IntMatrix::pack(w, k, n, IntWeights::I8Grouped)),
         };
         PackedMatrix { k, n, store }
     }
@@ -145,10 +158,14 @@ impl PackedMatrix {
 
     /// How the weights are stored.
     pub fn weight_type(&self) -> WeightType {
-        match self.store {
+        match &self.store {
             Store::F32(_) => WeightType::F32,
             Store::F16(_) => WeightType::F16,
             Store::I8 { .. } => WeightType::I8,
+            Store::Int(m) => match m.weights() {
+                IntWeights::I8 => WeightType::Q8,
+                IntWeights::I8Grouped => WeightType::Q8Grouped,
+            },
         }
     }
 
@@ -158,6 +175,7 @@ impl PackedMatrix {
             Store::F32(v) => v.len() * 4,
             Store::F16(v) => v.len() * 2,
             Store::I8 { q, scale } => q.len() + scale.len() * 4,
+            Store::Int(m) => m.bytes(),
         }
     }
 
@@ -176,6 +194,10 @@ impl PackedMatrix {
         assert_eq!(a.len(), m * k, "activations are not {m} x {k}");
         assert_eq!(bias.len(), n, "bias is not {n} long");
         assert_eq!(out.len(), m * n, "output is not {m} x {n}");
+        if let Store::Int(w) = &self.store {
+            w.matmul_isa(isa, a, m, bias, out);
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::available() {
             x86::matmul(self, a, m, bias, out);
@@ -202,6 +224,7 @@ fn panel_f32(w: &PackedMatrix, p: usize, i: usize) -> [f32; PANEL] {
                 *d = f32::from(s);
             }
         }
+        Store::Int(_) => unreachable!("integer products run in qmatmul"),
     }
     lane
 }
@@ -444,6 +467,7 @@ mod x86 {
                 Store::F32(v) => run(w, v, a, m, bias, out),
                 Store::F16(v) => run(w, v, a, m, bias, out),
                 Store::I8 { q, .. } => run(w, q, a, m, bias, out),
+                Store::Int(_) => unreachable!("integer products run in qmatmul"),
             }
         }
     }
@@ -452,6 +476,14 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const ALL: [WeightType; 5] = [
+        WeightType::F32,
+        WeightType::F16,
+        WeightType::I8,
+        WeightType::Q8,
+        WeightType::Q8Grouped,
+    ];
 
     fn naive(w: &[f32], k: usize, n: usize, a: &[f32], m: usize, bias: &[f32]) -> Vec<f32> {
         let mut out = vec![0f64; m * n];
@@ -495,7 +527,7 @@ mod tests {
             let a = values(m * k, (m + k + n) as u64);
             let bias = values(n, 99);
             let want = naive(&w, k, n, &a, m, &bias);
-            for ty in [WeightType::F32, WeightType::F16, WeightType::I8] {
+            for ty in ALL {
                 let packed = PackedMatrix::pack(&w, k, n, ty);
                 assert_eq!((packed.k(), packed.n(), packed.weight_type()), (k, n, ty));
                 // Per-type error bound on |a·w| <= k: f32 rounding, f16's
@@ -504,6 +536,9 @@ mod tests {
                     WeightType::F32 => 1e-4 * k as f32,
                     WeightType::F16 => 1e-3 * k as f32,
                     WeightType::I8 => 0.5 / 127.0 * k as f32,
+                    WeightType::Q8 | WeightType::Q8Grouped => {
+                        (0.5 / 127.0 + 0.5 / 32767.0) * k as f32
+                    }
                 };
                 for isa in [Isa::Scalar, Isa::Avx2] {
                     let mut got = vec![f32::NAN; m * n];
@@ -528,7 +563,7 @@ mod tests {
         let w = values(k * n, 1);
         let bias = values(n, 2);
         let a = values(20 * k, 3);
-        for ty in [WeightType::F32, WeightType::F16, WeightType::I8] {
+        for ty in ALL {
             let packed = PackedMatrix::pack(&w, k, n, ty);
             let mut all = vec![0f32; 20 * n];
             packed.matmul(&a, 20, &bias, &mut all);
