@@ -1,17 +1,20 @@
 //! The BERT encoder of all-MiniLM-L6-v2, inference only, on the CPU.
 //!
 //! The four dense products of a layer run on weights packed once at load
-//! ([`PackedMatrix`], `sagitta-kernels`), stored as [`WeightType::I8`] by
-//! default: 22 MB that stay in the CPU's last-level cache between queries,
-//! where 90 MB of `f32` are read from memory each time. Everything else is
-//! plain loops over the rows in buffers allocated once per batch: the
-//! embedding lookup, the attention itself (small per-head products and the
-//! masked softmax), GELU, residual and LayerNorm, the pooling. Weight names
-//! follow the Hugging Face `BertModel` checkpoint (`embeddings.*`,
-//! `encoder.layer.N.*`); the pooler is not used.
+//! ([`PackedMatrix`], `sagitta-kernels`), by default as 8-bit integers with
+//! one scale per column and group of 64 inputs, multiplied in integers
+//! (`WeightType::Q8Grouped`, [`crate::Precision::Q8`]): 11 MB that stay in
+//! the CPU's last-level cache between queries, where 90 MB of `f32` are read
+//! from memory each time. GELU and the residual sums with their LayerNorms
+//! are `sagitta_kernels::nn`'s; the rest is plain loops over the rows in
+//! buffers allocated once per batch: the embedding lookup, the attention
+//! itself (small per-head products and the masked softmax), the pooling.
+//! Weight names follow the Hugging Face `BertModel` checkpoint
+//! (`embeddings.*`, `encoder.layer.N.*`); the pooler is not used.
 
 use safetensors::{Dtype, SafeTensors};
 use sagitta_kernels::matmul::{PackedMatrix, WeightType};
+use sagitta_kernels::nn;
 
 use crate::Precision;
 
@@ -283,7 +286,7 @@ impl Bert {
                 for (((d, &w), &q), &t) in dst.iter_mut().zip(word).zip(pos).zip(&self.token_type) {
                     *d = w + q + t;
                 }
-                layer_norm(dst, &self.norm, c.eps);
+                nn::layer_norm(dst, &self.norm.weight, &self.norm.bias, c.eps);
             }
         }
 
@@ -329,7 +332,7 @@ impl Bert {
 
         // Feed-forward, then LayerNorm(x + ff2(gelu(ff1(x)))).
         layer.ff1.apply(x, &mut s.inner);
-        s.inner.iter_mut().for_each(|v| *v = gelu(*v));
+        nn::gelu(&mut s.inner);
         layer.ff2.apply(&s.inner, &mut s.projected);
         add_norm(x, &s.projected, &layer.norm2, c.eps);
     }
@@ -425,66 +428,5 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 
 /// `x = LayerNorm(x + y)`, row by row.
 fn add_norm(x: &mut [f32], y: &[f32], norm: &Norm, eps: f32) {
-    let h = norm.weight.len();
-    for (row, y) in x.chunks_exact_mut(h).zip(y.chunks_exact(h)) {
-        for (d, &y) in row.iter_mut().zip(y) {
-            *d += y;
-        }
-        layer_norm(row, norm, eps);
-    }
-}
-
-/// The exact (erf) GELU.
-#[inline(always)]
-fn gelu(x: f32) -> f32 {
-    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
-}
-
-/// The error function in f32 without branches (so loops over it
-/// vectorise): the rational approximation Eigen and TensorFlow use, within
-/// a few units in the last place of f32 over the whole line. (Plain
-/// multiply-adds: `mul_add` is a library call without the FMA target
-/// feature.)
-#[inline(always)]
-fn erf(x: f32) -> f32 {
-    let x = x.clamp(-4.0, 4.0);
-    let x2 = x * x;
-    let mut p = x2 * -2.726_142_3e-10 + 2.770_681_4e-8;
-    p = x2 * p + -2.101_024e-6;
-    p = x2 * p + -5.692_506_4e-5;
-    p = x2 * p + -7.349_906_3e-4;
-    p = x2 * p + -2.954_6e-3;
-    p = x2 * p + -1.609_603_3e-2;
-    let mut q = x2 * -1.456_607_2e-5 + -2.133_740_6e-4;
-    q = x2 * q + -1.682_827e-3;
-    q = x2 * q + -7.373_329e-3;
-    q = x2 * q + -1.426_474e-2;
-    x * p / q
-}
-
-/// In-place LayerNorm of one row.
-fn layer_norm(row: &mut [f32], norm: &Norm, eps: f32) {
-    let n = row.len() as f32;
-    let mean = row.iter().sum::<f32>() / n;
-    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
-    let inv = 1.0 / (var + eps).sqrt();
-    for ((v, &w), &b) in row.iter_mut().zip(&norm.weight).zip(&norm.bias) {
-        *v = (*v - mean) * inv * w + b;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn erf_matches_libm() {
-        let mut worst = 0f64;
-        for i in -60_000..=60_000 {
-            let x = i as f32 * 1e-4;
-            let want = libm::erf(x as f64);
-            worst = worst.max((erf(x) as f64 - want).abs());
-        }
-        assert!(worst < 1e-6, "worst erf error {worst}");
-    }
+    nn::add_layer_norm(x, y, &norm.weight, &norm.bias, eps);
 }

@@ -3,10 +3,11 @@
 //!
 //! The model files (`model.safetensors`, `tokenizer.json`) are not in the
 //! repository: `scripts/fetch-model` puts them under [`model_dir`]. The
-//! BERT encoder is written here ([`bert`]): its dense products run on
-//! weights packed at open by `sagitta-kernels` ([`Precision`]: 8-bit by
-//! default, within cosine 0.999 of the file's `f32` model), everything else
-//! is plain loops; the weights are read with the `safetensors` crate and
+//! BERT encoder is written here (module `bert`): its dense products run on
+//! weights packed at open by `sagitta-kernels` ([`Precision`]: by default
+//! 8-bit weights multiplied in integers, within cosine 0.999 of the file's
+//! `f32` model), GELU and LayerNorm on its `nn` module, everything else is
+//! plain loops; the weights are read with the `safetensors` crate and
 //! the word pieces come from the `tokenizers` crate reading
 //! `tokenizer.json`. [`Embedder::embed`] reproduces
 //! `SentenceTransformer.encode(texts, normalize_embeddings=True)`:

@@ -8,8 +8,8 @@
 //! * Hamming over packed bits, and NPHD (normalized prefix Hamming distance)
 //!   over variable-length binary codes;
 //! * small dense products with packed `f32` / `f16` / `i8` weights
-//!   ([`matmul`]), and in integers ([`qmatmul`]), for the built-in text
-//!   embedding model.
+//!   ([`matmul`]), and in integers ([`qmatmul`]), and the elementwise
+//!   passes between them ([`nn`]), for the built-in text embedding model.
 //!
 //! One file per instruction set (`avx512.rs`, `avx2.rs`, `neon.rs`) plus the
 //! portable reference in `scalar.rs`. The best implementation the CPU
@@ -30,6 +30,7 @@ mod distance;
 pub mod fastscan;
 pub mod matmul;
 mod neon;
+pub mod nn;
 pub mod qmatmul;
 pub mod scalar;
 
