@@ -6,9 +6,10 @@
 //! (`WeightType::Q8Grouped`, [`crate::Precision::Q8`]): 11 MB that stay in
 //! the CPU's last-level cache between queries, where 90 MB of `f32` are read
 //! from memory each time. GELU and the residual sums with their LayerNorms
-//! are `sagitta_kernels::nn`'s; the rest is plain loops over the rows in
-//! buffers allocated once per batch: the embedding lookup, the attention
-//! itself (small per-head products and the masked softmax), the pooling.
+//! and the attention itself (small per-head products and the masked
+//! softmax) are `sagitta_kernels::nn`'s; the rest is plain loops over the
+//! rows in buffers allocated once per batch: the embedding lookup, the
+//! pooling.
 //! Weight names follow the Hugging Face `BertModel` checkpoint
 //! (`embeddings.*`, `encoder.layer.N.*`); the pooler is not used.
 
@@ -318,15 +319,10 @@ impl Bert {
         let c = &self.config;
         let (h, heads) = (c.hidden, c.heads);
         let l = x.len() / h / lens.len();
-        let shape = Shape {
-            l,
-            heads,
-            hd: h / heads,
-        };
 
         // Self-attention, then LayerNorm(x + attention · out + bias).
         layer.qkv.apply(x, &mut s.qkv);
-        shape.attention(&s.qkv, lens, &mut s.context);
+        nn::attention(&s.qkv, lens, l, heads, &mut s.context);
         layer.out.apply(&s.context, &mut s.projected);
         add_norm(x, &s.projected, &layer.norm1, c.eps);
 
@@ -355,75 +351,6 @@ impl Scratch {
             inner: vec![0f32; tokens * c.intermediate],
         }
     }
-}
-
-/// The attention layout of a batch: texts padded to `l` word pieces,
-/// `heads` heads of `hd` dimensions.
-#[derive(Clone, Copy)]
-struct Shape {
-    l: usize,
-    heads: usize,
-    hd: usize,
-}
-
-impl Shape {
-    /// Multi-head self-attention from the QKV product `x` (`b·l × 3h`,
-    /// queries | keys | values, biases added, queries pre-scaled): for each
-    /// text and head, softmax over the text's real keys of the query · key
-    /// products, times the values, into `out` (`b·l × h`; rows of padding
-    /// are zero). Plain loops: with 32-dimensional heads and short texts
-    /// these products are a few percent of the work.
-    fn attention(&self, x: &[f32], lens: &[usize], out: &mut [f32]) {
-        let Shape { l, heads, hd } = *self;
-        let h = heads * hd;
-        out.fill(0.0);
-        let mut weights = vec![0f32; l];
-        for ((qkv, dst), &len) in x
-            .chunks_exact(l * 3 * h)
-            .zip(out.chunks_exact_mut(l * h))
-            .zip(lens)
-        {
-            for hh in 0..heads {
-                let head = |t: usize, part: usize| &qkv[t * 3 * h + part * h + hh * hd..][..hd];
-                for i in 0..len {
-                    let q = head(i, 0);
-                    let mut max = f32::NEG_INFINITY;
-                    for (j, w) in weights[..len].iter_mut().enumerate() {
-                        *w = dot(q, head(j, 1));
-                        max = max.max(*w);
-                    }
-                    let mut sum = 0.0;
-                    for w in &mut weights[..len] {
-                        *w = (*w - max).exp();
-                        sum += *w;
-                    }
-                    let inv = 1.0 / sum;
-                    let ctx = &mut dst[i * h + hh * hd..][..hd];
-                    for (j, &w) in weights[..len].iter().enumerate() {
-                        let w = w * inv;
-                        for (c, &v) in ctx.iter_mut().zip(head(j, 2)) {
-                            *c += w * v;
-                        }
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Dot product with eight running sums (vectorises).
-#[inline]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0f32; 8];
-    let (ac, ar) = a.split_at(a.len() / 8 * 8);
-    let (bc, br) = b.split_at(ac.len());
-    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
-        for k in 0..8 {
-            acc[k] += x[k] * y[k];
-        }
-    }
-    let tail: f32 = ar.iter().zip(br).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f32>() + tail
 }
 
 /// `x = LayerNorm(x + y)`, row by row.

@@ -1,6 +1,7 @@
-//! The elementwise passes between a small transformer's dense products:
-//! the exact (erf) GELU, and LayerNorm after a residual sum, over rows of
-//! `f32`. Plain Rust loops, compiled twice: for the baseline, and with AVX2
+//! The passes between a small transformer's dense products: the exact
+//! (erf) GELU, LayerNorm after a residual sum, and multi-head
+//! self-attention itself (small per-head products and the masked softmax),
+//! over rows of `f32`. Plain Rust loops, compiled twice: for the baseline, and with AVX2
 //! enabled where the active kernels use it ([`crate::isa`]), so the loops
 //! run eight lanes wide instead of four. Both give the same bits: nothing is
 //! contracted into fused multiply-adds or reassociated (the sums of a row
@@ -51,6 +52,43 @@ pub fn add_layer_norm_isa(
     add_layer_norm_body(x, y, weight, bias, eps);
 }
 
+/// Multi-head self-attention from a QKV product `qkv` (`b·l × 3h`: for
+/// each of `b` texts padded to `l` tokens, every token's queries | keys |
+/// values, biases added, queries pre-scaled by `1/sqrt(h / heads)`): for
+/// each text (of `lens[t]` real tokens) and each of `heads` heads, the
+/// softmax over the text's real keys of the query · key products, times the
+/// values, into `out` (`b·l × h`; rows of padding are zero).
+pub fn attention(qkv: &[f32], lens: &[usize], l: usize, heads: usize, out: &mut [f32]) {
+    attention_isa(crate::isa(), qkv, lens, l, heads, out);
+}
+
+/// [`attention`] compiled for `isa` (the baseline where the CPU lacks it).
+pub fn attention_isa(
+    isa: Isa,
+    qkv: &[f32],
+    lens: &[usize],
+    l: usize,
+    heads: usize,
+    out: &mut [f32],
+) {
+    let h = out.len() / (lens.len() * l).max(1);
+    assert_eq!(out.len(), lens.len() * l * h, "out is not b·l × h");
+    assert_eq!(qkv.len(), 3 * out.len(), "qkv is not b·l × 3h");
+    assert!(
+        heads > 0 && h % heads == 0,
+        "{h} not a multiple of {heads} heads"
+    );
+    assert!(lens.iter().all(|&n| n <= l), "a text longer than {l}");
+    #[cfg(target_arch = "x86_64")]
+    if wide(isa) {
+        // SAFETY: `wide` checked that the CPU has AVX2.
+        unsafe { attention_avx2(qkv, lens, l, heads, out) };
+        return;
+    }
+    let _ = isa;
+    attention_body(qkv, lens, l, heads, out);
+}
+
 /// In-place LayerNorm of one row.
 pub fn layer_norm(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
     layer_norm_row(row, weight, bias, eps);
@@ -75,6 +113,67 @@ unsafe fn gelu_avx2(x: &mut [f32]) {
 #[target_feature(enable = "avx2")]
 unsafe fn add_layer_norm_avx2(x: &mut [f32], y: &[f32], weight: &[f32], bias: &[f32], eps: f32) {
     add_layer_norm_body(x, y, weight, bias, eps);
+}
+
+/// # Safety
+/// The CPU has AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn attention_avx2(qkv: &[f32], lens: &[usize], l: usize, heads: usize, out: &mut [f32]) {
+    attention_body(qkv, lens, l, heads, out);
+}
+
+#[inline(always)]
+fn attention_body(qkv: &[f32], lens: &[usize], l: usize, heads: usize, out: &mut [f32]) {
+    let h = out.len() / (lens.len() * l).max(1);
+    let hd = h / heads;
+    out.fill(0.0);
+    let mut weights = vec![0f32; l];
+    for ((qkv, dst), &len) in qkv
+        .chunks_exact(l * 3 * h)
+        .zip(out.chunks_exact_mut(l * h))
+        .zip(lens)
+    {
+        for hh in 0..heads {
+            let head = |t: usize, part: usize| &qkv[t * 3 * h + part * h + hh * hd..][..hd];
+            for i in 0..len {
+                let q = head(i, 0);
+                let mut max = f32::NEG_INFINITY;
+                for (j, w) in weights[..len].iter_mut().enumerate() {
+                    *w = dot(q, head(j, 1));
+                    max = max.max(*w);
+                }
+                let mut sum = 0.0;
+                for w in &mut weights[..len] {
+                    *w = (*w - max).exp();
+                    sum += *w;
+                }
+                let inv = 1.0 / sum;
+                let ctx = &mut dst[i * h + hh * hd..][..hd];
+                for (j, &w) in weights[..len].iter().enumerate() {
+                    let w = w * inv;
+                    for (c, &v) in ctx.iter_mut().zip(head(j, 2)) {
+                        *c += w * v;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Dot product with eight running sums (the same order at any width).
+#[inline(always)]
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ac, ar) = a.split_at(a.len() / 8 * 8);
+    let (bc, br) = b.split_at(ac.len());
+    for (x, y) in ac.chunks_exact(8).zip(bc.chunks_exact(8)) {
+        for k in 0..8 {
+            acc[k] += x[k] * y[k];
+        }
+    }
+    let tail: f32 = ar.iter().zip(br).map(|(x, y)| x * y).sum();
+    acc.iter().sum::<f32>() + tail
 }
 
 #[inline(always)]
@@ -182,6 +281,49 @@ mod tests {
         for isa in [Isa::Avx2, Isa::Avx512] {
             let mut got = x.clone();
             gelu_isa(isa, &mut got);
+            assert_eq!(bits(&got), bits(&want), "{}", isa.name());
+        }
+    }
+
+    /// Against a direct double-precision evaluation (one text of three
+    /// real tokens, one of five, padded to six), and the same bits on every
+    /// ISA; padding rows stay zero.
+    #[test]
+    fn attention_matches_the_definition_on_every_isa() {
+        let (l, heads, hd) = (6, 3, 8);
+        let h = heads * hd;
+        let lens = [3usize, 5];
+        let qkv = values(lens.len() * l * 3 * h, 9, 2.0);
+        let mut want = vec![0f32; lens.len() * l * h];
+        attention_isa(Isa::Scalar, &qkv, &lens, l, heads, &mut want);
+        for (t, &len) in lens.iter().enumerate() {
+            let at = |tok: usize, part: usize, hh: usize, d: usize| {
+                f64::from(qkv[(t * l + tok) * 3 * h + part * h + hh * hd + d])
+            };
+            for hh in 0..heads {
+                for i in 0..l {
+                    for d in 0..hd {
+                        let got = f64::from(want[(t * l + i) * h + hh * hd + d]);
+                        if i >= len {
+                            assert_eq!(got, 0.0);
+                            continue;
+                        }
+                        let s: Vec<f64> = (0..len)
+                            .map(|j| (0..hd).map(|e| at(i, 0, hh, e) * at(j, 1, hh, e)).sum())
+                            .collect();
+                        let max = s.iter().cloned().fold(f64::MIN, f64::max);
+                        let z: f64 = s.iter().map(|v| (v - max).exp()).sum();
+                        let exact: f64 = (0..len)
+                            .map(|j| (s[j] - max).exp() / z * at(j, 2, hh, d))
+                            .sum();
+                        assert!((exact - got).abs() < 1e-5, "{exact} vs {got}");
+                    }
+                }
+            }
+        }
+        for isa in [Isa::Avx2, Isa::Avx512] {
+            let mut got = vec![1f32; want.len()];
+            attention_isa(isa, &qkv, &lens, l, heads, &mut got);
             assert_eq!(bits(&got), bits(&want), "{}", isa.name());
         }
     }
