@@ -75,7 +75,7 @@ pub fn attention_isa(
     assert_eq!(out.len(), lens.len() * l * h, "out is not b·l × h");
     assert_eq!(qkv.len(), 3 * out.len(), "qkv is not b·l × 3h");
     assert!(
-        heads > 0 && h % heads == 0,
+        heads > 0 && h.is_multiple_of(heads),
         "{h} not a multiple of {heads} heads"
     );
     assert!(lens.iter().all(|&n| n <= l), "a text longer than {l}");
