@@ -13,6 +13,7 @@
 //! Weight names follow the Hugging Face `BertModel` checkpoint
 //! (`embeddings.*`, `encoder.layer.N.*`); the pooler is not used.
 
+use rayon::prelude::*;
 use safetensors::{Dtype, SafeTensors};
 use sagitta_kernels::matmul::{PackedMatrix, WeightType};
 use sagitta_kernels::nn;
@@ -194,8 +195,9 @@ impl Bert {
         }
         let scale = (1.0 / ((h / c.heads) as f64).sqrt()) as f32;
 
-        let mut layers = Vec::with_capacity(c.layers);
-        for l in 0..c.layers {
+        // The layers are read and packed side by side (on the current
+        // rayon pool): packing is most of the time an open takes.
+        let layer = |l: usize| -> Result<Layer, String> {
             let p = format!("encoder.layer.{l}");
             let a = format!("{p}.attention.self");
             // Q | K | V side by side: row `in` of the joined matrix is the
@@ -215,7 +217,7 @@ impl Bert {
             qkv_b.iter_mut().for_each(|v| *v *= scale);
             qkv_b.extend(w.get(&format!("{a}.key.bias"), &[h])?);
             qkv_b.extend(w.get(&format!("{a}.value.bias"), &[h])?);
-            layers.push(Layer {
+            Ok(Layer {
                 qkv: Linear {
                     w: PackedMatrix::pack(&qkv_w, h, 3 * h, precision.attention()),
                     b: qkv_b,
@@ -240,8 +242,12 @@ impl Bert {
                     precision.feed_forward_out(),
                 )?,
                 norm2: w.norm(&format!("{p}.output.LayerNorm"), h)?,
-            });
-        }
+            })
+        };
+        let layers = (0..c.layers)
+            .into_par_iter()
+            .map(layer)
+            .collect::<Result<Vec<_>, _>>()?;
         let token_types = w.get(
             "embeddings.token_type_embeddings.weight",
             &[c.type_vocab, h],

@@ -32,7 +32,8 @@
 //! ```
 //!
 //! uses exactly one thread. A single text is embedded on the calling
-//! thread, without the pool. Nothing else spawns threads.
+//! thread, without the pool. [`Embedder::open`] packs the model's layers on
+//! the pool it is called from, the same way. Nothing else spawns threads.
 //!
 //! [all-MiniLM-L6-v2]: https://huggingface.co/sentence-transformers/all-MiniLM-L6-v2
 
@@ -246,10 +247,17 @@ impl Embedder {
         }
 
         let tokenizer = load_tokenizer(&tokenizer_path, config.max_tokens)?;
-        let weights = std::fs::read(&weights_path).map_err(|e| match e.kind() {
+        let file = std::fs::File::open(&weights_path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => missing(&weights_path),
             _ => corrupt(&weights_path, e),
         })?;
+        // SAFETY: the mapping is read only while `Bert::load` copies the
+        // weights out, and dropped before this returns. A file truncated
+        // meanwhile by another process could fault the read (SIGBUS), as
+        // with any mapped file; the model directory is ours
+        // (`scripts/fetch-model`), not a user's upload.
+        let weights =
+            unsafe { memmap2::Mmap::map(&file) }.map_err(|e| corrupt(&weights_path, e))?;
         let model =
             Bert::load(&weights, config, precision).map_err(|e| corrupt(&weights_path, e))?;
         Ok(Embedder {

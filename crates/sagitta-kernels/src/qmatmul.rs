@@ -103,41 +103,37 @@ impl IntMatrix {
         let panels = n.div_ceil(PANEL);
         let pairs = k.div_ceil(2);
         let qw = QW as f32;
-        let at = |i: usize, col: usize| {
-            if i < k && col < n {
-                w[i * n + col]
-            } else {
-                0.0
-            }
-        };
         let group = weights.group_pairs(pairs);
         let groups = pairs.div_ceil(group).max(1);
-        let mut scale = Vec::with_capacity(panels * groups * PANEL);
-        for p in 0..panels {
-            for g in 0..groups {
-                let inputs = 2 * g * group..(2 * (g + 1) * group).min(k);
-                scale.extend((0..PANEL).map(|j| {
-                    let max = inputs
-                        .clone()
-                        .map(|i| at(i, p * PANEL + j).abs())
-                        .fold(0.0, f32::max);
-                    if max > 0.0 {
-                        max / qw
-                    } else {
-                        1.0
-                    }
-                }));
+        let width = panels * PANEL;
+        // The largest magnitude per group and column, the rows read in
+        // order (a column-wise walk would stride through the matrix).
+        let mut max = vec![0f32; groups * width];
+        for (i, row) in w.chunks_exact(n.max(1)).enumerate().take(k) {
+            let m = &mut max[i / (2 * group) * width..][..n];
+            for (m, &v) in m.iter_mut().zip(row) {
+                *m = m.max(v.abs());
             }
         }
-        let mut q = Vec::with_capacity(panels * pairs * 2 * PANEL);
-        for p in 0..panels {
-            for t in 0..pairs {
-                let s = &scale[(p * groups + t / group) * PANEL..][..PANEL];
-                for (j, &s) in s.iter().enumerate() {
-                    for i in [2 * t, 2 * t + 1] {
-                        q.push((at(i, p * PANEL + j) / s).round().clamp(-qw, qw) as i8);
-                    }
+        // Panel by panel, group by group, column by column.
+        let mut scale = vec![1f32; panels * groups * PANEL];
+        for (g, m) in max.chunks_exact(width).enumerate() {
+            for (col, &m) in m.iter().enumerate() {
+                if m > 0.0 {
+                    scale[((col / PANEL) * groups + g) * PANEL + col % PANEL] = m / qw;
                 }
+            }
+        }
+        // Input i, column col goes to panel col / 16, pair i / 2, lane
+        // (col % 16) * 2 + i % 2; padding stays zero.
+        let mut q = vec![0i8; panels * pairs * 2 * PANEL];
+        for (i, row) in w.chunks_exact(n.max(1)).enumerate().take(k) {
+            let (t, half) = (i / 2, i % 2);
+            let g = t / group;
+            for (col, &v) in row.iter().enumerate() {
+                let (p, j) = (col / PANEL, col % PANEL);
+                let s = scale[(p * groups + g) * PANEL + j];
+                q[((p * pairs + t) * PANEL + j) * 2 + half] = (v / s).round().clamp(-qw, qw) as i8;
             }
         }
         IntMatrix {
