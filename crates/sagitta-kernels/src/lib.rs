@@ -31,8 +31,11 @@ pub mod fastscan;
 pub mod matmul;
 mod neon;
 pub mod nn;
+mod panel;
 pub mod qmatmul;
 pub mod scalar;
+#[cfg(test)]
+mod testdata;
 
 pub use distance::{
     nphd_code_len, nphd_encode, DType, Distance, KernelError, Metric, NPHD_MAX_BYTES, SQ_HEADER,

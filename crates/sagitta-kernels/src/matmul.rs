@@ -20,17 +20,9 @@
 
 use half::f16;
 
+pub use crate::panel::{PANEL, ROWS};
 use crate::qmatmul::{IntMatrix, IntWeights};
 use crate::Isa;
-
-/// Output columns per packed panel (two AVX registers of `f32`).
-pub const PANEL: usize = 16;
-/// Activation rows per kernel call (six rows × two registers = twelve
-/// accumulators, leaving room for the two weight registers and a broadcast).
-pub const ROWS: usize = 6;
-/// Activation rows per outer block: the rows a panel is applied to before
-/// the next panel is read, sized so those rows stay in L2.
-const ROW_BLOCK: usize = 48;
 
 /// How a [`PackedMatrix`] stores its weights.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -190,14 +182,11 @@ impl PackedMatrix {
     /// [`matmul`](Self::matmul) with the kernel of `isa` (the portable one
     /// where `isa` has none of its own or the CPU lacks it).
     pub fn matmul_isa(&self, isa: Isa, a: &[f32], m: usize, bias: &[f32], out: &mut [f32]) {
-        let (k, n) = (self.k, self.n);
-        assert_eq!(a.len(), m * k, "activations are not {m} x {k}");
-        assert_eq!(bias.len(), n, "bias is not {n} long");
-        assert_eq!(out.len(), m * n, "output is not {m} x {n}");
         if let Store::Int(w) = &self.store {
             w.matmul_isa(isa, a, m, bias, out);
             return;
         }
+        crate::panel::check_shapes(self.k, self.n, a, m, bias, out);
         #[cfg(target_arch = "x86_64")]
         if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::available() {
             x86::matmul(self, a, m, bias, out);
@@ -268,7 +257,8 @@ fn portable(w: &PackedMatrix, a: &[f32], m: usize, bias: &[f32], out: &mut [f32]
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{PackedMatrix, Store, PANEL, ROWS, ROW_BLOCK};
+    use super::{PackedMatrix, Store, PANEL};
+    use crate::panel::{each_call, x86::store};
     use std::arch::x86_64::*;
 
     pub(super) fn available() -> bool {
@@ -371,15 +361,7 @@ mod x86 {
                 let dst = out.add(r * ldo + col0);
                 let v0 = _mm256_fmadd_ps(lo[r], s0, c0);
                 let v1 = _mm256_fmadd_ps(hi[r], s1, c1);
-                if cols == PANEL {
-                    _mm256_storeu_ps(dst, v0);
-                    _mm256_storeu_ps(dst.add(8), v1);
-                } else {
-                    let mut tmp = [0f32; PANEL];
-                    _mm256_storeu_ps(tmp.as_mut_ptr(), v0);
-                    _mm256_storeu_ps(tmp.as_mut_ptr().add(8), v1);
-                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, cols);
-                }
+                store(dst, v0, v1, cols);
             }
         }
     }
@@ -399,34 +381,20 @@ mod x86 {
         out: &mut [f32],
     ) {
         let (k, n) = (w.k, w.n);
-        let panels = n.div_ceil(PANEL);
-        let mut r0 = 0;
-        while r0 < m {
-            let rows = (m - r0).min(ROW_BLOCK);
-            let calls = rows.div_ceil(ROWS);
-            for p in 0..panels {
-                let scale = super::panel_scale(w, p);
-                let cols = (n - p * PANEL).min(PANEL);
-                let mut lane_bias = [0f32; PANEL];
-                lane_bias[..cols].copy_from_slice(&bias[p * PANEL..p * PANEL + cols]);
-                let b = packed[p * k * PANEL..(p + 1) * k * PANEL].as_ptr();
-                // Rows split evenly over the calls (a call of one or two
-                // rows waits on its few accumulators' latency).
-                let mut r = r0;
-                for call in 0..calls {
-                    let take = (rows - (r - r0)) / (calls - call);
-                    let ap = a[r * k..].as_ptr();
-                    let op = out[r * n..].as_mut_ptr();
-                    let col0 = p * PANEL;
-                    // SAFETY: rows r..r + take exist in `a` and `out`
-                    // (take <= m - r), the panel holds k × 16 weights,
-                    // col0 + cols <= n; the features are enabled here.
-                    unsafe { dispatch::<T>(take, ap, k, b, &scale, &lane_bias, op, n, col0, cols) };
-                    r += take;
-                }
-            }
-            r0 += rows;
-        }
+        each_call(m, n.div_ceil(PANEL), |p, r, take| {
+            let scale = super::panel_scale(w, p);
+            let cols = (n - p * PANEL).min(PANEL);
+            let mut lane_bias = [0f32; PANEL];
+            lane_bias[..cols].copy_from_slice(&bias[p * PANEL..p * PANEL + cols]);
+            let b = packed[p * k * PANEL..(p + 1) * k * PANEL].as_ptr();
+            let ap = a[r * k..].as_ptr();
+            let op = out[r * n..].as_mut_ptr();
+            let col0 = p * PANEL;
+            // SAFETY: rows r..r + take exist in `a` and `out` (take <= m -
+            // r), the panel holds k × 16 weights, col0 + cols <= n; the
+            // features are enabled here.
+            unsafe { dispatch::<T>(take, ap, k, b, &scale, &lane_bias, op, n, col0, cols) };
+        });
     }
 
     /// [`block`] for `take` (1 to 6) rows.
@@ -476,6 +444,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testdata::{naive, values};
 
     const ALL: [WeightType; 5] = [
         WeightType::F32,
@@ -485,34 +454,10 @@ mod tests {
         WeightType::Q8Grouped,
     ];
 
-    fn naive(w: &[f32], k: usize, n: usize, a: &[f32], m: usize, bias: &[f32]) -> Vec<f32> {
-        let mut out = vec![0f64; m * n];
-        for r in 0..m {
-            for c in 0..n {
-                let mut s = bias[c] as f64;
-                for i in 0..k {
-                    s += a[r * k + i] as f64 * w[i * n + c] as f64;
-                }
-                out[r * n + c] = s;
-            }
-        }
-        out.into_iter().map(|v| v as f32).collect()
-    }
-
-    fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
-    }
-
     /// Every kernel and weight type against a double-precision product, on
-    /// shapes that leave partial row blocks, partial panels and odd `k`.
+    /// shapes that leave partial row blocks, partial panels, odd `k` and
+    /// (1537) more than one integer chunk; the integer products give the
+    /// same bits on every kernel.
     #[test]
     fn kernels_match_the_naive_product() {
         for &(m, k, n) in &[
@@ -521,6 +466,7 @@ mod tests {
             (6, 16, 16),
             (13, 33, 40),
             (50, 384, 37),
+            (9, 1537, 20),
             (97, 64, 80),
         ] {
             let w = values(k * n, (m * 31 + k * 7 + n) as u64);
@@ -540,6 +486,7 @@ mod tests {
                         (0.5 / 127.0 + 0.5 / 32767.0) * k as f32
                     }
                 };
+                let mut outs = Vec::new();
                 for isa in [Isa::Scalar, Isa::Avx2] {
                     let mut got = vec![f32::NAN; m * n];
                     packed.matmul_isa(isa, &a, m, &bias, &mut got);
@@ -551,6 +498,10 @@ mod tests {
                             isa.name()
                         );
                     }
+                    outs.push(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>());
+                }
+                if matches!(ty, WeightType::Q8 | WeightType::Q8Grouped) {
+                    assert_eq!(outs[0], outs[1], "{m}x{k}x{n} {}", ty.name());
                 }
             }
         }

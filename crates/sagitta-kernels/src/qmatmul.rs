@@ -26,14 +26,8 @@
 //!
 //! Activations must be finite (a NaN or infinity has no integer).
 
+pub use crate::panel::PANEL;
 use crate::Isa;
-
-/// Output columns per packed panel.
-pub const PANEL: usize = 16;
-/// Activation rows per kernel call (six rows × two registers of sums).
-const ROWS: usize = 6;
-/// Activation rows per outer block (kept in L1/L2 while a panel is applied).
-const ROW_BLOCK: usize = 48;
 
 /// How wide an [`IntMatrix`]'s integer weights are, and how many scales
 /// they share.
@@ -179,11 +173,8 @@ impl IntMatrix {
     /// where `isa` has none of its own or the CPU lacks it); every kernel
     /// gives the same bits.
     pub fn matmul_isa(&self, isa: Isa, a: &[f32], m: usize, bias: &[f32], out: &mut [f32]) {
-        let (k, n) = (self.k, self.n);
-        assert_eq!(a.len(), m * k, "activations are not {m} x {k}");
-        assert_eq!(bias.len(), n, "bias is not {n} long");
-        assert_eq!(out.len(), m * n, "output is not {m} x {n}");
-        let q = Quantized::new(isa, a, m, k);
+        crate::panel::check_shapes(self.k, self.n, a, m, bias, out);
+        let q = Quantized::new(isa, a, m, self.k);
         #[cfg(target_arch = "x86_64")]
         if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::available() {
             x86::matmul(self, &q, bias, out);
@@ -302,7 +293,8 @@ fn portable(w: &IntMatrix, a: &Quantized, bias: &[f32], out: &mut [f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{IntMatrix, Quantized, PANEL, ROWS, ROW_BLOCK};
+    use super::{IntMatrix, Quantized, PANEL};
+    use crate::panel::{each_call, x86::store};
     use std::arch::x86_64::*;
 
     pub(super) fn available() -> bool {
@@ -444,16 +436,7 @@ mod x86 {
                 let x = _mm256_set1_ps(*sa.add(r));
                 let v0 = _mm256_fmadd_ps(tlo[r], x, c0);
                 let v1 = _mm256_fmadd_ps(thi[r], x, c1);
-                let dst = out.add(r * ldo + col0);
-                if cols == PANEL {
-                    _mm256_storeu_ps(dst, v0);
-                    _mm256_storeu_ps(dst.add(8), v1);
-                } else {
-                    let mut tmp = [0f32; PANEL];
-                    _mm256_storeu_ps(tmp.as_mut_ptr(), v0);
-                    _mm256_storeu_ps(tmp.as_mut_ptr().add(8), v1);
-                    std::ptr::copy_nonoverlapping(tmp.as_ptr(), dst, cols);
-                }
+                store(out.add(r * ldo + col0), v0, v1, cols);
             }
         }
     }
@@ -465,54 +448,29 @@ mod x86 {
     /// `matmul_isa`.
     #[target_feature(enable = "avx2,fma")]
     unsafe fn run(w: &IntMatrix, a: &Quantized, bias: &[f32], out: &mut [f32]) {
-        let packed = &w.q;
-        let (n, m, kp) = (w.n, a.m, a.kp);
+        let (n, kp) = (w.n, a.kp);
         let pairs = kp / 2;
-        let panels = n.div_ceil(PANEL);
-        let mut r0 = 0;
-        while r0 < m {
-            let rows = (m - r0).min(ROW_BLOCK);
-            let calls = rows.div_ceil(ROWS);
-            for p in 0..panels {
-                let (scale, lane_bias, cols) = w.panel_consts(p, bias);
-                let b = packed[p * pairs * 2 * PANEL..(p + 1) * pairs * 2 * PANEL].as_ptr();
-                let mut r = r0;
-                for call in 0..calls {
-                    let take = (rows - (r - r0)) / (calls - call);
-                    let ap = a.q[r * kp..].as_ptr();
-                    let sp = a.scale[r..].as_ptr();
-                    let op = out[r * n..].as_mut_ptr();
-                    let col0 = p * PANEL;
-                    // SAFETY: rows r..r + take exist in `a` and `out`
-                    // (take <= m - r), the panel holds pairs × 32 weights,
-                    // col0 + cols <= n; the features are enabled here.
-                    unsafe {
-                        match take {
-                            6 => block::<6>(
-                                w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols,
-                            ),
-                            5 => block::<5>(
-                                w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols,
-                            ),
-                            4 => block::<4>(
-                                w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols,
-                            ),
-                            3 => block::<3>(
-                                w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols,
-                            ),
-                            2 => block::<2>(
-                                w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols,
-                            ),
-                            _ => block::<1>(
-                                w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols,
-                            ),
-                        }
-                    }
-                    r += take;
+        each_call(a.m, n.div_ceil(PANEL), |p, r, take| {
+            let (scale, lane_bias, cols) = w.panel_consts(p, bias);
+            let b = w.q[p * pairs * 2 * PANEL..(p + 1) * pairs * 2 * PANEL].as_ptr();
+            let ap = a.q[r * kp..].as_ptr();
+            let sp = a.scale[r..].as_ptr();
+            let op = out[r * n..].as_mut_ptr();
+            let col0 = p * PANEL;
+            // SAFETY: rows r..r + take exist in `a` and `out` (take <= m -
+            // r), the panel holds pairs × 32 weights, col0 + cols <= n; the
+            // features are enabled here.
+            unsafe {
+                match take {
+                    6 => block::<6>(w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols),
+                    5 => block::<5>(w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols),
+                    4 => block::<4>(w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols),
+                    3 => block::<3>(w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols),
+                    2 => block::<2>(w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols),
+                    _ => block::<1>(w, ap, pairs, b, sp, scale, &lane_bias, op, n, col0, cols),
                 }
             }
-            r0 += rows;
-        }
+        });
     }
 
     pub(super) fn matmul(w: &IntMatrix, a: &Quantized, bias: &[f32], out: &mut [f32]) {
@@ -524,81 +482,11 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::testdata::{naive, values};
 
-    fn naive(w: &[f32], k: usize, n: usize, a: &[f32], m: usize, bias: &[f32]) -> Vec<f32> {
-        let mut out = vec![0f32; m * n];
-        for r in 0..m {
-            for c in 0..n {
-                let mut s = bias[c] as f64;
-                for i in 0..k {
-                    s += a[r * k + i] as f64 * w[i * n + c] as f64;
-                }
-                out[r * n + c] = s as f32;
-            }
-        }
-        out
-    }
-
-    fn values(len: usize, seed: u64) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-        (0..len)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                (s >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
-            })
-            .collect()
-    }
-
-    /// Both scalings, every kernel, against a double-precision product, on
-    /// shapes with partial row blocks and panels, odd `k`, and `k` past one
-    /// integer chunk; the kernels agree bit for bit.
-    #[test]
-    fn kernels_match_the_naive_product_and_each_other() {
-        for &(m, k, n) in &[
-            (1, 1, 1),
-            (5, 7, 3),
-            (4, 16, 16),
-            (13, 33, 40),
-            (50, 384, 37),
-            (9, 1537, 20),
-            (97, 64, 80),
-        ] {
-            let w = values(k * n, (m * 31 + k * 7 + n) as u64);
-            let a = values(m * k, (m + k + n) as u64);
-            let bias = values(n, 99);
-            let want = naive(&w, k, n, &a, m, &bias);
-            for ty in [IntWeights::I8, IntWeights::I8Grouped] {
-                let packed = IntMatrix::pack(&w, k, n, ty);
-                assert_eq!((packed.k(), packed.n(), packed.weights()), (k, n, ty));
-                // Weights within half a step of max|w|/qw, activations of
-                // max|a|/qa (both at most 1 here), summed over k.
-                let tol = (0.5 / QW as f32 + 0.5 / QA as f32) * k as f32 + 1e-5;
-                let mut first: Option<Vec<f32>> = None;
-                for isa in [Isa::Scalar, Isa::Avx2] {
-                    let mut got = vec![f32::NAN; m * n];
-                    packed.matmul_isa(isa, &a, m, &bias, &mut got);
-                    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                        assert!(
-                            (g - w).abs() <= tol,
-                            "{m}x{k}x{n} {ty:?} {}: element {i}: {g} vs {w}",
-                            isa.name()
-                        );
-                    }
-                    match &first {
-                        None => first = Some(got),
-                        Some(f) => assert_eq!(
-                            f.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                            got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                            "{m}x{k}x{n} {ty:?}: {} differs from scalar",
-                            isa.name()
-                        ),
-                    }
-                }
-            }
-        }
-    }
+    // The products against the naive one, their agreement across kernels
+    // and batches: matmul.rs's tests, over `WeightType::Q8` and
+    // `Q8Grouped`.
 
     /// Extremes: the largest weights against the largest activations over
     /// a long input sum without overflow; zero rows stay the bias.
@@ -622,25 +510,6 @@ mod tests {
                     );
                 }
                 assert!(got[2 * n..].iter().all(|&v| v == 0.25));
-            }
-        }
-    }
-
-    /// A row's result is the same alone and inside any batch.
-    #[test]
-    fn rows_do_not_depend_on_their_batch() {
-        let (k, n) = (96, 50);
-        let w = values(k * n, 1);
-        let bias = values(n, 2);
-        let a = values(20 * k, 3);
-        for ty in [IntWeights::I8, IntWeights::I8Grouped] {
-            let packed = IntMatrix::pack(&w, k, n, ty);
-            let mut all = vec![0f32; 20 * n];
-            packed.matmul(&a, 20, &bias, &mut all);
-            for r in 0..20 {
-                let mut one = vec![0f32; n];
-                packed.matmul(&a[r * k..(r + 1) * k], 1, &bias, &mut one);
-                assert_eq!(one, all[r * n..(r + 1) * n], "{ty:?} row {r}");
             }
         }
     }
