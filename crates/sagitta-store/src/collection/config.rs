@@ -277,6 +277,15 @@ impl CollectionConfig {
             }
         }
         self.bm25.validate().map_err(StoreError::Config)?;
+        // The manifest records BM25's parameters with the text fields they
+        // rank: without a field, other values would be lost at reopen.
+        if self.text.is_empty() && self.bm25 != Bm25::default() {
+            return Err(StoreError::Config(format!(
+                "bm25_k1 = {}, bm25_b = {}: BM25 ranks text fields and this collection has \
+                 none (give text_fields, or leave bm25_k1 and bm25_b out)",
+                self.bm25.k1, self.bm25.b
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         for f in &self.text {
             if f.name.is_empty() || f.name.len() > 255 || !seen.insert(&f.name) {

@@ -348,8 +348,9 @@ impl CollectionOptions {
                 })
                 .collect(),
             embed_model: cfg.embed_model.clone(),
-            bm25_k1: Some(cfg.bm25.k1),
-            bm25_b: Some(cfg.bm25.b),
+            // As the manifest: BM25's parameters only with text fields.
+            bm25_k1: (!cfg.text.is_empty()).then_some(cfg.bm25.k1),
+            bm25_b: (!cfg.text.is_empty()).then_some(cfg.bm25.b),
             index_threshold: cfg.index_threshold,
         }
     }
@@ -455,6 +456,36 @@ mod tests {
         assert_eq!(cfg.id_type, IdType::String);
         let back = CollectionOptions::from_config(&cfg).to_config().unwrap();
         assert_eq!(back, cfg);
+    }
+
+    /// Found by the request_json fuzzer (fuzz/seeds): BM25 parameters on a
+    /// collection without text fields were accepted and then lost at
+    /// reopen (the manifest records them with the fields). They are a
+    /// config error now; the defaults and a collection without text still
+    /// round-trip.
+    #[test]
+    fn bm25_parameters_need_text_fields() {
+        let o = CollectionOptions {
+            bm25_k1: Some(1.2),
+            bm25_b: Some(0.5),
+            ..CollectionOptions::new(4)
+        };
+        assert!(err(&o).starts_with("bm25_k1 = 1.2, bm25_b = 0.5: BM25 ranks text fields"));
+        let defaults = CollectionOptions {
+            bm25_k1: Some(0.9),
+            bm25_b: Some(0.4),
+            id_type: Some("string".into()),
+            ..CollectionOptions::new(4)
+        };
+        let cfg = defaults.to_config().unwrap();
+        let back = CollectionOptions::from_config(&cfg);
+        assert_eq!((back.bm25_k1, back.bm25_b), (None, None));
+        assert_eq!(back.to_config().unwrap(), cfg);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c");
+        drop(crate::Collection::create(&path, cfg.clone()).unwrap());
+        let c = crate::Collection::open(&path, crate::OpenMode::ReadOnly).unwrap();
+        assert_eq!(c.config(), &cfg);
     }
 
     #[test]
