@@ -86,10 +86,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let start = Instant::now();
             let e = Embedder::open_dir_with(DEFAULT_MODEL, &dir, ty)?.with_max_tokens(128)?;
             let open = start.elapsed().as_secs_f64() * 1e3;
-            let pieces: usize = qs
+            let mut lens: Vec<f64> = qs
                 .iter()
-                .map(|q| e.tokenize(q).map(|t| t.len()))
-                .sum::<Result<_, _>>()?;
+                .map(|q| e.tokenize(q).map(|t| t.len() as f64))
+                .collect::<Result<_, _>>()?;
+            let pieces = lens.iter().sum::<f64>();
+            lens.sort_by(f64::total_cmp);
             let (first, mut ms) = pool.install(|| {
                 let t = Instant::now();
                 let _ = e.embed_one(&qs[0]);
@@ -106,13 +108,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             });
             ms.sort_by(f64::total_cmp);
             println!(
-                "round {round} {:>3}: open {open:7.1} ms, first query {first:6.2} ms, then p50 {:.2} p99 {:.2} mean {:.2} ms over {} queries ({:.1} word pieces each)",
+                "round {round} {:>3}: open {open:7.1} ms, first query {first:6.2} ms, then p50 {:.2} p99 {:.2} mean {:.2} ms over {} queries ({:.1} word pieces each, p50 {} p99 {})",
                 ty.name(),
                 percentile(&ms, 0.5),
                 percentile(&ms, 0.99),
                 ms.iter().sum::<f64>() / ms.len().max(1) as f64,
                 ms.len(),
-                pieces as f64 / qs.len() as f64,
+                pieces / qs.len() as f64,
+                percentile(&lens, 0.5),
+                percentile(&lens, 0.99),
             );
             if round == 0 {
                 let mut all: Vec<&str> = qs.iter().map(String::as_str).collect();

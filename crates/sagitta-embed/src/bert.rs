@@ -8,7 +8,7 @@
 //! from memory each time. GELU and the residual sums with their LayerNorms
 //! and the attention itself (small per-head products and the masked
 //! softmax) are `sagitta_kernels::nn`'s; the rest is plain loops over the
-//! rows in buffers allocated once per batch: the embedding lookup, the
+//! rows (in per-thread buffers kept between batches): the embedding lookup, the
 //! pooling.
 //! Weight names follow the Hugging Face `BertModel` checkpoint
 //! (`embeddings.*`, `encoder.layer.N.*`); the pooler is not used.
@@ -297,10 +297,15 @@ impl Bert {
             }
         }
 
-        let mut scratch = Scratch::new(b * l, c);
-        for layer in &self.layers {
-            self.layer(layer, &mut x, &lens, &mut scratch);
-        }
+        SCRATCH.with_borrow_mut(|scratch| {
+            scratch.fit(b * l, c);
+            for layer in &self.layers {
+                self.layer(layer, &mut x, &lens, scratch);
+            }
+            if scratch.inner.capacity() > RETAINED_SCRATCH {
+                *scratch = Scratch::default();
+            }
+        });
 
         // Mean over the real tokens, then L2 normalisation (torch's
         // F.normalize: divide by max(norm, 1e-12)).
@@ -326,21 +331,39 @@ impl Bert {
         let (h, heads) = (c.hidden, c.heads);
         let l = x.len() / h / lens.len();
 
+        let tokens = x.len() / h;
+        let qkv = &mut s.qkv[..tokens * 3 * h];
+        let context = &mut s.context[..tokens * h];
+        let projected = &mut s.projected[..tokens * h];
+        let inner = &mut s.inner[..tokens * c.intermediate];
+
         // Self-attention, then LayerNorm(x + attention · out + bias).
-        layer.qkv.apply(x, &mut s.qkv);
-        nn::attention(&s.qkv, lens, l, heads, &mut s.context);
-        layer.out.apply(&s.context, &mut s.projected);
-        add_norm(x, &s.projected, &layer.norm1, c.eps);
+        layer.qkv.apply(x, qkv);
+        nn::attention(qkv, lens, l, heads, context);
+        layer.out.apply(context, projected);
+        add_norm(x, projected, &layer.norm1, c.eps);
 
         // Feed-forward, then LayerNorm(x + ff2(gelu(ff1(x)))).
-        layer.ff1.apply(x, &mut s.inner);
-        nn::gelu(&mut s.inner);
-        layer.ff2.apply(&s.inner, &mut s.projected);
-        add_norm(x, &s.projected, &layer.norm2, c.eps);
+        layer.ff1.apply(x, inner);
+        nn::gelu(inner);
+        layer.ff2.apply(inner, projected);
+        add_norm(x, projected, &layer.norm2, c.eps);
     }
 }
 
-/// The buffers one batch's layers write, allocated once per batch.
+thread_local! {
+    /// Each thread's layer buffers, kept from batch to batch (a query's
+    /// would otherwise be allocated and cleared at every call).
+    static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
+}
+
+/// Floats of the largest buffer a thread keeps after a batch (1 MiB;
+/// about 170 word pieces); a larger batch's buffers are freed after it.
+const RETAINED_SCRATCH: usize = 1 << 18;
+
+/// The buffers a batch's layers write (every value written before it is
+/// read: the products and the attention fill their outputs).
+#[derive(Default)]
 struct Scratch {
     qkv: Vec<f32>,
     context: Vec<f32>,
@@ -349,13 +372,17 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(tokens: usize, c: &Config) -> Scratch {
-        Scratch {
-            qkv: vec![0f32; tokens * 3 * c.hidden],
-            context: vec![0f32; tokens * c.hidden],
-            projected: vec![0f32; tokens * c.hidden],
-            inner: vec![0f32; tokens * c.intermediate],
-        }
+    /// Grows the buffers to hold `tokens` rows.
+    fn fit(&mut self, tokens: usize, c: &Config) {
+        let grow = |v: &mut Vec<f32>, len: usize| {
+            if v.len() < len {
+                v.resize(len, 0.0);
+            }
+        };
+        grow(&mut self.qkv, tokens * 3 * c.hidden);
+        grow(&mut self.context, tokens * c.hidden);
+        grow(&mut self.projected, tokens * c.hidden);
+        grow(&mut self.inner, tokens * c.intermediate);
     }
 }
 

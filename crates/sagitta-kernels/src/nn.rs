@@ -197,12 +197,31 @@ fn add_layer_norm_body(x: &mut [f32], y: &[f32], weight: &[f32], bias: &[f32], e
 #[inline(always)]
 fn layer_norm_row(row: &mut [f32], weight: &[f32], bias: &[f32], eps: f32) {
     let n = row.len() as f32;
-    let mean = row.iter().sum::<f32>() / n;
-    let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f32>() / n;
+    let mean = lane_sum(row, |v| v) / n;
+    let var = lane_sum(row, |v| (v - mean) * (v - mean)) / n;
     let inv = 1.0 / (var + eps).sqrt();
     for ((v, &w), &b) in row.iter_mut().zip(weight).zip(bias) {
         *v = (*v - mean) * inv * w + b;
     }
+}
+
+/// The sum of `f` over `row` in eight running sums (so it vectorises; a
+/// single chain of adds waits on each one's latency), reduced in a fixed
+/// order, the tail added last: the same bits at any width.
+#[inline(always)]
+fn lane_sum(row: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut acc = [0f32; 8];
+    let (body, tail) = row.split_at(row.len() / 8 * 8);
+    for c in body.chunks_exact(8) {
+        for k in 0..8 {
+            acc[k] += f(c[k]);
+        }
+    }
+    let mut sum = ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+    for &v in tail {
+        sum += f(v);
+    }
+    sum
 }
 
 /// The error function in f32 without branches (so loops over it

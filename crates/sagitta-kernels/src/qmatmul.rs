@@ -174,14 +174,20 @@ impl IntMatrix {
     /// gives the same bits.
     pub fn matmul_isa(&self, isa: Isa, a: &[f32], m: usize, bias: &[f32], out: &mut [f32]) {
         crate::panel::check_shapes(self.k, self.n, a, m, bias, out);
-        let q = Quantized::new(isa, a, m, self.k);
-        #[cfg(target_arch = "x86_64")]
-        if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::available() {
-            x86::matmul(self, &q, bias, out);
-            return;
-        }
-        let _ = isa;
-        portable(self, &q, bias, out);
+        ACTIVATIONS.with_borrow_mut(|(ints, scales)| {
+            let q = Quantized::new(isa, a, m, self.k, ints, scales);
+            #[cfg(target_arch = "x86_64")]
+            if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::available() {
+                x86::matmul(self, &q, bias, out);
+            } else {
+                portable(self, &q, bias, out);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            portable(self, &q, bias, out);
+            if ints.capacity() > RETAINED_ACTIVATIONS {
+                *ints = Vec::new();
+            }
+        });
     }
 
     /// Panel `p`'s scales (`groups × 16`), its bias (zero past column
@@ -203,27 +209,55 @@ impl IntMatrix {
     }
 }
 
+thread_local! {
+    /// Each thread's buffers for the rounded activations of a call (rows
+    /// of integers, row scales), kept between calls: a query's 24 products
+    /// would otherwise allocate and clear 48 buffers.
+    static ACTIVATIONS: std::cell::RefCell<(Vec<i16>, Vec<f32>)> =
+        const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Integers a thread keeps for the next call (1 MiB); a larger batch's
+/// buffer is freed after its call.
+const RETAINED_ACTIVATIONS: usize = 1 << 19;
+
 /// Activations rounded to integers: `m` rows of `kp` (`k` rounded up to
 /// even, zero-padded) with one scale per row (`a ≈ q · scale`).
-struct Quantized {
-    q: Vec<i16>,
-    scale: Vec<f32>,
+struct Quantized<'a> {
+    q: &'a [i16],
+    scale: &'a [f32],
     m: usize,
     kp: usize,
 }
 
-impl Quantized {
+impl<'a> Quantized<'a> {
     /// Rounds `a` (`m × k`) with the kernel of `isa` (the same integers
-    /// from either).
-    fn new(isa: Isa, a: &[f32], m: usize, k: usize) -> Quantized {
+    /// from either) into the buffers `q` and `scale` (grown as needed).
+    fn new(
+        isa: Isa,
+        a: &[f32],
+        m: usize,
+        k: usize,
+        q: &'a mut Vec<i16>,
+        scale: &'a mut Vec<f32>,
+    ) -> Quantized<'a> {
         let kp = k.div_ceil(2) * 2;
-        let mut q = vec![0i16; m * kp];
-        let mut scale = vec![0f32; m];
+        if q.len() < m * kp {
+            q.resize(m * kp, 0);
+        }
+        if scale.len() < m {
+            scale.resize(m, 0.0);
+        }
+        let (q, scale) = (&mut q[..m * kp], &mut scale[..m]);
+        if kp > k {
+            // The padding input of an odd `k`.
+            q.iter_mut().skip(k).step_by(kp).for_each(|v| *v = 0);
+        }
         if k > 0 {
             for ((row, dst), s) in a
                 .chunks_exact(k)
                 .zip(q.chunks_exact_mut(kp))
-                .zip(&mut scale)
+                .zip(scale.iter_mut())
             {
                 #[cfg(target_arch = "x86_64")]
                 if matches!(isa, Isa::Avx2 | Isa::Avx512) && x86::available() {
@@ -255,7 +289,7 @@ fn quantize(row: &[f32], dst: &mut [i16], qa: i32) -> f32 {
 }
 
 /// The reference: the same integer chunks and `f32` steps in plain Rust.
-fn portable(w: &IntMatrix, a: &Quantized, bias: &[f32], out: &mut [f32]) {
+fn portable(w: &IntMatrix, a: &Quantized<'_>, bias: &[f32], out: &mut [f32]) {
     let n = w.n;
     let pairs = a.kp / 2;
     let weight = |p: usize, t: usize, j: usize, half: usize| -> i32 {
@@ -447,7 +481,7 @@ mod x86 {
     /// AVX2 and FMA are available; the lengths were checked by
     /// `matmul_isa`.
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn run(w: &IntMatrix, a: &Quantized, bias: &[f32], out: &mut [f32]) {
+    unsafe fn run(w: &IntMatrix, a: &Quantized<'_>, bias: &[f32], out: &mut [f32]) {
         let (n, kp) = (w.n, a.kp);
         let pairs = kp / 2;
         each_call(a.m, n.div_ceil(PANEL), |p, r, take| {
@@ -473,7 +507,7 @@ mod x86 {
         });
     }
 
-    pub(super) fn matmul(w: &IntMatrix, a: &Quantized, bias: &[f32], out: &mut [f32]) {
+    pub(super) fn matmul(w: &IntMatrix, a: &Quantized<'_>, bias: &[f32], out: &mut [f32]) {
         // SAFETY: only called after `available()`; lengths checked by the caller.
         unsafe { run(w, a, bias, out) }
     }
@@ -512,6 +546,26 @@ mod tests {
                 assert!(got[2 * n..].iter().all(|&v| v == 0.25));
             }
         }
+    }
+
+    /// A thread's activation buffers are reused from call to call: a call
+    /// with an odd `k` after one that filled the buffer with other values
+    /// (the padding input included) gives what a fresh thread gives.
+    #[test]
+    fn reused_buffers_do_not_leak_into_the_next_call() {
+        let (m, n) = (5, 20);
+        let run = move |k: usize, seed: u64| {
+            let bias = vec![0.5f32; n];
+            let w = IntMatrix::pack(&values(k * n, seed), k, n, IntWeights::I8Grouped);
+            let a = values(m * k, seed + 1);
+            let mut out = vec![0f32; m * n];
+            w.matmul(&a, m, &bias, &mut out);
+            out
+        };
+        let fresh = std::thread::spawn(move || run(129, 3)).join().unwrap();
+        let _ = run(130, 11);
+        let _ = run(1024, 12);
+        assert_eq!(run(129, 3), fresh);
     }
 
     #[test]
