@@ -562,7 +562,9 @@ mod tests {
             w.matmul(&a, m, &bias, &mut out);
             out
         };
-        let fresh = std::thread::spawn(move || run(129, 3)).join().unwrap();
+        let fresh = std::thread::spawn(move || run(129, 3))
+            .join()
+            .expect("the fresh thread panicked");
         let _ = run(130, 11);
         let _ = run(1024, 12);
         assert_eq!(run(129, 3), fresh);
