@@ -645,9 +645,25 @@ impl Collection {
     /// indexes it in the background.
     pub fn seal(&self) -> Result<()> {
         self.inner.writable("seal")?;
-        self.inner.freeze_now()?;
-        self.inner.flush_frozen()?;
+        self.freeze_and_flush()?;
         self.inner.checkpoint()
+    }
+
+    /// Freezes the mutable part and writes every frozen part, on the
+    /// calling thread and at its priority (see `optimizer::Pools`). The
+    /// outcome counts as a pass of the flush thread would: a failure is
+    /// in the optimizer's stats (`errors`, `last_error`) and is what
+    /// stalled writes report, whichever thread met it first.
+    fn freeze_and_flush(&self) -> Result<()> {
+        let r = self
+            .inner
+            .freeze_now()
+            .and_then(|()| self.inner.flush_frozen());
+        match &r {
+            Ok(()) => self.inner.opt.flush_ok(),
+            Err(e) => self.inner.opt.flush_failed(e),
+        }
+        r
     }
 
     /// Seals the mutable part and waits until the optimizer has nothing
@@ -658,9 +674,7 @@ impl Collection {
     /// Returns the optimizer's error if background work fails meanwhile.
     pub fn optimize(&self) -> Result<()> {
         self.inner.writable("optimize")?;
-        self.inner.freeze_now()?;
-        // Written by this thread, at its priority (see `optimizer::Pools`).
-        self.inner.flush_frozen()?;
+        self.freeze_and_flush()?;
         self.inner.wait_settled(false)
     }
 
@@ -668,9 +682,7 @@ impl Collection {
     /// deleted rows (not only those past the policy's dead ratio).
     pub fn compact(&self) -> Result<()> {
         self.inner.writable("compact")?;
-        self.inner.freeze_now()?;
-        // Written by this thread, at its priority (see `optimizer::Pools`).
-        self.inner.flush_frozen()?;
+        self.freeze_and_flush()?;
         self.inner.wait_settled(true)
     }
 

@@ -164,7 +164,8 @@ impl Shared {
         self.cv.notify_all();
     }
 
-    /// The flush thread's pass failed: also what stalled writes report.
+    /// A flush pass failed (the flush thread's, or one `seal`, `optimize`
+    /// or `compact` ran itself): also what stalled writes report.
     pub(super) fn flush_failed(&self, e: &StoreError) {
         let reason = if e.is_disk_full() {
             format!("{}{e}", crate::error::DISK_FULL_MARK)
@@ -178,7 +179,8 @@ impl Shared {
         self.failed(e);
     }
 
-    /// The flush thread's pass left no frozen part behind.
+    /// A flush pass (the flush thread's or a foreground one) left no
+    /// frozen part behind.
     pub(super) fn flush_ok(&self) {
         let mut s = self.status.lock();
         s.flush_error = None;
