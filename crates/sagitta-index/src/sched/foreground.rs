@@ -95,11 +95,13 @@ impl Drop for Search {
     }
 }
 
-/// Whether searches are active at `now`.
+/// Whether searches are active at `now` (`LAST_END` of 0: no search has
+/// ended yet, so none ended within the window; without that, the first
+/// [`ACTIVE_WINDOW`] after the epoch was taken looked active).
 fn active(now: Instant) -> bool {
+    let last = LAST_END.load(Ordering::Acquire);
     SEARCHES.load(Ordering::Acquire) > 0
-        || nanos(now).saturating_sub(LAST_END.load(Ordering::Acquire))
-            < ACTIVE_WINDOW.as_nanos() as u64
+        || (last != 0 && nanos(now).saturating_sub(last) < ACTIVE_WINDOW.as_nanos() as u64)
 }
 
 /// Between two small units of work: on a writer or background thread that
@@ -136,12 +138,31 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// Work `d` of busy time, calling `step` in between; returns the time
-    /// slept.
+    /// CPU time of the calling thread (wall time where it cannot be read).
+    fn cpu_time() -> Duration {
+        #[cfg(target_os = "linux")]
+        {
+            let mut t = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 0,
+            };
+            // SAFETY: writes the calling thread's CPU clock into `t`.
+            if unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) } == 0 {
+                return Duration::new(t.tv_sec as u64, t.tv_nsec as u32);
+            }
+        }
+        epoch().elapsed()
+    }
+
+    /// Work `d` of the thread's own CPU time, calling `step` in between;
+    /// returns the time slept. CPU time, not wall time: on a loaded
+    /// machine (a niced test run beside other work) a thread preempted
+    /// for most of a wall-clock span would do almost no work in it, and
+    /// have no occasion to pause.
     fn work(d: Duration) -> Duration {
-        let t0 = Instant::now();
+        let t0 = cpu_time();
         let mut slept = Duration::ZERO;
-        while t0.elapsed() < d {
+        while cpu_time() - t0 < d {
             std::hint::black_box((0..200u64).sum::<u64>());
             slept += step();
         }
