@@ -56,7 +56,8 @@ pub struct OptimizerStats {
     pub rows_flushed: u64,
     /// Rows inserted into built indexes since open.
     pub rows_indexed: u64,
-    /// Failed flushes and tasks since open.
+    /// Failed flushes (the flush thread's, or those `seal`, `optimize`
+    /// and `compact` run themselves) and failed tasks since open.
     pub errors: u64,
     /// The last failure.
     pub last_error: Option<String>,
