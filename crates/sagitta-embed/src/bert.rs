@@ -353,7 +353,9 @@ impl Bert {
 
 thread_local! {
     /// Each thread's layer buffers, kept from batch to batch (a query's
-    /// would otherwise be allocated and cleared at every call).
+    /// would otherwise be allocated and cleared at every call). Borrowed
+    /// for a whole batch: nothing inside one may wait on rayon (a job
+    /// stolen onto this thread meanwhile would find them borrowed).
     static SCRATCH: std::cell::RefCell<Scratch> = std::cell::RefCell::new(Scratch::default());
 }
 
