@@ -18,7 +18,8 @@
 //! node's vector as f32 in its record (sq8 by default, re-scored from f32
 //! rows); `QG_AHEAD=N` prefetches the records of the heap's first N entries
 //! (1); `QG_PF=N` the first N lines of each besides the node's vector (8);
-//! `QG_HUGE=1` asks for 2 MiB pages for the records.
+//! `QG_HUGE=1` asks for 2 MiB pages for the records; `QG_POOL=1` walks
+//! with one sorted pool of `ef` entries (NSG-style) instead of two heaps.
 //!
 //! The estimate: with every vector rotated (an orthogonal map keeps
 //! distances), `r = v - u` the residual of neighbour `v` to node `u` and
@@ -339,9 +340,74 @@ impl Qg {
             }
         }
         st.seen[e as usize] = stamp;
-        cand.push(Reverse(C(de, e)));
         let mut sums = [0u16; 32];
         let vo = self.vec_off();
+        if st.use_pool {
+            // NSG-style: one pool of the ef best (estimate, or distance once
+            // expanded), sorted; expand the first unexpanded entry.
+            let mut pool = std::mem::take(&mut st.pool);
+            pool.clear();
+            pool.push((de, e, false));
+            let mut cur = 0;
+            while cur < pool.len() {
+                let u = pool[cur].1;
+                pool[cur].2 = true;
+                if let Some(&(_, nx, _)) = pool[cur + 1..].iter().find(|p| !p.2) {
+                    let r = self.rec(nx);
+                    for l in (0..self.stride).step_by(64).take(st.pf_lines) {
+                        prefetch(r[l..].as_ptr());
+                    }
+                    for l in (vo..self.stride).step_by(64) {
+                        prefetch(r[l..].as_ptr());
+                    }
+                }
+                st.expanded += 1;
+                let rec = self.rec(u);
+                let (c, xs) = self.codes(u);
+                let du = 2.0 - 2.0 * qscale * xs * (kern.dot_i8)(&st.qc, c);
+                pool.remove(cur);
+                let at = pool.partition_point(|p| p.0 < du);
+                pool.insert(at, (du, u, true));
+                (kern.fastscan)(&rec[CODES..vo], &st.lut, &mut sums);
+                let mut low = cur;
+                for (j, s) in sums.iter().enumerate() {
+                    let id = u32::from_le_bytes(
+                        rec[LINKS + j * 4..LINKS + j * 4 + 4].try_into().unwrap(),
+                    );
+                    if id == u32::MAX {
+                        break;
+                    }
+                    if st.seen[id as usize] == stamp {
+                        continue;
+                    }
+                    st.seen[id as usize] = stamp;
+                    let ipq = (2.0 * (delta * f32::from(*s) + lo_sum) - sum_q) / sq;
+                    let est =
+                        du + Self::f(rec, j, 0) + Self::f(rec, j, 1) * (ipq - Self::f(rec, j, 2));
+                    if pool.len() >= ef && est >= pool[ef - 1].0 {
+                        continue;
+                    }
+                    let at = pool.partition_point(|p| p.0 < est);
+                    pool.insert(at, (est, id, false));
+                    pool.truncate(ef);
+                    low = low.min(at);
+                }
+                cur = pool[low.min(pool.len())..]
+                    .iter()
+                    .position(|p| !p.2)
+                    .map_or(pool.len(), |i| i + low);
+            }
+            let mut v: Vec<C> = pool.iter().filter(|p| p.2).map(|p| C(p.0, p.1)).collect();
+            st.pool = pool;
+            v.truncate((2 * k).max(16));
+            for c in v.iter_mut() {
+                c.0 = (kern.l2sq_f32)(&st.qr, self.full(c.1));
+            }
+            v.sort_unstable();
+            v.truncate(k);
+            return v.iter().map(|c| self.keys[c.1 as usize]).collect();
+        }
+        cand.push(Reverse(C(de, e)));
         while let Some(Reverse(C(est, u))) = cand.pop() {
             if res.len() >= ef && res.peek().is_some_and(|w| est > w.0) {
                 break;
@@ -421,6 +487,8 @@ struct State {
     qc: Vec<i8>,
     ahead: usize,
     pf_lines: usize,
+    use_pool: bool,
+    pool: Vec<(f32, u32, bool)>,
     expanded: u64,
 }
 
