@@ -7,10 +7,9 @@
 //! `qg_probe BASE.f32.npy QUERIES.f32.npy GT.npy [PASSES]` (the harness's
 //! cached debian-minilm: `~/.cache/sagitta-bench/debian-minilm/`). Builds
 //! the default index (sq8 + f32 rows, M 16, ef_construction 128), then
-//! from its level-0 graph one record per node: the node's rotated f32
-//! vector, its neighbours' ids, and their 1-bit RaBitQ codes of the
-//! residual *to the node* in the fast-scan block layout with three factors
-//! each. Both walks run one query at a time on this thread over the same
+//! from its level-0 graph one record per node: its neighbours' ids, their
+//! 1-bit RaBitQ codes of the residual *to the node* in the fast-scan block
+//! layout with three factors each, and the node's rotated vector (sq8). Both walks run one query at a time on this thread over the same
 //! queries, passes alternating; prints recall@10 and QPS per beam.
 //! Results and reading: bench/results/journal-2026-12.md, "Neighbour codes
 //! stored with the links". Knobs (environment): `QG_ONLY=EF` times the
@@ -88,12 +87,13 @@ impl Ord for C {
     }
 }
 
-/// One record per node: links, factors, codes, the rotated vector.
 /// A cache line, so that records start 64-byte aligned.
 #[derive(Clone, Copy)]
 #[repr(C, align(64))]
 struct Line([u8; 64]);
 
+/// One record per node (`stride` bytes: links, factors, codes, the node's
+/// rotated vector) and what the walk needs beside them.
 struct Qg {
     dims: usize,
     stride: usize,
