@@ -312,6 +312,12 @@ impl Qg {
         st.qc.clear();
         st.qc.extend(qr.iter().map(|x| (x / qscale).round() as i8));
         let sq = (d as f32).sqrt();
+        let table = Table {
+            delta,
+            lo_sum,
+            sum_q,
+            sq,
+        };
         // Stamp-based visited set.
         st.stamp = st.stamp.wrapping_add(1);
         if st.stamp == 0 {
@@ -370,20 +376,8 @@ impl Qg {
                 pool.insert(at, (du, u, true));
                 (kern.fastscan)(&rec[CODES..vo], &st.lut, &mut sums);
                 let mut low = cur;
-                for (j, s) in sums.iter().enumerate() {
-                    let id = u32::from_le_bytes(
-                        rec[LINKS + j * 4..LINKS + j * 4 + 4].try_into().unwrap(),
-                    );
-                    if id == u32::MAX {
-                        break;
-                    }
-                    if st.seen[id as usize] == stamp {
-                        continue;
-                    }
-                    st.seen[id as usize] = stamp;
-                    let ipq = (2.0 * (delta * f32::from(*s) + lo_sum) - sum_q) / sq;
-                    let est =
-                        du + Self::f(rec, j, 0) + Self::f(rec, j, 1) * (ipq - Self::f(rec, j, 2));
+                fresh(rec, &sums, du, &table, (&mut st.seen, stamp), &mut st.fresh);
+                for &(id, est) in &st.fresh {
                     if pool.len() >= ef && est >= pool[ef - 1].0 {
                         continue;
                     }
@@ -445,18 +439,8 @@ impl Qg {
             } else {
                 f32::MAX
             };
-            for (j, s) in sums.iter().enumerate() {
-                let id =
-                    u32::from_le_bytes(rec[LINKS + j * 4..LINKS + j * 4 + 4].try_into().unwrap());
-                if id == u32::MAX {
-                    break;
-                }
-                if st.seen[id as usize] == stamp {
-                    continue;
-                }
-                st.seen[id as usize] = stamp;
-                let ipq = (2.0 * (delta * f32::from(*s) + lo_sum) - sum_q) / sq;
-                let est = du + Self::f(rec, j, 0) + Self::f(rec, j, 1) * (ipq - Self::f(rec, j, 2));
+            fresh(rec, &sums, du, &table, (&mut st.seen, stamp), &mut st.fresh);
+            for &(id, est) in &st.fresh {
                 if est < bound {
                     cand.push(Reverse(C(est, id)));
                 }
@@ -475,6 +459,44 @@ impl Qg {
     }
 }
 
+/// The query's quantized lookup table: `Σ over set bits of q ≈ delta ×
+/// sum + lo_sum`.
+struct Table {
+    delta: f32,
+    lo_sum: f32,
+    sum_q: f32,
+    sq: f32,
+}
+
+/// The not yet visited neighbours of a record (now marked visited) and
+/// their estimated distances, from the fast-scan `sums` and the node's
+/// distance `du`.
+fn fresh(
+    rec: &[u8],
+    sums: &[u16; 32],
+    du: f32,
+    t: &Table,
+    (seen, stamp): (&mut [u32], u32),
+    out: &mut Vec<(u32, f32)>,
+) {
+    out.clear();
+    for (j, s) in sums.iter().enumerate() {
+        let id = u32::from_le_bytes(rec[LINKS + j * 4..LINKS + j * 4 + 4].try_into().unwrap());
+        if id == u32::MAX {
+            break;
+        }
+        if seen[id as usize] == stamp {
+            continue;
+        }
+        seen[id as usize] = stamp;
+        let ipq = (2.0 * (t.delta * f32::from(*s) + t.lo_sum) - t.sum_q) / t.sq;
+        out.push((
+            id,
+            du + Qg::f(rec, j, 0) + Qg::f(rec, j, 1) * (ipq - Qg::f(rec, j, 2)),
+        ));
+    }
+}
+
 #[derive(Default)]
 struct State {
     qr: Vec<f32>,
@@ -489,6 +511,7 @@ struct State {
     pf_lines: usize,
     use_pool: bool,
     pool: Vec<(f32, u32, bool)>,
+    fresh: Vec<(u32, f32)>,
     expanded: u64,
 }
 
